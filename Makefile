@@ -1,0 +1,38 @@
+# The two commands of the README: `make demo` and `make test`. Both build .venv from scratch if needed.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export AIRFLOW_HOME := $(abspath airflow_home)
+export AIRFLOW__CORE__DAGS_FOLDER := $(abspath dags)
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+export AIRFLOW__API__PORT ?= 8080
+
+.PHONY: demo test install airflow clean bench
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m jobs.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+bench: $(STAMP)
+	$(BIN)/python bench/ssj.py
+
+airflow: $(STAMP)
+	@echo "Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) ; login password: $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated"
+	$(BIN)/airflow standalone
+
+clean:
+	rm -rf warehouse airflow_home spark-warehouse metastore_db

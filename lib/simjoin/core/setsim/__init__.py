@@ -1,0 +1,64 @@
+"""Distributed set-similarity join (Fier & Freytag): optimizer + local PPJoin.
+
+``optimizer`` splits the join into units (Sec. 2.1-2.5), ``ppjoin`` joins one
+unit, ``bruteforce`` is the exact reference, ``similarity`` holds the bounds
+(its ``similarity()`` function is not re-exported here, so that the name
+``simjoin.core.setsim.similarity`` stays the module).
+"""
+
+from .bruteforce import brute_force_pairs
+from .optimizer import (
+    NodeSlices,
+    Plan,
+    PlanUnit,
+    RamFactors,
+    candidate_ram,
+    choose_parameters,
+    cost_deviation,
+    distribute_slices,
+    index_ram,
+    length_stats,
+    make_plan,
+    probe_ram,
+    slice_costs,
+    unit_ram,
+)
+from .ppjoin import PPJoinStats, ppjoin
+from .similarity import (
+    SIMILARITIES,
+    check_similarity,
+    check_threshold,
+    index_prefix,
+    max_length,
+    min_length,
+    min_overlap,
+    probe_prefix,
+)
+
+__all__ = [
+    "SIMILARITIES",
+    "NodeSlices",
+    "PPJoinStats",
+    "Plan",
+    "PlanUnit",
+    "RamFactors",
+    "brute_force_pairs",
+    "candidate_ram",
+    "check_similarity",
+    "check_threshold",
+    "choose_parameters",
+    "cost_deviation",
+    "distribute_slices",
+    "index_prefix",
+    "index_ram",
+    "length_stats",
+    "make_plan",
+    "max_length",
+    "min_length",
+    "min_overlap",
+    "ppjoin",
+    "probe_prefix",
+    "probe_ram",
+    "slice_costs",
+    "unit_ram",
+]

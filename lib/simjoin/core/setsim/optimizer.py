@@ -1,0 +1,513 @@
+"""Optimizer of the distributed set-similarity join (Fier & Freytag, Sec. 2.1-2.5).
+
+* Sec. 2.1 — cost-based heuristic: one *slice* per index length i, with the
+  probe lengths [i, maxlen(i)] and the cost
+  C(i) = P(i)·|R_i|·Σ_{p=i}^{maxlen(i)} P(p)·|R_p| (Eq. 1, :func:`slice_costs`);
+  slices sorted by descending cost are dealt round-robin to n nodes
+  (:func:`distribute_slices`).
+* Sec. 2.2 — data-independent scaling: each node is split into m sub slices;
+  a probe record goes to ``modgroup = rid % m`` (Eq. 2), index records go to
+  every modgroup of their node. One (node, modgroup) is a *unit*.
+* Sec. 2.3 — RAM estimates per unit (Eq. 3-5, :class:`RamFactors`).
+* Sec. 2.4/2.5 — parameter search: for t units try every n·m = t, prune
+  combinations whose RAM estimate exceeds the memory limit, keep the smallest
+  max/min node-cost deviation (Eq. 6); if all are pruned, double t
+  (:func:`choose_parameters`).
+
+Lengths are record lengths (number of distinct tokens); ``counts`` are |R_l|.
+Costs are exact Python ints. Records must get their rids in length order
+(ties in any fixed order), which is what makes a pair (x, y) with
+x.rid < y.rid meet exactly once: in the unit (node owning |x|, y.rid % m).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from .similarity import (
+    check_similarity,
+    check_threshold,
+    index_prefix_array,
+    max_length_array,
+    probe_prefix_array,
+)
+
+__all__ = [
+    "NodeSlices",
+    "Plan",
+    "PlanUnit",
+    "RamFactors",
+    "candidate_ram",
+    "choose_parameters",
+    "cost_deviation",
+    "distribute_slices",
+    "index_ram",
+    "length_stats",
+    "make_plan",
+    "probe_ram",
+    "slice_costs",
+    "unit_ram",
+]
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class NodeSlices:
+    """The slices dealt to one node (Sec. 2.1): its indexLengths, the union of
+    their probe lengths that occur in the data, and the summed slice cost."""
+
+    node: int
+    index_lengths: tuple[int, ...]
+    probe_lengths: tuple[int, ...]
+    cost: int
+
+
+@dataclass(frozen=True)
+class RamFactors:
+    """Byte sizes of the RAM estimate (Sec. 2.3, Eq. 3-5).
+
+    Defaults are the paper's (12-byte postings entry, 60 bytes + 4 per token
+    per record, 12-byte candidate, candFact up to 2/3). ``threads`` is 1
+    because one unit runs one single-threaded kernel (the paper ran 24
+    threads per node). ``static_bytes`` is memory the unit needs besides the
+    estimate (the paper measured < 4 GB for its process); it is added before
+    comparing with the memory limit.
+    """
+
+    index_entry_bytes: int = 12
+    record_bytes: int = 60
+    token_bytes: int = 4
+    candidate_bytes: int = 12
+    threads: int = 1
+    cand_fact: float = 2 / 3
+    static_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class PlanUnit:
+    """One independently computable unit: sub slice ``modgroup`` of ``node``."""
+
+    unit: int
+    node: int
+    modgroup: int
+    index_lengths: tuple[int, ...]
+    probe_lengths: tuple[int, ...]
+    est_cost: float  # node cost / m, as in the paper
+    est_ram_bytes: int  # index + probe + candidate (without static_bytes)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Output of the optimizer: which unit indexes and probes which lengths.
+
+    Units have dense ids ``unit = node * m + modgroup``. Nodes that received
+    no slice (n larger than the number of distinct lengths) get no units, so
+    ``len(units) == m * min(n, number of lengths)``.
+    """
+
+    theta: float
+    sim: str
+    n: int
+    m: int
+    units: tuple[PlanUnit, ...]
+    deviation: float = 1.0  # max/min node cost (Eq. 6); inf if a node is empty
+
+    @property
+    def n_units(self) -> int:
+        return len(self.units)
+
+    @cached_property
+    def _routing(self) -> tuple[IntArray, BoolArray, BoolArray]:
+        nodes = sorted({u.node for u in self.units})
+        lengths = np.array(
+            sorted({length for u in self.units for length in u.index_lengths}),
+            dtype=np.int64,
+        )
+        index_mask = np.zeros((lengths.size, len(nodes)), dtype=bool)
+        probe_mask = np.zeros((lengths.size, len(nodes)), dtype=bool)
+        for u in self.units:
+            if u.modgroup != 0:
+                continue
+            index_mask[np.searchsorted(lengths, u.index_lengths), u.node] = True
+            probe_mask[np.searchsorted(lengths, u.probe_lengths), u.node] = True
+        return lengths, index_mask, probe_mask
+
+    def routing(self) -> tuple[IntArray, BoolArray, BoolArray]:
+        """``(lengths, index_node_mask, probe_node_mask)``.
+
+        ``lengths`` are the sorted lengths of the statistics; the masks have
+        shape (len(lengths), number of non-empty nodes): node k indexes
+        (probes) length ``lengths[i]`` iff ``mask[i, k]``. Each row of the
+        index mask has exactly one True (the node owning that slice).
+        """
+        lengths, index_mask, probe_mask = self._routing
+        return lengths.copy(), index_mask.copy(), probe_mask.copy()
+
+    def assign_units(
+        self, lengths: npt.ArrayLike, rids: npt.ArrayLike
+    ) -> tuple[IntArray, IntArray, BoolArray, BoolArray]:
+        """Replicate records to units (Sec. 2.1 + Eq. 2), vectorized.
+
+        A record of length l and rid r goes to unit (node, g) iff l is an
+        index length of node (every g), or l is a probe length of node and
+        r % m == g. Each record reaches a unit at most once.
+
+        Returns ``(record_pos, unit, is_index, is_probe)``, sorted by
+        (record_pos, unit); ``record_pos`` indexes the input arrays.
+        Raises ValueError for a length that is not in the plan's statistics
+        (its record would silently miss its pairs otherwise).
+        """
+        rec_len = np.asarray(lengths, dtype=np.int64).ravel()
+        rec_rid = np.asarray(rids, dtype=np.int64).ravel()
+        if rec_len.shape != rec_rid.shape:
+            raise ValueError(
+                f"lengths and rids must have the same shape, got {rec_len.shape} "
+                f"and {rec_rid.shape}"
+            )
+        plan_lengths, index_mask, probe_mask = self._routing
+        li = np.searchsorted(plan_lengths, rec_len)
+        li_clip = np.minimum(li, max(plan_lengths.size - 1, 0))
+        known = (li < plan_lengths.size) & (plan_lengths[li_clip] == rec_len)
+        if not known.all():
+            unknown = np.unique(rec_len[~known])[:10].tolist()
+            raise ValueError(
+                f"record lengths {unknown} are not in the plan's length statistics; "
+                "allowed: lengths counted when the plan was made"
+            )
+        m = self.m
+        n_rec = rec_len.size
+        modgroup = rec_rid % m
+
+        # Index copies: every modgroup of the owning node.
+        owner = np.argmax(index_mask, axis=1)[li]
+        pos_i = np.repeat(np.arange(n_rec, dtype=np.int64), m)
+        g_i = np.tile(np.arange(m, dtype=np.int64), n_rec)
+        unit_i = owner[pos_i] * m + g_i
+        probe_i = g_i == modgroup[pos_i]
+
+        # Probe-only copies: the other nodes probing this length, one modgroup.
+        probe_only = probe_mask & ~index_mask
+        ptr = np.zeros(plan_lengths.size + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum(probe_only.sum(axis=1))
+        nodes_csr = np.nonzero(probe_only)[1].astype(np.int64)  # row-major order
+        cnt = ptr[li + 1] - ptr[li]
+        pos_p = np.repeat(np.arange(n_rec, dtype=np.int64), cnt)
+        within = np.arange(pos_p.size, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        unit_p = nodes_csr[ptr[li][pos_p] + within] * m + modgroup[pos_p]
+
+        record_pos = np.concatenate([pos_i, pos_p])
+        unit = np.concatenate([unit_i, unit_p])
+        is_index = np.concatenate([np.ones(pos_i.size, bool), np.zeros(pos_p.size, bool)])
+        is_probe = np.concatenate([probe_i, np.ones(pos_p.size, bool)])
+        order = np.lexsort((unit, record_pos))
+        return record_pos[order], unit[order], is_index[order], is_probe[order]
+
+
+def length_stats(lengths: npt.ArrayLike, counts: npt.ArrayLike) -> dict[int, int]:
+    """Validate the length statistic {(l, |R_l|)}: sorted dict without zero counts.
+
+    Duplicate lengths are summed. Lengths must be >= 1 (empty records are
+    quarantined before planning).
+    """
+    ls = np.asarray(lengths).ravel()
+    cs = np.asarray(counts).ravel()
+    if ls.shape != cs.shape:
+        raise ValueError(
+            f"lengths and counts must have the same shape, got {ls.shape} and {cs.shape}"
+        )
+    if ls.size and (not np.issubdtype(ls.dtype, np.integer) or ls.min() < 1):
+        raise ValueError(
+            f"record lengths must be integers >= 1, got min {ls.min()!r}; "
+            "empty records must be removed before planning"
+        )
+    if cs.size and (not np.issubdtype(cs.dtype, np.integer) or cs.min() < 0):
+        raise ValueError(f"length counts must be integers >= 0, got min {cs.min()!r}")
+    stats: dict[int, int] = {}
+    for length, count in zip(ls.tolist(), cs.tolist()):
+        if count:
+            stats[length] = stats.get(length, 0) + count
+    return dict(sorted(stats.items()))
+
+
+def slice_costs(
+    lengths: npt.ArrayLike, counts: npt.ArrayLike, theta: float, sim: str = "jaccard"
+) -> dict[int, int]:
+    """Slice cost C(i) of every index length i present (Eq. 1), exact ints.
+
+    C(i) = P(i)·|R_i|·Σ_{p=i}^{maxlen(i)} P(p)·|R_p| over present lengths p.
+    """
+    theta, sim = check_threshold(theta), check_similarity(sim)
+    stats = length_stats(lengths, counts)
+    if not stats:
+        return {}
+    ls = np.fromiter(stats.keys(), dtype=np.int64, count=len(stats))
+    weights = [int(p) * c for p, c in zip(probe_prefix_array(sim, theta, ls).tolist(), stats.values())]
+    cumulative = [0]
+    for w in weights:
+        cumulative.append(cumulative[-1] + w)
+    upper = np.searchsorted(ls, max_length_array(sim, theta, ls), side="right").tolist()
+    return {
+        int(i): weights[k] * (cumulative[upper[k]] - cumulative[k])
+        for k, i in enumerate(ls.tolist())
+    }
+
+
+def _probe_lengths(
+    index_lengths: Iterable[int], present: IntArray, upper: Mapping[int, int]
+) -> tuple[int, ...]:
+    """Present lengths in the union of the probe ranges [i, maxlen(i)]."""
+    intervals: list[list[int]] = []
+    for i in sorted(index_lengths):
+        if intervals and i <= intervals[-1][1]:
+            intervals[-1][1] = max(intervals[-1][1], upper[i])
+        else:
+            intervals.append([i, upper[i]])
+    out: list[int] = []
+    for lo, hi in intervals:
+        a = int(np.searchsorted(present, lo, side="left"))
+        b = int(np.searchsorted(present, hi, side="right"))
+        out.extend(present[a:b].tolist())
+    return tuple(out)
+
+
+def distribute_slices(
+    costs: Mapping[int, int], n: int, *, theta: float, sim: str = "jaccard"
+) -> list[NodeSlices]:
+    """Deal slices to n nodes (Sec. 2.1, Example 2).
+
+    Slices are sorted by descending cost, ties by ascending length, and dealt
+    round-robin. Always returns n NodeSlices (node ids 0..n-1); when n exceeds
+    the number of slices, the trailing nodes are kept empty with cost 0.
+    ``theta``/``sim`` give the probe ranges [i, maxlen(i)]; ``costs`` must
+    have one entry per length present in the data.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"number of nodes n must be an integer >= 1, got {n!r}")
+    theta, sim = check_threshold(theta), check_similarity(sim)
+    n = int(n)
+    present = np.array(sorted(costs), dtype=np.int64)
+    upper = dict(zip(present.tolist(), max_length_array(sim, theta, present).tolist()))
+    order = sorted(costs, key=lambda i: (-costs[i], i))
+    dealt: list[list[int]] = [[] for _ in range(n)]
+    for rank, i in enumerate(order):
+        dealt[rank % n].append(int(i))
+    return [
+        NodeSlices(
+            node=k,
+            index_lengths=tuple(sorted(idx)),
+            probe_lengths=_probe_lengths(idx, present, upper),
+            cost=sum(int(costs[i]) for i in idx),
+        )
+        for k, idx in enumerate(dealt)
+    ]
+
+
+def cost_deviation(nodes: Iterable[NodeSlices]) -> Fraction | float:
+    """max/min node cost (Eq. 6); ``inf`` if some node has cost 0 (e.g. empty)."""
+    node_costs = [nd.cost for nd in nodes]
+    lo = min(node_costs)
+    return math.inf if lo <= 0 else Fraction(max(node_costs), lo)
+
+
+def index_ram(
+    index_lengths: Iterable[int],
+    counts: Mapping[int, int],
+    theta: float,
+    sim: str = "jaccard",
+    factors: RamFactors = RamFactors(),
+) -> int:
+    """Inverted-index bytes (Eq. 3): Σ prefix(l)·|R_l|·index_entry_bytes.
+
+    Uses the index prefix that ``ppjoin`` actually stores (shorter than the
+    paper's P(l)); a ``ppjoin`` postings entry is int64 rec + int32 pos = 12 B.
+    """
+    ls = np.array(sorted(index_lengths), dtype=np.int64)
+    prefixes = index_prefix_array(sim, theta, ls).tolist()
+    return sum(p * counts[length] for p, length in zip(prefixes, ls.tolist())) * factors.index_entry_bytes
+
+
+def probe_ram(
+    probe_lengths: Iterable[int],
+    counts: Mapping[int, int],
+    m: int,
+    factors: RamFactors = RamFactors(),
+) -> int:
+    """Probe-record bytes (Eq. 4): Σ |R_l|·(record_bytes + token_bytes·l) / m, rounded up."""
+    total = 0
+    for length in probe_lengths:
+        size = counts[length] * (factors.record_bytes + factors.token_bytes * length)
+        total += -(-size // m)
+    return total
+
+
+def candidate_ram(
+    index_lengths: Iterable[int], counts: Mapping[int, int], factors: RamFactors = RamFactors()
+) -> int:
+    """Candidate bytes (Eq. 5): Σ |R_l|·candidate_bytes·threads·candFact, rounded up."""
+    records = sum(counts[length] for length in index_lengths)
+    return math.ceil(records * factors.candidate_bytes * factors.threads * factors.cand_fact)
+
+
+def unit_ram(
+    node: NodeSlices,
+    m: int,
+    counts: Mapping[int, int],
+    theta: float,
+    sim: str = "jaccard",
+    factors: RamFactors = RamFactors(),
+) -> int:
+    """Estimated bytes of one unit of ``node``: index + probe + candidate
+    (``factors.static_bytes`` not included)."""
+    return (
+        index_ram(node.index_lengths, counts, theta, sim, factors)
+        + probe_ram(node.probe_lengths, counts, m, factors)
+        + candidate_ram(node.index_lengths, counts, factors)
+    )
+
+
+def _check_positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _build_plan(
+    nodes: list[NodeSlices],
+    m: int,
+    counts: Mapping[int, int],
+    theta: float,
+    sim: str,
+    factors: RamFactors,
+) -> Plan:
+    units: list[PlanUnit] = []
+    for nd in nodes:
+        if not nd.index_lengths:
+            continue  # round-robin fills nodes in order: empty ones are trailing
+        ram = unit_ram(nd, m, counts, theta, sim, factors)
+        units.extend(
+            PlanUnit(
+                unit=nd.node * m + g,
+                node=nd.node,
+                modgroup=g,
+                index_lengths=nd.index_lengths,
+                probe_lengths=nd.probe_lengths,
+                est_cost=nd.cost / m,
+                est_ram_bytes=ram,
+            )
+            for g in range(m)
+        )
+    return Plan(
+        theta=theta,
+        sim=sim,
+        n=len(nodes),
+        m=m,
+        units=tuple(units),
+        deviation=float(cost_deviation(nodes)),
+    )
+
+
+def make_plan(
+    lengths: npt.ArrayLike,
+    counts: npt.ArrayLike,
+    theta: float,
+    sim: str = "jaccard",
+    n: int = 1,
+    m: int = 1,
+    factors: RamFactors = RamFactors(),
+) -> Plan:
+    """Plan for user-fixed n and m (no RAM pruning; see ``PlanUnit.est_ram_bytes``)."""
+    theta, sim = check_threshold(theta), check_similarity(sim)
+    n, m = _check_positive("number of nodes n", n), _check_positive("modulo m", m)
+    counts_by_length = length_stats(lengths, counts)
+    costs = slice_costs(list(counts_by_length), list(counts_by_length.values()), theta, sim)
+    nodes = distribute_slices(costs, n, theta=theta, sim=sim) if costs else []
+    if not nodes:
+        return Plan(theta=theta, sim=sim, n=n, m=m, units=())
+    return _build_plan(nodes, m, counts_by_length, theta, sim, factors)
+
+
+def choose_parameters(
+    lengths: npt.ArrayLike,
+    counts: npt.ArrayLike,
+    theta: float,
+    sim: str = "jaccard",
+    total_units: int = 1,
+    memory_bytes: int = 2**32,
+    factors: RamFactors = RamFactors(),
+    *,
+    min_nodes: int = 1,
+    max_units: int = 2**16,
+) -> Plan:
+    """Parameter search of Sec. 2.5.
+
+    For t = ``total_units``: every n with n·m = t and n >= ``min_nodes`` is
+    tried; a combination is pruned if the largest unit estimate plus
+    ``factors.static_bytes`` exceeds ``memory_bytes``; among the survivors the
+    smallest deviation max/min node cost (Eq. 6) wins, ties going to the
+    larger n (hence the smaller m). If every combination is pruned, t doubles,
+    up to ``max_units``; then ValueError.
+
+    Note: n = 1 is perfectly balanced (deviation 1), so without memory
+    pressure the search returns n = 1, m = t, i.e. every unit indexes all
+    lengths. The authors' script only considers n >= 4; pass ``min_nodes`` to
+    do the same.
+    """
+    theta, sim = check_threshold(theta), check_similarity(sim)
+    t = _check_positive("total_units", total_units)
+    memory = _check_positive("memory_bytes", memory_bytes)
+    min_nodes = _check_positive("min_nodes", min_nodes)
+    counts_by_length = length_stats(lengths, counts)
+    if not counts_by_length:
+        return Plan(theta=theta, sim=sim, n=1, m=1, units=())
+    costs = slice_costs(list(counts_by_length), list(counts_by_length.values()), theta, sim)
+    budget = memory - factors.static_bytes
+
+    # A slice cannot be split further by n or m (Sec. 2.3, last paragraph).
+    worst = max(
+        index_ram([i], counts_by_length, theta, sim, factors)
+        + candidate_ram([i], counts_by_length, factors)
+        for i in counts_by_length
+    )
+    if worst > budget:
+        raise ValueError(
+            f"memory_bytes={memory} is too small: the largest single slice needs an "
+            f"estimated {worst + factors.static_bytes} bytes (index + candidates + "
+            "static) however n and m are chosen"
+        )
+
+    while t <= max_units:
+        best: tuple[Fraction | float, int] | None = None
+        for n in range(min_nodes, t + 1):
+            if t % n:
+                continue
+            m = t // n
+            nodes = distribute_slices(costs, n, theta=theta, sim=sim)
+            ram = max(
+                unit_ram(nd, m, counts_by_length, theta, sim, factors)
+                for nd in nodes
+                if nd.index_lengths
+            )
+            if ram > budget:
+                continue
+            key = (cost_deviation(nodes), -n)
+            if best is None or key < best:
+                best = key
+        if best is not None:
+            n = -best[1]
+            nodes = distribute_slices(costs, n, theta=theta, sim=sim)
+            return _build_plan(nodes, t // n, counts_by_length, theta, sim, factors)
+        t *= 2
+    raise ValueError(
+        f"no n*m <= max_units={max_units} keeps every unit within memory_bytes={memory} "
+        f"(static_bytes={factors.static_bytes}); raise memory_bytes or max_units"
+    )
+

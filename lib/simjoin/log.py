@@ -1,0 +1,36 @@
+"""Progress logging per stage, to stderr; the one-line summary goes to stdout."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_FMT = "%(asctime)s simjoin %(levelname)s %(message)s"
+
+
+def get_logger(name: str = "simjoin") -> logging.Logger:
+    root = logging.getLogger("simjoin")
+    if not root.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter(_FMT, "%H:%M:%S"))
+        root.addHandler(h)
+        root.setLevel(logging.INFO)
+        root.propagate = False
+    return logging.getLogger(name)
+
+
+@contextmanager
+def stage(name: str, log: logging.Logger | None = None) -> Iterator[dict[str, float]]:
+    """Log the start and end (with seconds) of a pipeline stage."""
+    log = log or get_logger()
+    info: dict[str, float] = {}
+    t0 = time.perf_counter()
+    log.info("stage %s: start", name)
+    try:
+        yield info
+    finally:
+        info["seconds"] = time.perf_counter() - t0
+        log.info("stage %s: done in %.1fs", name, info["seconds"])

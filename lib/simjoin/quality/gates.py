@@ -1,0 +1,119 @@
+"""Great Expectations 1.x gates between pipeline stages.
+
+A gate validates the real Spark DataFrame against an expectation suite; a failing suite
+stops the stage with :class:`GateFailed`, whose message says which expectation failed,
+on how many rows, and shows sample values.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from simjoin.log import get_logger
+
+__all__ = ["GateFailed", "GateResult", "run_suite", "pairs_expectations", "columns_expectations"]
+
+log = get_logger("simjoin.quality")
+_counter = itertools.count()
+_ctx: Any = None
+
+
+class GateFailed(RuntimeError):
+    """A data-quality suite failed; ``failures`` lists (expectation, unexpected rows, samples)."""
+
+    def __init__(self, suite: str, failures: list[dict[str, Any]]) -> None:
+        lines = [f"quality gate {suite!r} failed:"]
+        for f in failures:
+            lines.append(
+                f"  - {f['expectation']}({f['kwargs']}): {f['unexpected_count']} rows; samples {f['samples']}"
+            )
+        super().__init__("\n".join(lines))
+        self.suite, self.failures = suite, failures
+
+
+@dataclass
+class GateResult:
+    suite: str
+    success: bool
+    evaluated: int
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _context() -> Any:
+    global _ctx
+    if _ctx is None:
+        os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+        import great_expectations as gx
+
+        logging.getLogger("great_expectations").setLevel(logging.ERROR)
+        _ctx = gx.get_context(mode="ephemeral")
+        _ctx.data_sources.add_spark(name="simjoin_spark")
+    return _ctx
+
+
+def run_suite(df: DataFrame, suite: str, expectations: list[Any], raise_on_failure: bool = True) -> GateResult:
+    """Validate ``df`` with the given GX expectations; raise :class:`GateFailed` on failure."""
+    import great_expectations as gx
+
+    ctx = _context()
+    ds = ctx.data_sources.get("simjoin_spark")
+    asset = ds.add_dataframe_asset(name=f"{suite}_{next(_counter)}")
+    batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": df})
+    gx_suite = gx.ExpectationSuite(name=f"{suite}_{next(_counter)}", expectations=list(expectations))
+    res = batch.validate(gx_suite, result_format="SUMMARY")
+    failures = []
+    for r in res.results:
+        if not r.success:
+            cfg = r.expectation_config
+            result = r.result or {}
+            failures.append({
+                "expectation": cfg.type,
+                "kwargs": {k: v for k, v in cfg.kwargs.items() if k not in ("batch_id",)},
+                "unexpected_count": result.get("unexpected_count", result.get("observed_value")),
+                "samples": (result.get("partial_unexpected_list") or [])[:5],
+                "exception": (r.exception_info or {}).get("exception_message"),
+            })
+    out = GateResult(suite, bool(res.success), len(res.results), failures)
+    ds.delete_asset(asset.name)
+    if out.success:
+        log.info("quality gate %s: %d expectations passed", suite, out.evaluated)
+    elif raise_on_failure:
+        raise GateFailed(suite, failures)
+    return out
+
+
+def columns_expectations(columns: dict[str, str], not_null: list[str] | None = None) -> list[Any]:
+    """Columns exist with the given Spark type names (e.g. ``{"id": "LongType"}``); some are not null."""
+    import great_expectations.expectations as gxe
+
+    ex: list[Any] = []
+    for c, t in columns.items():
+        ex.append(gxe.ExpectColumnToExist(column=c))
+        ex.append(gxe.ExpectColumnValuesToBeOfType(column=c, type_=t))
+    for c in not_null or []:
+        ex.append(gxe.ExpectColumnValuesToNotBeNull(column=c))
+    return ex
+
+
+def pairs_expectations(score_col: str | None, low: float | None, high: float | None,
+                       self_join: bool, window_col: str | None = None) -> list[Any]:
+    """The pair-output contract: schema, score range, left_id < right_id (self-join), no pair twice."""
+    import great_expectations.expectations as gxe
+
+    cols = {"left_id": "LongType", "right_id": "LongType"}
+    if score_col:
+        cols[score_col] = "DoubleType"
+    ex = columns_expectations(cols, not_null=["left_id", "right_id"])
+    if score_col and (low is not None or high is not None):
+        ex.append(gxe.ExpectColumnValuesToBeBetween(column=score_col, min_value=low, max_value=high))
+    if self_join:
+        ex.append(gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="right_id", column_B="left_id", or_equal=False))
+    key = ["left_id", "right_id"] + ([window_col] if window_col else [])
+    ex.append(gxe.ExpectCompoundColumnsToBeUnique(column_list=key))
+    return ex

@@ -1,0 +1,78 @@
+"""Synthetic input tables, generated in parallel: one Spark task per chunk of
+``simjoin.core.datagen.CHUNK_ROWS`` rows, each a vectorized numpy draw inside ``mapInArrow``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from simjoin.core import datagen
+
+__all__ = ["sets_df", "vectors_df", "ineq_df", "keys_df"]
+
+TS = pa.timestamp("us", tz="UTC")
+
+
+def _chunked(spark: SparkSession, rows: int, schema: str,
+             make: Callable[[int, int], pa.RecordBatch]) -> DataFrame:
+    bounds = datagen.chunk_bounds(rows)
+    if not bounds:
+        return spark.createDataFrame([], schema)
+    parts = spark.createDataFrame([(s, e) for s, e in bounds], "start long, stop long").repartition(len(bounds))
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for s, e in zip(b.column("start").to_pylist(), b.column("stop").to_pylist()):
+                yield make(int(s), int(e))
+
+    return parts.mapInArrow(fn, schema)
+
+
+def sets_df(spark: SparkSession, rows: int, seed: int, universe: int = 20_000, avg_len: int = 12,
+            dup_frac: float = 0.25) -> DataFrame:
+    def make(s: int, e: int) -> pa.RecordBatch:
+        ids, texts = datagen.gen_sets(s, e, seed, universe=universe, avg_len=avg_len, dup_frac=dup_frac)
+        return pa.RecordBatch.from_arrays([pa.array(ids), pa.array(texts, pa.string())], ["id", "text"])
+
+    return _chunked(spark, rows, "id long, text string", make)
+
+
+def vectors_df(spark: SparkSession, rows: int, dim: int, dist: str, rate: float, seed: int) -> DataFrame:
+    if dist not in datagen.VECTOR_DISTS:
+        raise ValueError(f"invalid dist {dist!r}: allowed {', '.join(datagen.VECTOR_DISTS)}")
+
+    def make(s: int, e: int) -> pa.RecordBatch:
+        x = datagen.gen_vectors(s, e, dim, dist, seed)
+        vec = pa.ListArray.from_arrays(pa.array(np.arange(0, x.size + 1, dim, dtype=np.int32)), pa.array(x.ravel()))
+        ts = pa.array(datagen.timestamps_us(s, e, rate), TS)
+        return pa.RecordBatch.from_arrays([pa.array(np.arange(s, e, dtype=np.int64)), ts, vec],
+                                          ["id", "ts", "vector"])
+
+    return _chunked(spark, rows, "id long, ts timestamp, vector array<double>", make)
+
+
+def ineq_df(spark: SparkSession, rows: int, dist: str, seed: int, rate: float = 100.0) -> DataFrame:
+    if dist not in datagen.INEQ_DISTS:
+        raise ValueError(f"invalid dist {dist!r}: allowed {', '.join(datagen.INEQ_DISTS)}")
+
+    def make(s: int, e: int) -> pa.RecordBatch:
+        a, b = datagen.gen_ineq(s, e, dist, seed)
+        ts = pa.array(datagen.timestamps_us(s, e, rate), TS)
+        return pa.RecordBatch.from_arrays([pa.array(np.arange(s, e, dtype=np.int64)), ts, pa.array(a), pa.array(b)],
+                                          ["id", "ts", "a", "b"])
+
+    return _chunked(spark, rows, "id long, ts timestamp, a double, b double", make)
+
+
+def keys_df(spark: SparkSession, rows: int, alpha: float, domain: int, seed: int, rate: float = 100.0) -> DataFrame:
+    def make(s: int, e: int) -> pa.RecordBatch:
+        k = datagen.gen_keys(s, e, alpha, domain, seed)
+        ids = np.arange(s, e, dtype=np.int64)
+        payload = pa.array([f"p{i}" for i in ids.tolist()], pa.string())
+        ts = pa.array(datagen.timestamps_us(s, e, rate), TS)
+        return pa.RecordBatch.from_arrays([pa.array(ids), ts, pa.array(k), payload], ["id", "ts", "k", "payload"])
+
+    return _chunked(spark, rows, "id long, ts timestamp, k long, payload string", make)

@@ -1,0 +1,77 @@
+"""The one SparkSession simjoin uses: Delta Lake from delta-spark, configured from conf/spark.yaml.
+
+Delta's jars come from Maven Central through ``spark.jars.packages``
+(``configure_spark_with_delta_pip``) and are cached by Ivy. Where Ivy cannot resolve,
+point ``SIMJOIN_JARS_DIR`` at a folder with the same jars (e.g. from ``mvn dependency:copy``);
+they are then passed as ``spark.jars``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from simjoin.config import SparkConfig, load_config
+from simjoin.log import get_logger
+
+__all__ = ["get_spark", "stop_spark"]
+
+log = get_logger("simjoin.spark")
+
+
+def _builder(cfg: SparkConfig, extra: dict[str, Any] | None) -> SparkSession.Builder:
+    # Spark's Python workers must run this interpreter, the one with simjoin installed.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    warehouse = os.path.abspath(cfg.warehouse)
+    b = (
+        SparkSession.builder.master(cfg.master)
+        .appName(cfg.app_name)
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.warehouse.dir", warehouse)
+        .config("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
+        .config("spark.default.parallelism", str(max(2, cfg.shuffle_partitions)))
+        .config("spark.driver.memory", cfg.driver_memory)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" + os.path.join(warehouse, ".derby"))
+    )
+    for k, v in (extra or {}).items():
+        b = b.config(k, v)
+    jars_dir = os.environ.get("SIMJOIN_JARS_DIR")
+    if jars_dir:
+        jars = sorted(glob.glob(os.path.join(jars_dir, "*.jar")))
+        return b.config("spark.jars", ",".join(jars))
+    from delta import configure_spark_with_delta_pip
+
+    return configure_spark_with_delta_pip(b)
+
+
+def get_spark(cfg: SparkConfig | None = None, extra: dict[str, Any] | None = None) -> SparkSession:
+    """Return the active session or build it (idempotent within a process)."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    cfg = cfg or load_config(SparkConfig, "spark")
+    log.info("starting Spark: master=%s warehouse=%s", cfg.master, cfg.warehouse)
+    spark = _builder(cfg, extra).getOrCreate()
+    spark.sparkContext.setLogLevel(cfg.log_level)
+    return spark
+
+
+def stop_spark() -> None:
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
