@@ -34,3 +34,14 @@ def run(spark: SparkSession, kind: str, out: str, cfg: GenerateConfig) -> Genera
         df = gen.keys_df(spark, cfg.rows, cfg.alpha, cfg.domain, cfg.seed, cfg.rate)
     delta.overwrite(df, out)
     return GenerateResult(kind, out, cfg.rows, delta.latest_version(spark, out))
+
+
+def run_task(params: dict) -> dict:
+    """Airflow entry point: validated DAG params -> one generated Delta table; returns its path/version."""
+    from simjoin.config import load_config
+    from simjoin.spark.session import get_spark
+
+    keys = {"rows", "seed", "dim", "dist", "rate", "alpha", "domain"}
+    cfg = load_config(GenerateConfig, "generate", {k: v for k, v in params.items() if k in keys})
+    res = run(get_spark(), params["kind"], params["out"], cfg)
+    return {"path": res.path, "rows": res.rows, "version": res.version}

@@ -8,7 +8,6 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-
 from simjoin.core.setsim import (
     RamFactors,
     candidate_ram,
@@ -53,7 +52,7 @@ def _exact_min_overlap(sim: str, t: Fraction, lx: int, ly: int) -> int:
     return o
 
 
-def _exact_length_range(sim: str, t: Fraction, l: int) -> tuple[int, int]:  # noqa: E741
+def _exact_length_range(sim: str, t: Fraction, l: int) -> tuple[int, int]:
     if sim == "jaccard":
         return math.ceil(t * l), math.floor(l / t)
     if sim == "cosine":
@@ -66,7 +65,7 @@ def _exact_length_range(sim: str, t: Fraction, l: int) -> tuple[int, int]:  # no
 def test_bounds_match_exact_rationals(sim: str, theta: float) -> None:
     t = Fraction(repr(theta))
     ls = np.arange(1, 121)
-    for l in ls.tolist():  # noqa: E741
+    for l in ls.tolist():
         lo, hi = _exact_length_range(sim, t, l)
         assert min_length(sim, theta, l) == lo
         assert max_length(sim, theta, l) == hi
@@ -82,7 +81,7 @@ def test_bounds_match_exact_rationals(sim: str, theta: float) -> None:
         probe_prefix(sim, theta, x) for x in ls.tolist()
     ]
     assert simmod.min_overlap_array(sim, theta, ls, ls[::-1]).tolist() == [
-        min_overlap(sim, theta, a, b) for a, b in zip(ls.tolist(), ls[::-1].tolist())
+        min_overlap(sim, theta, a, b) for a, b in zip(ls.tolist(), ls[::-1].tolist(), strict=True)
     ]
 
 
@@ -99,9 +98,7 @@ def test_epsilon_absorbs_float_error() -> None:
     assert probe_prefix("jaccard", 0.7, 10) == 4  # P(l) of Table 1
 
 
-@pytest.mark.parametrize(
-    "bad", [0, 0.0, -0.1, 1.0000001, 2, float("nan"), float("inf"), "0.5", None, True]
-)
+@pytest.mark.parametrize("bad", [0, 0.0, -0.1, 1.0000001, 2, float("nan"), float("inf"), "0.5", None, True])
 def test_check_threshold_rejects(bad: object) -> None:
     with pytest.raises(ValueError, match="allowed: 0 < threshold <= 1"):
         check_threshold(bad)
@@ -149,7 +146,7 @@ def test_example2_two_nodes() -> None:
 def test_distribute_ties_by_length_and_sparse_lengths() -> None:
     nodes = distribute_slices({10: 5, 3: 5, 7: 9, 20: 1}, 2, theta=0.5)
     assert nodes[0].index_lengths == (7, 10) and nodes[1].index_lengths == (3, 20)
-    # only present lengths: [7, 14] ∪ [10, 20] -> 7, 10, 20; [3, 6] ∪ [20, 40] -> 3, 20
+    # only present lengths: [7, 14] u [10, 20] -> 7, 10, 20; [3, 6] u [20, 40] -> 3, 20
     assert nodes[0].probe_lengths == (7, 10, 20)
     assert nodes[1].probe_lengths == (3, 20)
     assert (nodes[0].cost, nodes[1].cost) == (14, 6)
@@ -171,14 +168,12 @@ def test_more_nodes_than_slices() -> None:
 
 
 def test_ram_estimates_table2() -> None:
-    counts = dict(zip(T2_LENGTHS.tolist(), T2_COUNTS.tolist()))
+    counts = dict(zip(T2_LENGTHS.tolist(), T2_COUNTS.tolist(), strict=True))
     f = RamFactors()
-    # index prefixes for θ=0.7: l − ceil(1.4 l / 1.7) + 1
-    pref = {l: l - math.ceil(Fraction(14, 17) * l) + 1 for l in counts}  # noqa: E741
+    # index prefixes for θ=0.7: l - ceil(1.4 l / 1.7) + 1
+    pref = {l: l - math.ceil(Fraction(14, 17) * l) + 1 for l in counts}
     assert index_ram((2, 4), counts, 0.7) == 12 * (pref[2] * 30 + pref[4] * 500)
-    assert probe_ram((2, 4, 5), counts, 3) == sum(
-        -(-counts[l] * (60 + 4 * l) // 3) for l in (2, 4, 5)  # noqa: E741
-    )
+    assert probe_ram((2, 4, 5), counts, 3) == sum(-(-counts[l] * (60 + 4 * l) // 3) for l in (2, 4, 5))
     assert candidate_ram((2, 4), counts) == math.ceil(530 * 12 * 2 / 3)
     f24 = RamFactors(threads=24, cand_fact=1 / 3)
     assert candidate_ram((2, 4), counts, f24) == 530 * 12 * 8
@@ -192,7 +187,10 @@ def test_ram_estimates_table2() -> None:
     assert plan.units[0].est_ram_bytes == unit_ram(nd, 2, counts, 0.7)
     assert plan.units[0].est_cost == 2584800 / 2 and plan.units[2].est_cost == 2070500 / 2
     assert [(u.unit, u.node, u.modgroup) for u in plan.units] == [
-        (0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)
+        (0, 0, 0),
+        (1, 0, 1),
+        (2, 1, 0),
+        (3, 1, 1),
     ]
 
 
@@ -204,14 +202,14 @@ def _max_ram(n: int, m: int, lengths=T2_LENGTHS, counts=T2_COUNTS) -> int:  # ty
 
 
 def test_search_without_memory_pressure_picks_n1() -> None:
-    plan = choose_parameters(T2_LENGTHS, T2_COUNTS, 0.7, total_units=8, memory_bytes=10**12)
+    plan = choose_parameters(T2_LENGTHS, T2_COUNTS, 0.7, "jaccard", total_units=8, memory_bytes=10**12)
     assert (plan.n, plan.m, plan.deviation) == (1, 8, 1.0)
 
 
 def test_search_picks_smallest_deviation() -> None:
     # min_nodes=2 mirrors the authors' script; t=4: n=2 (1.248) beats n=4 (3.52)
     plan = choose_parameters(
-        T2_LENGTHS, T2_COUNTS, 0.7, total_units=4, memory_bytes=10**12, min_nodes=2
+        T2_LENGTHS, T2_COUNTS, 0.7, "jaccard", total_units=4, memory_bytes=10**12, min_nodes=2
     )
     assert (plan.n, plan.m) == (2, 2)
     assert plan.deviation == pytest.approx(2584800 / 2070500)
@@ -221,7 +219,7 @@ def test_search_picks_smallest_deviation() -> None:
 
 def test_search_tie_prefers_more_nodes() -> None:
     # C(10) = 2·3·2·3 = 36 = C(20) = 3·2·3·2 at θ = 0.9: n=1 and n=2 tie at 1.0
-    plan = choose_parameters([10, 20], [3, 2], 0.9, total_units=2, memory_bytes=10**9)
+    plan = choose_parameters([10, 20], [3, 2], 0.9, "jaccard", total_units=2, memory_bytes=10**9)
     assert (plan.n, plan.m, plan.deviation) == (2, 1, 1.0)
 
 
@@ -229,13 +227,13 @@ def test_search_prunes_by_ram() -> None:
     # n=1 needs the whole index in every unit; forbid it, n=2 is next best
     limit = _max_ram(2, 4)
     assert _max_ram(1, 8) > limit
-    plan = choose_parameters(T2_LENGTHS, T2_COUNTS, 0.7, total_units=8, memory_bytes=limit)
+    plan = choose_parameters(T2_LENGTHS, T2_COUNTS, 0.7, "jaccard", total_units=8, memory_bytes=limit)
     assert (plan.n, plan.m) == (2, 4)
     assert max(u.est_ram_bytes for u in plan.units) <= limit
     # static bytes count against the limit too: now every n·m = 8 is pruned
     f = RamFactors(static_bytes=1000)
     plan = choose_parameters(
-        T2_LENGTHS, T2_COUNTS, 0.7, total_units=8, memory_bytes=limit + 999, factors=f
+        T2_LENGTHS, T2_COUNTS, 0.7, "jaccard", total_units=8, memory_bytes=limit + 999, factors=f
     )
     assert plan.n * plan.m == 16
     assert max(u.est_ram_bytes for u in plan.units) + 1000 <= limit + 999
@@ -244,11 +242,11 @@ def test_search_prunes_by_ram() -> None:
 def test_search_doubles_t_when_all_pruned() -> None:
     limit = min(_max_ram(1, 2), _max_ram(2, 1))
     assert _max_ram(1, 1) > limit
-    plan = choose_parameters(T2_LENGTHS, T2_COUNTS, 0.7, total_units=1, memory_bytes=limit)
+    plan = choose_parameters(T2_LENGTHS, T2_COUNTS, 0.7, "jaccard", total_units=1, memory_bytes=limit)
     assert plan.n * plan.m == 2
     # with min_nodes larger than t, t doubles until a divisor qualifies
     plan = choose_parameters(
-        T2_LENGTHS, T2_COUNTS, 0.7, total_units=1, memory_bytes=10**12, min_nodes=3
+        T2_LENGTHS, T2_COUNTS, 0.7, "jaccard", total_units=1, memory_bytes=10**12, min_nodes=3
     )
     assert (plan.n, plan.m) == (4, 1)
 
@@ -262,14 +260,16 @@ def test_search_matches_exhaustive_reference() -> None:
         t = int(rng.choice([4, 6, 8]))
         rams = {
             (n, t // n): max(u.est_ram_bytes for u in make_plan(lengths, counts, theta, n=n, m=t // n).units)
-            for n in range(1, t + 1) if t % n == 0
+            for n in range(1, t + 1)
+            if t % n == 0
         }
         limit = int(np.median(list(rams.values())))
         ok = [
             (make_plan(lengths, counts, theta, n=n, m=m).deviation, -n)
-            for (n, m), ram in rams.items() if ram <= limit
+            for (n, m), ram in rams.items()
+            if ram <= limit
         ]
-        got = choose_parameters(lengths, counts, theta, total_units=t, memory_bytes=limit)
+        got = choose_parameters(lengths, counts, theta, "jaccard", total_units=t, memory_bytes=limit)
         if ok:
             assert got.n == -min(ok)[1] and got.n * got.m == t
         else:
@@ -278,20 +278,20 @@ def test_search_matches_exhaustive_reference() -> None:
 
 def test_search_errors() -> None:
     with pytest.raises(ValueError, match="memory_bytes=100 is too small"):
-        choose_parameters(T2_LENGTHS, T2_COUNTS, 0.7, total_units=4, memory_bytes=100)
+        choose_parameters(T2_LENGTHS, T2_COUNTS, 0.7, "jaccard", total_units=4, memory_bytes=100)
     # each slice fits alone, but probes never shrink below one byte per length
     # per unit: the cap on t ends the doubling
     limit = max(
-        index_ram([i], dict(zip(T2_LENGTHS.tolist(), T2_COUNTS.tolist())), 0.7)
-        + candidate_ram([i], dict(zip(T2_LENGTHS.tolist(), T2_COUNTS.tolist())))
+        index_ram([i], dict(zip(T2_LENGTHS.tolist(), T2_COUNTS.tolist(), strict=True)), 0.7)
+        + candidate_ram([i], dict(zip(T2_LENGTHS.tolist(), T2_COUNTS.tolist(), strict=True)))
         for i in range(1, 9)
     )
     with pytest.raises(ValueError, match=f"memory_bytes={limit}"):
         choose_parameters(
-            T2_LENGTHS, T2_COUNTS, 0.7, total_units=1, memory_bytes=limit, max_units=64
+            T2_LENGTHS, T2_COUNTS, 0.7, "jaccard", total_units=1, memory_bytes=limit, max_units=64
         )
     with pytest.raises(ValueError, match="total_units"):
-        choose_parameters(T2_LENGTHS, T2_COUNTS, 0.7, total_units=0, memory_bytes=10)
+        choose_parameters(T2_LENGTHS, T2_COUNTS, 0.7, "jaccard", total_units=0, memory_bytes=10)
     with pytest.raises(ValueError, match="lengths must be integers >= 1"):
         slice_costs([0, 1], [3, 3], 0.7)
 

@@ -111,7 +111,7 @@ def gen_vectors(start: int, stop: int, dim: int, dist: str, seed: int) -> np.nda
         return -1.0 + 2.0 * (d * np.abs(u0) + np.sqrt(1 - d * d) * v)
     if dist == "pareto":
         return 1.0 * (1.0 + rng.pareto(10.0, (n, dim)))
-    centers = chunk_rng(seed, -1).uniform(-1.0, 1.0, (8, dim))
+    centers = chunk_rng(seed, 2**31).uniform(-1.0, 1.0, (8, dim))
     return centers[rng.integers(0, 8, n)] + rng.normal(0.0, 0.05, (n, dim))
 
 

@@ -65,14 +65,21 @@ Handler = Callable[[DataFrame, BatchContext], None]
 
 def run_microbatches(
     spark: SparkSession,
-    source: str,
+    source: str | Sequence[str],
     checkpoint: str,
     pipeline: str,
     handler: Handler,
     state_paths: dict[str, str] | None = None,
     max_files_per_trigger: int | None = None,
+    side_col: str = "side",
 ) -> RunSummary:
-    """Process every row that arrived in ``source`` since the last run, batch by batch."""
+    """Process every row that arrived in ``source`` since the last run, batch by batch.
+
+    ``source`` may be a list of Delta tables (e.g. the left and right stream of a join): each
+    stream is tagged with its position in ``side_col`` (a byte: 0, 1, ...) and the streams are
+    unioned by column name, so one ``foreachBatch`` sees the new rows of all of them. A single
+    path is read as before (no side column).
+    """
     batches: list[int] = []
     rows = [0]
 
@@ -84,11 +91,23 @@ def run_microbatches(
         batches.append(int(batch_id))
         rows[0] += n
 
-    reader = spark.readStream.format("delta")
-    if max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
+    def read(path: str) -> DataFrame:
+        reader = spark.readStream.format("delta")
+        if max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
+        return reader.load(os.path.abspath(path))
+
+    if isinstance(source, str):
+        stream = read(source)
+    else:
+        if not source:
+            raise ValueError("run_microbatches needs at least one source table")
+        parts = [read(p).withColumn(side_col, F.lit(k).cast("byte")) for k, p in enumerate(source)]
+        stream = parts[0]
+        for p in parts[1:]:
+            stream = stream.unionByName(p, allowMissingColumns=True)
     q = (
-        reader.load(os.path.abspath(source))
+        stream
         .writeStream.foreachBatch(on_batch)
         .option("checkpointLocation", os.path.abspath(checkpoint))
         .trigger(availableNow=True)

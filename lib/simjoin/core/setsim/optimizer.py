@@ -170,8 +170,7 @@ class Plan:
         rec_rid = np.asarray(rids, dtype=np.int64).ravel()
         if rec_len.shape != rec_rid.shape:
             raise ValueError(
-                f"lengths and rids must have the same shape, got {rec_len.shape} "
-                f"and {rec_rid.shape}"
+                f"lengths and rids must have the same shape, got {rec_len.shape} and {rec_rid.shape}"
             )
         plan_lengths, index_mask, probe_mask = self._routing
         li = np.searchsorted(plan_lengths, rec_len)
@@ -221,9 +220,7 @@ def length_stats(lengths: npt.ArrayLike, counts: npt.ArrayLike) -> dict[int, int
     ls = np.asarray(lengths).ravel()
     cs = np.asarray(counts).ravel()
     if ls.shape != cs.shape:
-        raise ValueError(
-            f"lengths and counts must have the same shape, got {ls.shape} and {cs.shape}"
-        )
+        raise ValueError(f"lengths and counts must have the same shape, got {ls.shape} and {cs.shape}")
     if ls.size and (not np.issubdtype(ls.dtype, np.integer) or ls.min() < 1):
         raise ValueError(
             f"record lengths must be integers >= 1, got min {ls.min()!r}; "
@@ -232,7 +229,7 @@ def length_stats(lengths: npt.ArrayLike, counts: npt.ArrayLike) -> dict[int, int
     if cs.size and (not np.issubdtype(cs.dtype, np.integer) or cs.min() < 0):
         raise ValueError(f"length counts must be integers >= 0, got min {cs.min()!r}")
     stats: dict[int, int] = {}
-    for length, count in zip(ls.tolist(), cs.tolist()):
+    for length, count in zip(ls.tolist(), cs.tolist(), strict=True):
         if count:
             stats[length] = stats.get(length, 0) + count
     return dict(sorted(stats.items()))
@@ -250,15 +247,14 @@ def slice_costs(
     if not stats:
         return {}
     ls = np.fromiter(stats.keys(), dtype=np.int64, count=len(stats))
-    weights = [int(p) * c for p, c in zip(probe_prefix_array(sim, theta, ls).tolist(), stats.values())]
+    weights = [
+        int(p) * c for p, c in zip(probe_prefix_array(sim, theta, ls).tolist(), stats.values(), strict=True)
+    ]
     cumulative = [0]
     for w in weights:
         cumulative.append(cumulative[-1] + w)
     upper = np.searchsorted(ls, max_length_array(sim, theta, ls), side="right").tolist()
-    return {
-        int(i): weights[k] * (cumulative[upper[k]] - cumulative[k])
-        for k, i in enumerate(ls.tolist())
-    }
+    return {int(i): weights[k] * (cumulative[upper[k]] - cumulative[k]) for k, i in enumerate(ls.tolist())}
 
 
 def _probe_lengths(
@@ -295,7 +291,7 @@ def distribute_slices(
     theta, sim = check_threshold(theta), check_similarity(sim)
     n = int(n)
     present = np.array(sorted(costs), dtype=np.int64)
-    upper = dict(zip(present.tolist(), max_length_array(sim, theta, present).tolist()))
+    upper = dict(zip(present.tolist(), max_length_array(sim, theta, present).tolist(), strict=True))
     order = sorted(costs, key=lambda i: (-costs[i], i))
     dealt: list[list[int]] = [[] for _ in range(n)]
     for rank, i in enumerate(order):
@@ -331,8 +327,11 @@ def index_ram(
     paper's P(l)); a ``ppjoin`` postings entry is int64 rec + int32 pos = 12 B.
     """
     ls = np.array(sorted(index_lengths), dtype=np.int64)
-    prefixes = index_prefix_array(sim, theta, ls).tolist()
-    return sum(p * counts[length] for p, length in zip(prefixes, ls.tolist())) * factors.index_entry_bytes
+    prefixes: list[int] = index_prefix_array(sim, theta, ls).tolist()
+    return (
+        sum(p * counts[length] for p, length in zip(prefixes, ls.tolist(), strict=True))
+        * factors.index_entry_bytes
+    )
 
 
 def probe_ram(
@@ -439,9 +438,9 @@ def choose_parameters(
     lengths: npt.ArrayLike,
     counts: npt.ArrayLike,
     theta: float,
-    sim: str = "jaccard",
-    total_units: int = 1,
-    memory_bytes: int = 2**32,
+    sim: str,
+    total_units: int,
+    memory_bytes: int,
     factors: RamFactors = RamFactors(),
     *,
     min_nodes: int = 1,
@@ -473,8 +472,7 @@ def choose_parameters(
 
     # A slice cannot be split further by n or m (Sec. 2.3, last paragraph).
     worst = max(
-        index_ram([i], counts_by_length, theta, sim, factors)
-        + candidate_ram([i], counts_by_length, factors)
+        index_ram([i], counts_by_length, theta, sim, factors) + candidate_ram([i], counts_by_length, factors)
         for i in counts_by_length
     )
     if worst > budget:
@@ -492,9 +490,7 @@ def choose_parameters(
             m = t // n
             nodes = distribute_slices(costs, n, theta=theta, sim=sim)
             ram = max(
-                unit_ram(nd, m, counts_by_length, theta, sim, factors)
-                for nd in nodes
-                if nd.index_lengths
+                unit_ram(nd, m, counts_by_length, theta, sim, factors) for nd in nodes if nd.index_lengths
             )
             if ram > budget:
                 continue
@@ -510,4 +506,3 @@ def choose_parameters(
         f"no n*m <= max_units={max_units} keeps every unit within memory_bytes={memory} "
         f"(static_bytes={factors.static_bytes}); raise memory_bytes or max_units"
     )
-

@@ -41,6 +41,11 @@ from .similarity import (
 
 __all__ = ["PPJoinStats", "ppjoin"]
 
+I32Array = npt.NDArray[np.int32]
+I64Array = npt.NDArray[np.int64]
+F64Array = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
 
 @dataclass(frozen=True)
 class PPJoinStats:
@@ -81,7 +86,7 @@ def _similarity(code: int, overlap: int, lx: int, ly: int) -> float:
 
 
 @njit(cache=True)
-def _overlap(tokens, ox, lx, oy, ly, alpha):  # type: ignore[no-untyped-def]
+def _overlap(tokens: I32Array, ox: int, lx: int, oy: int, ly: int, alpha: int) -> int:
     """|x ∩ y| by merge; stops early (returning < alpha) once alpha is out of reach."""
     i = 0
     j = 0
@@ -103,23 +108,23 @@ def _overlap(tokens, ox, lx, oy, ly, alpha):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _kernel(  # type: ignore[no-untyped-def]
-    tokens,
-    dense,
-    offsets,
-    lengths,
-    is_index,
-    is_probe,
-    side,
-    cross,
-    probe_pref,
-    min_len,
-    post_ptr,
-    post_rec,
-    post_pos,
-    code,
-    theta,
-):
+def _kernel(
+    tokens: I32Array,
+    dense: I64Array,
+    offsets: I64Array,
+    lengths: I64Array,
+    is_index: BoolArray,
+    is_probe: BoolArray,
+    side: npt.NDArray[np.int8],
+    cross: bool,
+    probe_pref: I64Array,
+    min_len: I64Array,
+    post_ptr: I64Array,
+    post_rec: I64Array,
+    post_pos: I32Array,
+    code: int,
+    theta: float,
+) -> tuple[I64Array, I64Array, F64Array, int, int, int, int]:
     n = lengths.shape[0]
     pstart = post_ptr[:-1].copy()  # per key: first posting not cut by the length filter
     count = np.zeros(n, np.int64)  # matches so far per candidate; -1 = pruned
@@ -211,7 +216,7 @@ def _kernel(  # type: ignore[no-untyped-def]
     )
 
 
-def _as_flags(name: str, values: npt.ArrayLike, n: int) -> npt.NDArray[np.bool_]:
+def _as_flags(name: str, values: npt.ArrayLike, n: int) -> BoolArray:
     arr = np.asarray(values)
     if arr.shape != (n,):
         raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
@@ -227,7 +232,7 @@ def ppjoin(
     theta: float,
     sim: str = "jaccard",
     side: npt.ArrayLike | None = None,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64], PPJoinStats]:
+) -> tuple[I64Array, I64Array, F64Array, PPJoinStats]:
     """All pairs (x, y), x.rid < y.rid, with sim(x, y) >= θ among one unit's records.
 
     ``tokens``: flat int32, record k is ``tokens[offsets[k]:offsets[k+1]]``,
@@ -268,9 +273,7 @@ def ppjoin(
         boundary = boundary[(boundary > 0) & (boundary < tok.size)]
         ascending[boundary - 1] = True
         if not ascending.all():
-            raise ValueError(
-                "tokens of each record must be strictly ascending (sorted, no repeats)"
-            )
+            raise ValueError("tokens of each record must be strictly ascending (sorted, no repeats)")
     idx_flag = _as_flags("is_index", is_index, n)
     prb_flag = _as_flags("is_probe", is_probe, n)
     if side is None:

@@ -55,25 +55,19 @@ IntArray = npt.NDArray[np.int64]
 def check_threshold(threshold: Any) -> float:
     """Return ``threshold`` as a float, or raise ValueError if not in (0, 1]."""
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
-        raise ValueError(
-            f"similarity threshold must be a number, got {threshold!r}; "
-            "allowed: 0 < threshold <= 1"
+        raise ValueError(  # noqa: TRY004 (the documented contract is ValueError)
+            f"similarity threshold must be a number, got {threshold!r}; allowed: 0 < threshold <= 1"
         )
     value = float(threshold)
     if not 0.0 < value <= 1.0:  # also rejects NaN
-        raise ValueError(
-            f"similarity threshold {threshold!r} is out of range; "
-            "allowed: 0 < threshold <= 1"
-        )
+        raise ValueError(f"similarity threshold {threshold!r} is out of range; allowed: 0 < threshold <= 1")
     return value
 
 
 def check_similarity(name: Any) -> str:
     """Return ``name`` if it is one of SIMILARITIES, else raise ValueError."""
     if not isinstance(name, str) or name not in SIMILARITIES:
-        raise ValueError(
-            f"unknown similarity function {name!r}; allowed: {', '.join(SIMILARITIES)}"
-        )
+        raise ValueError(f"unknown similarity function {name!r}; allowed: {', '.join(SIMILARITIES)}")
     return name
 
 
@@ -89,9 +83,7 @@ def _as_float(lengths: npt.ArrayLike) -> npt.NDArray[np.float64]:
     return np.asarray(lengths, dtype=np.int64).astype(np.float64)
 
 
-def min_overlap_array(
-    sim: str, theta: float, len_x: npt.ArrayLike, len_y: npt.ArrayLike
-) -> IntArray:
+def min_overlap_array(sim: str, theta: float, len_x: npt.ArrayLike, len_y: npt.ArrayLike) -> IntArray:
     """Overlap α that |x ∩ y| must reach for sim(x, y) >= θ (the position filter's α).
 
     jaccard ceil(θ(|x|+|y|)/(1+θ)), cosine ceil(θ·sqrt(|x||y|)),
@@ -133,19 +125,21 @@ def max_length_array(sim: str, theta: float, lengths: npt.ArrayLike) -> IntArray
 
 
 def probe_prefix_array(sim: str, theta: float, lengths: npt.ArrayLike) -> IntArray:
-    """The paper's P(l) = l − minlen(l) + 1, clipped to [0, l]."""
+    """The paper's P(l) = l - minlen(l) + 1, clipped to [0, l]."""
     ls = np.asarray(lengths, dtype=np.int64)
-    return np.clip(ls - min_length_array(sim, theta, ls) + 1, 0, ls)
+    out: IntArray = np.clip(ls - min_length_array(sim, theta, ls) + 1, 0, ls)
+    return out
 
 
 def index_prefix_array(sim: str, theta: float, lengths: npt.ArrayLike) -> IntArray:
     """The shorter prefix an *index* record needs when every probe partner is
-    at least as long (records are processed in length order): l − α(l, l) + 1.
+    at least as long (records are processed in length order): l - α(l, l) + 1.
 
-    jaccard l − ceil(2θl/(1+θ)) + 1; cosine and dice l − ceil(θl) + 1.
+    jaccard l - ceil(2θl/(1+θ)) + 1; cosine and dice l - ceil(θl) + 1.
     """
     ls = np.asarray(lengths, dtype=np.int64)
-    return np.clip(ls - min_overlap_array(sim, theta, ls, ls) + 1, 0, ls)
+    out: IntArray = np.clip(ls - min_overlap_array(sim, theta, ls, ls) + 1, 0, ls)
+    return out
 
 
 def min_overlap(sim: str, theta: float, len_x: int, len_y: int) -> int:
@@ -153,22 +147,22 @@ def min_overlap(sim: str, theta: float, len_x: int, len_y: int) -> int:
     return int(min_overlap_array(sim, theta, len_x, len_y))
 
 
-def min_length(sim: str, theta: float, l: int) -> int:  # noqa: E741 (paper's name)
+def min_length(sim: str, theta: float, l: int) -> int:
     """Scalar :func:`min_length_array`."""
     return int(min_length_array(sim, theta, l))
 
 
-def max_length(sim: str, theta: float, l: int) -> int:  # noqa: E741
+def max_length(sim: str, theta: float, l: int) -> int:
     """Scalar :func:`max_length_array`."""
     return int(max_length_array(sim, theta, l))
 
 
-def probe_prefix(sim: str, theta: float, l: int) -> int:  # noqa: E741
+def probe_prefix(sim: str, theta: float, l: int) -> int:
     """Scalar :func:`probe_prefix_array` (the paper's P(l))."""
     return int(probe_prefix_array(sim, theta, l))
 
 
-def index_prefix(sim: str, theta: float, l: int) -> int:  # noqa: E741
+def index_prefix(sim: str, theta: float, l: int) -> int:
     """Scalar :func:`index_prefix_array`."""
     return int(index_prefix_array(sim, theta, l))
 

@@ -1,0 +1,39 @@
+"""Stage 1: tokenize + length statistics. Bad rows (null/empty text, no tokens, null or duplicate
+id) go to the quarantine table with a reason; good rows become integer-token records."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from jobs.ssj_common import SSJRun
+from simjoin.log import get_logger, stage
+from simjoin.quality import quarantine as q
+from simjoin.spark import delta
+from simjoin.spark import setsim as S
+
+log = get_logger("simjoin.ssj")
+
+
+def run(spark: SparkSession, job: SSJRun) -> dict[str, int]:
+    with stage("ssj tokenize", log):
+        cfg = job.cfg
+        sides = [(0, job.input)] + ([(1, job.right)] if job.right else [])
+        good, bad, n_in = None, None, 0
+        for side, path in sides:
+            df = delta.read_table(spark, path)
+            S.check_input_columns(df, cfg.id_col, cfg.text_col, f"input {path}")
+            tok = S.tokenize(df, cfg.id_col, cfg.text_col, cfg.qgram, side)
+            res = q.split_quarantine(tok, S.input_rules(), id_col="id", table=path)
+            n_in += res.n_in
+            good = res.good if good is None else good.unionByName(res.good)
+            bad = res.bad if bad is None else bad.unionByName(res.bad)
+        assert good is not None and bad is not None
+        q.write_quarantine(q.QuarantineResult(good, bad.drop("tokens"), n_in, 0, 0), job.output, job.run_id, "tokenize")
+        records, lengths = S.canonicalize(good)
+        delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
+        delta.overwrite_partition(lengths.withColumn("run_id", F.lit(job.run_id)), job.tables.lengths, job.part)
+        n_records = delta.read_table(spark, job.tables.tokens).filter(F.col("run_id") == job.run_id).count()
+        n_bad = n_in - n_records
+        log.info("ssj tokenize: %d records in, %d tokenized, %d quarantined", n_in, n_records, n_bad)
+        return {"records_in": n_in, "records": n_records, "quarantined": n_bad}

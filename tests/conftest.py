@@ -1,0 +1,49 @@
+"""One Spark session for the whole run (chispa/quinn style) and an isolated Airflow home."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+_TMP = Path(tempfile.mkdtemp(prefix="simjoin-tests-"))
+
+# Airflow reads its home at import time: isolate it before any test module imports airflow.
+os.environ.setdefault("AIRFLOW_HOME", str(_TMP / "airflow"))
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
+os.environ.setdefault("SIMJOIN_WAREHOUSE", str(_TMP / "warehouse"))
+os.environ["PYSPARK_PYTHON"] = sys.executable
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from simjoin.config import SparkConfig
+    from simjoin.spark.session import get_spark
+
+    s = get_spark(SparkConfig(master="local[2]", warehouse=str(_TMP / "warehouse"), shuffle_partitions=4))
+    yield s
+    import logging
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # no chatter on closed streams at exit
+    s.stop()
+
+
+@pytest.fixture()
+def tmp_table(tmp_path):
+    """A fresh path for a Delta table."""
+    return lambda name="t": str(tmp_path / name)
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,
+                   capture_output=True, env=dict(os.environ))
+    return os.environ["AIRFLOW_HOME"]

@@ -1,0 +1,63 @@
+import pytest
+
+from simjoin.config import ConfigError, SparkConfig, SSJConfig, load_config, parse_duration
+
+
+def test_yaml_defaults_load():
+    cfg = load_config(SparkConfig, "spark")
+    assert cfg.master.startswith("local")
+    ssj = load_config(SSJConfig, "ssj")
+    assert 0 < ssj.threshold <= 1
+
+
+def test_precedence_env_over_yaml_cli_over_env(tmp_path, monkeypatch):
+    y = tmp_path / "ssj.yaml"
+    y.write_text("ssj:\n  threshold: 0.7\n  similarity: dice\n")
+    assert load_config(SSJConfig, "ssj", path=y).threshold == 0.7
+    monkeypatch.setenv("SIMJOIN_SSJ_THRESHOLD", "0.9")
+    cfg = load_config(SSJConfig, "ssj", path=y)
+    assert (cfg.threshold, cfg.similarity) == (0.9, "dice")
+    assert load_config(SSJConfig, "ssj", {"threshold": 0.95}, path=y).threshold == 0.95
+    monkeypatch.setenv("SIMJOIN_SPARK_MASTER", "local[3]")
+    monkeypatch.setenv("SIMJOIN_WAREHOUSE", "/tmp/elsewhere")
+    sc = load_config(SparkConfig, "spark")
+    assert (sc.master, sc.warehouse) == ("local[3]", "/tmp/elsewhere")
+    assert load_config(SparkConfig, "spark", {"master": "local[1]"}).master == "local[1]"
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("threshold", 0, "0 < threshold <= 1"),
+    ("threshold", 1.5, "0 < threshold <= 1"),
+    ("threshold", float("nan"), "0 < threshold <= 1"),
+    ("similarity", "overlap", "jaccard, cosine or dice"),
+    ("tokenizer", "qgram:x", "qgram:N"),
+    ("workers", 0, ">= 1"),
+])
+def test_bad_values_name_key_value_and_allowed(key, value, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config(SSJConfig, "ssj", {key: value})
+    msg = str(e.value)
+    assert f"ssj.{key}" in msg and needle in msg and repr(value)[:3] in msg
+
+
+def test_bad_type_and_unknown_key(tmp_path):
+    with pytest.raises(ConfigError, match="ssj.workers"):
+        load_config(SSJConfig, "ssj", {"workers": "many"})
+    y = tmp_path / "ssj.yaml"
+    y.write_text("ssj:\n  treshold: 0.7\n")
+    with pytest.raises(ConfigError, match="ssj.treshold"):
+        load_config(SSJConfig, "ssj", path=y)
+    with pytest.raises(ConfigError, match="spark.master"):
+        SparkConfig(master="mesos://x")
+
+
+def test_config_is_frozen():
+    cfg = SSJConfig()
+    with pytest.raises(Exception):
+        cfg.threshold = 0.1  # type: ignore[misc]
+
+
+def test_parse_duration():
+    assert parse_duration("60s") == 60 and parse_duration("5m") == 300 and parse_duration("250ms") == 0.25
+    with pytest.raises(ValueError, match="allowed"):
+        parse_duration("soon")
