@@ -31,9 +31,11 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, int]:
         assert good is not None and bad is not None
         q.write_quarantine(q.QuarantineResult(good, bad.drop("tokens"), n_in, 0, 0), job.output, job.run_id, "tokenize")
         records, lengths = S.canonicalize(good)
+        records = records.persist()  # written, then counted into the length statistics: compute once
         delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
         delta.overwrite_partition(lengths.withColumn("run_id", F.lit(job.run_id)), job.tables.lengths, job.part)
-        n_records = delta.read_table(spark, job.tables.tokens).filter(F.col("run_id") == job.run_id).count()
+        n_records = records.count()
+        records.unpersist()
         n_bad = n_in - n_records
         log.info("ssj tokenize: %d records in, %d tokenized, %d quarantined", n_in, n_records, n_bad)
         return {"records_in": n_in, "records": n_records, "quarantined": n_bad}

@@ -52,7 +52,10 @@ def _context() -> Any:
         import great_expectations as gx
 
         logging.getLogger("great_expectations").setLevel(logging.ERROR)
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
         _ctx = gx.get_context(mode="ephemeral")
+        _ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         _ctx.data_sources.add_spark(name="simjoin_spark")
     return _ctx
 

@@ -98,8 +98,10 @@ def split_quarantine(df: DataFrame, rules: list[Rule], id_col: str | None = None
     tagged = df.withColumn("reason", F.concat_ws("; ", F.array(*reasons)) if reasons else F.lit("")).cache()
     good = tagged.filter(F.col("reason") == "").drop("reason")
     bad = tagged.filter(F.col("reason") != "")
-    n_in, n_bad = df.count(), bad.count()
-    n_good = good.count()
+    counts = {r["ok"]: r["n"] for r in tagged.groupBy((F.col("reason") == "").alias("ok"))
+              .agg(F.count("*").alias("n")).collect()}
+    n_good, n_bad = int(counts.get(True, 0)), int(counts.get(False, 0))
+    n_in = df.count()
     if n_good + n_bad != n_in:
         raise AssertionError(f"quarantine split of {table} lost rows: {n_good} good + {n_bad} bad != {n_in}")
     log.info("quality %s: %d rows in, %d good, %d quarantined", table, n_in, n_good, n_bad)

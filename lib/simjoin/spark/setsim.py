@@ -11,11 +11,12 @@ and one local PPJoin (``simjoin.core.setsim.ppjoin``, numba) runs per unit.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -110,23 +111,44 @@ def input_rules() -> list[q.Rule]:
     ]
 
 
+def token_order(tok: DataFrame) -> pa.Array:
+    """The canonical token order: ascending global frequency, ties by token text (the order the
+    prefix filter needs). Position in the returned array = integer token id."""
+    freq = (tok.select(F.explode("tokens").alias("token")).groupBy("token").agg(F.count("*").alias("freq"))
+            .orderBy("freq", "token"))
+    table = pa.Table.from_batches(freq._collect_as_arrow())
+    return table.column("token").combine_chunks() if table.num_rows else pa.array([], pa.string())
+
+
+def _encode_batches(dictionary: pa.Array) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Map each record's string tokens to integer ids and sort them, vectorized per Arrow batch."""
+
+    def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            toks = b.column("tokens")
+            raw = toks.offsets.to_numpy().astype(np.int64)
+            values = toks.values.slice(int(raw[0]), int(raw[-1] - raw[0]))
+            ids = pc.index_in(values, value_set=dictionary).to_numpy(zero_copy_only=False).astype(np.int32)
+            offsets = raw - raw[0]
+            lengths = np.diff(offsets)
+            row = np.repeat(np.arange(b.num_rows, dtype=np.int64), lengths)
+            ids = ids[np.lexsort((ids, row))]  # sort tokens inside each record
+            arr = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(ids, pa.int32()))
+            yield pa.RecordBatch.from_arrays(
+                [b.column("side"), b.column("id"), pa.array(lengths.astype(np.int32)), arr],
+                ["side", "id", "length", "tokens"])
+
+    return encode
+
+
 def canonicalize(tok: DataFrame) -> tuple[DataFrame, DataFrame]:
     """Integer tokens by ascending global frequency (ties by token text), records ordered by
     (length, side, id) with a dense ``rid``. Returns (records, lengths)."""
-    exploded = tok.select("side", "id", F.explode("tokens").alias("token"))
-    freq = exploded.groupBy("token").agg(F.count("*").alias("freq"))
-    dictionary = freq.withColumn(
-        "token_id", (F.row_number().over(Window.orderBy("freq", "token")) - 1).cast("int")
-    ).select("token", "token_id")
-    rec = (
-        exploded.join(dictionary, "token")
-        .groupBy("side", "id")
-        .agg(F.array_sort(F.collect_list("token_id")).alias("tokens"))
-        .withColumn("length", F.size("tokens").cast("int"))
-    )
+    dictionary = token_order(tok)
+    rec = tok.select("side", "id", "tokens").mapInArrow(
+        _encode_batches(dictionary), "side int, id long, length int, tokens array<int>").persist()
     lengths = rec.groupBy("length").agg(F.count("*").alias("count")).orderBy("length")
-    # rid = records shorter than this one + rank within its length: dense, in length order,
-    # computed without a global sort.
+    # rid = records shorter than this one + rank within its length: dense and in length order.
     offsets = lengths.select(
         "length", (F.sum("count").over(Window.orderBy("length")) - F.col("count")).alias("offset"))
     rid = F.col("offset") + F.row_number().over(Window.partitionBy("length").orderBy("side", "id")) - 1

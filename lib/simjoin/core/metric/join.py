@@ -1,0 +1,548 @@
+"""Similarity computations of S3J (Section 7.7) and the one-window / multi-window driver.
+
+Siachamis et al., DEBS'23, Section 7.7. Inside a workset:
+
+* inner x inner: emitted as matches *without* a distance computation (distance
+  NaN unless ``exact_distances=True``) - safe because the inner radius is
+  below t/2 with a rounding margin (``distance.partition_bounds``);
+* inner probes outer + outliers; outlier probes inner + outer + outliers;
+  outer probes inner + outliers; outer x outer is never compared.
+
+With the space partitioning's one-way outer routing (Section 6.3) and the
+workset routing rule (outer only to smaller workset ids, Section 7.5), every
+matching pair meets in exactly one workset of one worker, in exactly one of the
+computed role combinations, so the union over worksets is exact and
+duplicate-free. A self-join returns each unordered pair once as
+(smaller id, larger id); a two-stream join (``side`` 0 = left, 1 = right)
+returns (left id, right id) and never compares two records of one side.
+
+A worker's join is a function of the rows it receives only
+(``join_worksets``): per row the vector, id, side, role and the workset
+(partition, workset_id). Rows can therefore be shuffled by worker (or by
+workset) and joined inside a task.
+
+API:
+
+* ``join_worksets(X, ids, role, partition, workset_id, metric, t,
+  inclusive=False, *, side=None, exact_distances=False) -> WorksetJoinResult``
+* ``s3j_join_window(X, ids, side, metric, t, inclusive=False, n_workers=5,
+  seed=42, centroid_state=None, exact_distances=False, *, space_centroids=None)
+  -> S3JWindowResult(left_id, right_id, distance, stats, centroid_state, copies)``
+  where ``copies = CopyInfo(space, rows)`` (space partitioning and workset rows).
+  X must be in arrival order (e.g. sorted by (ts, id)); pairs are sorted.
+* ``s3j_join_windows(X, ids, window, side, metric, t, ...) -> MultiWindowResult``:
+  windows joined in ascending order carrying the centroid state; pairs across
+  windows are never produced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from .distance import METRIC_CODES, _dist, check_threshold, check_vectors, row_norms
+from .load import WindowStats, workset_load
+from .partitioning import SpacePartitioning, random_centroids, space_partition
+from .worksets import (
+    INNER,
+    OUTER,
+    OUTLIER,
+    CentroidState,
+    WorksetRows,
+    formulate_worksets,
+    workset_key,
+)
+
+__all__ = [
+    "CopyInfo",
+    "MultiWindowResult",
+    "S3JWindowResult",
+    "WorksetJoinResult",
+    "check_ids_side",
+    "join_worksets",
+    "s3j_join_window",
+    "s3j_join_windows",
+]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+# Role pairs of Section 7.7 that meet inside a workset; the first one is the shortcut.
+_ROLE_PAIRS = np.array(
+    [[INNER, INNER], [INNER, OUTLIER], [INNER, OUTER], [OUTLIER, OUTLIER], [OUTLIER, OUTER]], dtype=np.int64
+)
+
+
+@njit(cache=True)
+def _grow(L: IntArray, R: IntArray, D: FloatArray, n: int) -> tuple[IntArray, IntArray, FloatArray]:
+    cap = 2 * L.shape[0]
+    L2 = np.empty(cap, dtype=np.int64)
+    R2 = np.empty(cap, dtype=np.int64)
+    D2 = np.empty(cap, dtype=np.float64)
+    L2[:n] = L[:n]
+    R2[:n] = R[:n]
+    D2[:n] = D[:n]
+    return L2, R2, D2
+
+
+@njit(cache=True)
+def _block(
+    code: int,
+    X: FloatArray,
+    nrm: FloatArray,
+    ids: IntArray,
+    a0: int,
+    a1: int,
+    b0: int,
+    b1: int,
+    tri: bool,
+    compute: bool,
+    t: float,
+    inclusive: bool,
+    self_join: bool,
+    exact: bool,
+    L: IntArray,
+    R: IntArray,
+    D: FloatArray,
+    n_out: int,
+) -> tuple[IntArray, IntArray, FloatArray, int, int, int, int]:
+    """Pairs rows [a0, a1) x [b0, b1) (tri: one block, a < b). a-rows are the left side."""
+    comps = 0
+    res = 0
+    viol = 0
+    for a in range(a0, a1):
+        start = a + 1 if tri else b0
+        for b in range(start, b1):
+            if compute:
+                dd = _dist(code, X, a, X, b, nrm[a], nrm[b])
+                comps += 1
+                ok = dd <= t if inclusive else dd < t
+                if not ok:
+                    continue
+            elif exact:
+                dd = _dist(code, X, a, X, b, nrm[a], nrm[b])
+                ok = dd <= t if inclusive else dd < t
+                if not ok:
+                    viol += 1
+            else:
+                dd = np.nan
+            if n_out == L.shape[0]:
+                L, R, D = _grow(L, R, D, n_out)
+            ia = ids[a]
+            ib = ids[b]
+            if self_join and ia > ib:
+                ia, ib = ib, ia
+            L[n_out] = ia
+            R[n_out] = ib
+            D[n_out] = dd
+            n_out += 1
+            res += 1
+    return L, R, D, n_out, comps, res, viol
+
+
+@njit(cache=True)
+def _join_segments(
+    code: int,
+    X: FloatArray,
+    nrm: FloatArray,
+    ids: IntArray,
+    side: npt.NDArray[np.int8],
+    role: npt.NDArray[np.int8],
+    seg: IntArray,
+    role_pairs: IntArray,
+    t: float,
+    inclusive: bool,
+    self_join: bool,
+    exact: bool,
+) -> tuple[IntArray, IntArray, FloatArray, IntArray, IntArray, IntArray, int]:
+    """Join every workset segment; rows are sorted by (workset, role, side)."""
+    nseg = seg.shape[0] - 1
+    comps = np.zeros(nseg, dtype=np.int64)
+    short = np.zeros(nseg, dtype=np.int64)
+    res = np.zeros(nseg, dtype=np.int64)
+    cap = 1024
+    L = np.empty(cap, dtype=np.int64)
+    R = np.empty(cap, dtype=np.int64)
+    D = np.empty(cap, dtype=np.float64)
+    n_out = 0
+    viol = 0
+    bnd = np.zeros((3, 2, 2), dtype=np.int64)  # role, side, (start, end)
+    for g in range(nseg):
+        s1 = seg[g + 1]
+        i = seg[g]
+        for r in range(3):
+            for sd in range(2):
+                st = i
+                while i < s1 and role[i] == r and side[i] == sd:
+                    i += 1
+                bnd[r, sd, 0] = st
+                bnd[r, sd, 1] = i
+        for q in range(role_pairs.shape[0]):
+            ra = role_pairs[q, 0]
+            rb = role_pairs[q, 1]
+            compute = not (ra == INNER and rb == INNER)
+            # two-stream, mixed roles: left ra x right rb and left rb x right ra.
+            nblk = 1 if (self_join or ra == rb) else 2
+            for h in range(nblk):
+                if self_join:
+                    a0, a1 = bnd[ra, 0, 0], bnd[ra, 0, 1]
+                    b0, b1 = bnd[rb, 0, 0], bnd[rb, 0, 1]
+                    tri = ra == rb
+                elif h == 0:
+                    a0, a1 = bnd[ra, 0, 0], bnd[ra, 0, 1]
+                    b0, b1 = bnd[rb, 1, 0], bnd[rb, 1, 1]
+                    tri = False
+                else:
+                    a0, a1 = bnd[rb, 0, 0], bnd[rb, 0, 1]
+                    b0, b1 = bnd[ra, 1, 0], bnd[ra, 1, 1]
+                    tri = False
+                L, R, D, n_out, c, p, v = _block(
+                    code,
+                    X,
+                    nrm,
+                    ids,
+                    a0,
+                    a1,
+                    b0,
+                    b1,
+                    tri,
+                    compute,
+                    t,
+                    inclusive,
+                    self_join,
+                    exact,
+                    L,
+                    R,
+                    D,
+                    n_out,
+                )
+                comps[g] += c
+                res[g] += p
+                viol += v
+                if not compute:
+                    short[g] += p
+    return L[:n_out].copy(), R[:n_out].copy(), D[:n_out].copy(), comps, short, res, viol
+
+
+def check_ids_side(
+    n: int, ids: npt.ArrayLike, side: npt.ArrayLike | None
+) -> tuple[IntArray, npt.NDArray[np.int8] | None]:
+    """Validate per-record ids (int64, length n) and side (None = self-join, else 0/1)."""
+    id_arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if id_arr.shape[0] != n:
+        raise ValueError(f"ids has {id_arr.shape[0]} entries, X has {n} rows")
+    if side is None:
+        return id_arr, None
+    sd = np.asarray(side).reshape(-1)
+    if sd.shape[0] != n:
+        raise ValueError(f"side has {sd.shape[0]} entries, X has {n} rows")
+    if sd.size and not np.isin(sd, (0, 1)).all():
+        raise ValueError(f"side must be 0 (left) or 1 (right), got values {np.unique(sd)[:5].tolist()}")
+    return id_arr, sd.astype(np.int8)
+
+
+@dataclass(frozen=True)
+class WorksetJoinResult:
+    """Pairs and per-workset counters of ``join_worksets``.
+
+    left_id/right_id/distance: result pairs (distance NaN for inner x inner
+    pairs unless exact_distances). partition/workset_id: the worksets seen,
+    with their row counts by role and computations, shortcut pairs and result
+    pairs. shortcut_violations: inner x inner pairs whose exact distance fails
+    the predicate (always 0; only checked with exact_distances).
+    """
+
+    left_id: IntArray
+    right_id: IntArray
+    distance: FloatArray
+    partition: IntArray
+    workset_id: IntArray
+    n_inner: IntArray
+    n_outlier: IntArray
+    n_outer: IntArray
+    computations: IntArray
+    shortcut_pairs: IntArray
+    result_pairs: IntArray
+    shortcut_violations: int
+
+    @property
+    def load(self) -> FloatArray:
+        """Paper load formula per workset (``load.workset_load``)."""
+        return workset_load(self.n_inner, self.n_outlier, self.n_outer)
+
+
+def join_worksets(
+    X: npt.ArrayLike,
+    ids: npt.ArrayLike,
+    role: npt.ArrayLike,
+    partition: npt.ArrayLike,
+    workset_id: npt.ArrayLike,
+    metric: str,
+    t: float,
+    inclusive: bool = False,
+    *,
+    side: npt.ArrayLike | None = None,
+    exact_distances: bool = False,
+) -> WorksetJoinResult:
+    """Section 7.7 join of the worksets in the given rows (one row per (record, workset)).
+
+    X: (m, d) vector of each row; ids, role, partition, workset_id (and side for
+    a two-stream join): per row. Needs nothing but these rows.
+    """
+    t = check_threshold(metric, t)
+    Xv = check_vectors(X, metric)
+    m = Xv.shape[0]
+    id_arr, sd = check_ids_side(m, ids, side)
+    rl = np.asarray(role, dtype=np.int8).reshape(-1)
+    if rl.shape[0] != m or (m and (rl.min() < INNER or rl.max() > OUTER)):
+        raise ValueError("role must hold one of INNER=0, OUTLIER=1, OUTER=2 per row")
+    key = workset_key(np.asarray(partition).reshape(-1), np.asarray(workset_id).reshape(-1))
+    if key.shape[0] != m:
+        raise ValueError(f"partition/workset_id have {key.shape[0]} entries, X has {m} rows")
+    self_join = sd is None
+    sd_arr = np.zeros(m, dtype=np.int8) if sd is None else sd
+    order = np.lexsort((sd_arr, rl, key))
+    ks = key[order]
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(ks)) + 1]) if m else np.zeros(0, np.int64)
+    seg = np.concatenate([starts, [m]]).astype(np.int64)
+    Xs = np.ascontiguousarray(Xv[order])
+    nrm = row_norms(Xs) if metric != "euclidean" else np.zeros(m)
+    L, R, D, comps, short, res, viol = _join_segments(
+        METRIC_CODES[metric],
+        Xs,
+        nrm,
+        id_arr[order],
+        sd_arr[order],
+        rl[order],
+        seg,
+        _ROLE_PAIRS,
+        t,
+        bool(inclusive),
+        self_join,
+        bool(exact_distances),
+    )
+    seg_of_row = np.repeat(np.arange(starts.shape[0]), np.diff(seg))
+    counts = np.zeros((starts.shape[0], 3), dtype=np.int64)
+    np.add.at(counts, (seg_of_row, rl[order].astype(np.int64)), 1)
+    wkey = ks[starts]
+    return WorksetJoinResult(
+        left_id=L,
+        right_id=R,
+        distance=D,
+        partition=wkey >> 40,
+        workset_id=wkey & ((1 << 40) - 1),
+        n_inner=counts[:, INNER],
+        n_outlier=counts[:, OUTLIER],
+        n_outer=counts[:, OUTER],
+        computations=comps,
+        shortcut_pairs=short,
+        result_pairs=res,
+        shortcut_violations=int(viol),
+    )
+
+
+class CopyInfo(NamedTuple):
+    """Where every record went: space partition copies and workset rows."""
+
+    space: SpacePartitioning
+    rows: WorksetRows
+
+
+class S3JWindowResult(NamedTuple):
+    left_id: IntArray
+    right_id: IntArray
+    distance: FloatArray
+    stats: WindowStats
+    centroid_state: CentroidState
+    copies: CopyInfo
+
+
+def _sort_pairs(L: IntArray, R: IntArray, D: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
+    o = np.lexsort((R, L))
+    return L[o], R[o], D[o]
+
+
+def s3j_join_window(
+    X: npt.ArrayLike,
+    ids: npt.ArrayLike,
+    side: npt.ArrayLike | None,
+    metric: str,
+    t: float,
+    inclusive: bool = False,
+    n_workers: int = 5,
+    seed: int = 42,
+    centroid_state: CentroidState | None = None,
+    exact_distances: bool = False,
+    *,
+    space_centroids: npt.ArrayLike | None = None,
+) -> S3JWindowResult:
+    """S3J over one window: space partitioning -> workset formulation -> per-worker join.
+
+    X (n, d) in arrival order; ids (n,) unique per side; side None for a
+    self-join, else 0 (left) / 1 (right) per record. centroid_state: the
+    worksets of earlier windows (same metric, t, n_workers, seed, d), or None.
+    space_centroids overrides the seeded random space-partition centroids
+    (n_workers rows).
+    """
+    t = check_threshold(metric, t)
+    Xv = check_vectors(X, metric)
+    n, d = Xv.shape
+    id_arr, sd = check_ids_side(n, ids, side)
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+    if space_centroids is None:
+        C = random_centroids(n_workers, d, seed)
+    else:
+        C = check_vectors(space_centroids, metric, name="space_centroids")
+        if C.shape != (n_workers, d):
+            raise ValueError(f"space_centroids must have shape ({n_workers}, {d}), got {C.shape}")
+    if centroid_state is not None and len(centroid_state):
+        wmax = int(centroid_state.worker.max())
+        if centroid_state.worker.min() < 0 or wmax >= n_workers:
+            raise ValueError(f"centroid_state assigns worksets to worker {wmax}, n_workers is {n_workers}")
+    space = space_partition(Xv, C, metric, t, inclusive)
+    form = formulate_worksets(Xv, space, metric, t, inclusive, state=centroid_state)
+    rows = form.rows
+
+    Ls, Rs, Ds = [], [], []
+    P = n_workers
+    w_comp = np.zeros(P, np.int64)
+    w_short = np.zeros(P, np.int64)
+    w_res = np.zeros(P, np.int64)
+    w_ws = np.zeros(P, np.int64)
+    w_load = np.zeros(P, np.float64)
+    w_role = np.zeros((P, 3), np.int64)
+    for w in range(P):
+        rw = rows.for_worker(w)
+        if len(rw) == 0:
+            continue
+        jr = join_worksets(
+            Xv[rw.record],
+            id_arr[rw.record],
+            rw.role,
+            rw.partition,
+            rw.workset_id,
+            metric,
+            t,
+            inclusive,
+            side=None if sd is None else sd[rw.record],
+            exact_distances=exact_distances,
+        )
+        if jr.shortcut_violations:
+            raise AssertionError(f"{jr.shortcut_violations} inner x inner pairs failed verification")
+        Ls.append(jr.left_id)
+        Rs.append(jr.right_id)
+        Ds.append(jr.distance)
+        w_comp[w] = jr.computations.sum()
+        w_short[w] = jr.shortcut_pairs.sum()
+        w_res[w] = jr.result_pairs.sum()
+        w_ws[w] = jr.workset_id.shape[0]
+        w_load[w] = jr.load.sum()
+        w_role[w] = rw.role_counts()
+    z = np.zeros(0, np.int64)
+    L = np.concatenate(Ls) if Ls else z
+    R = np.concatenate(Rs) if Rs else z.copy()
+    D = np.concatenate(Ds) if Ds else np.zeros(0)
+    L, R, D = _sort_pairs(L, R, D)
+    n_in, n_out_l, n_outer = rows.role_counts()
+    stats = WindowStats(
+        algorithm="s3j",
+        n_records=n,
+        n_workers=P,
+        space_copies=int(space.record.shape[0]),
+        n_inner=n_in,
+        n_outlier=n_out_l,
+        n_outer=n_outer,
+        n_worksets=int(w_ws.sum()),
+        n_new_worksets=form.n_new_worksets,
+        distance_computations=int(w_comp.sum()),
+        shortcut_pairs=int(w_short.sum()),
+        result_pairs=int(L.shape[0]),
+        centroid_distance_computations=space.centroid_distance_computations
+        + form.centroid_distance_computations,
+        worker_rows=w_role.sum(axis=1),
+        worker_inner=w_role[:, INNER].copy(),
+        worker_outlier=w_role[:, OUTLIER].copy(),
+        worker_outer=w_role[:, OUTER].copy(),
+        worker_worksets=w_ws,
+        worker_computations=w_comp,
+        worker_shortcut_pairs=w_short,
+        worker_result_pairs=w_res,
+        worker_load=w_load,
+    )
+    return S3JWindowResult(L, R, D, stats, form.state, CopyInfo(space, rows))
+
+
+class MultiWindowResult(NamedTuple):
+    window: IntArray
+    left_id: IntArray
+    right_id: IntArray
+    distance: FloatArray
+    stats: list[WindowStats]
+    centroid_state: CentroidState
+
+
+def s3j_join_windows(
+    X: npt.ArrayLike,
+    ids: npt.ArrayLike,
+    window: npt.ArrayLike,
+    side: npt.ArrayLike | None,
+    metric: str,
+    t: float,
+    inclusive: bool = False,
+    n_workers: int = 5,
+    seed: int = 42,
+    centroid_state: CentroidState | None = None,
+    exact_distances: bool = False,
+) -> MultiWindowResult:
+    """Join each window separately (ascending window label), carrying the workset centroids.
+
+    window: per-record window label (e.g. ts // size for tumbling windows);
+    inside a window records keep their input (arrival) order.
+    """
+    Xv = check_vectors(X, metric)
+    n = Xv.shape[0]
+    id_arr, sd = check_ids_side(n, ids, side)
+    win = np.asarray(window, dtype=np.int64).reshape(-1)
+    if win.shape[0] != n:
+        raise ValueError(f"window has {win.shape[0]} entries, X has {n} rows")
+    order = np.argsort(win, kind="stable")
+    labels, starts = np.unique(win[order], return_index=True)
+    bounds = np.append(starts, n)
+    state = centroid_state
+    Ws, Ls, Rs, Ds, stats = [], [], [], [], []
+    for k, lab in enumerate(labels):
+        sel = order[bounds[k] : bounds[k + 1]]
+        r = s3j_join_window(
+            Xv[sel],
+            id_arr[sel],
+            None if sd is None else sd[sel],
+            metric,
+            t,
+            inclusive,
+            n_workers,
+            seed,
+            state,
+            exact_distances,
+        )
+        state = r.centroid_state
+        Ws.append(np.full(r.left_id.shape[0], lab, dtype=np.int64))
+        Ls.append(r.left_id)
+        Rs.append(r.right_id)
+        Ds.append(r.distance)
+        stats.append(r.stats)
+    if state is None:
+        state = CentroidState.empty(Xv.shape[1])
+    z = np.zeros(0, np.int64)
+    return MultiWindowResult(
+        np.concatenate(Ws) if Ws else z,
+        np.concatenate(Ls) if Ls else z.copy(),
+        np.concatenate(Rs) if Rs else z.copy(),
+        np.concatenate(Ds) if Ds else np.zeros(0),
+        stats,
+        state,
+    )

@@ -1,0 +1,476 @@
+"""Workset formulation of S3J (Section 7, steps 1-5) inside each space partition.
+
+Siachamis et al., DEBS'23, Section 7:
+
+* Step 1 (7.1): records of the worker's space partition are *inner* (home here)
+  or *physical outer* (an outer copy from another partition); only inner
+  records join inner sets / outlier sets or open worksets.
+* Step 2 (7.2, Definition 8): an inner record within t/2 of the nearest workset
+  centroid joins that workset's inner set (``INNER``).
+* Step 3 (7.3, Criterion 2): an inner record farther than t from every centroid
+  becomes the centroid of a new workset; ids are 1, 2, ... in creation order
+  per partition (continuing after the ids already in the centroid state).
+* Step 4 (7.4, Definition 9): otherwise it is an outlier (``OUTLIER``) of the
+  workset with the nearest centroid.
+* Step 5 (7.5, Definition 10): outer sets (``OUTER``), at most 2t from the
+  centroid. Routing rule: an inner record goes to the outer set of every other
+  workset within 2t whose id is *smaller* than its home workset's id; a physical
+  outer record goes to the outer set of every workset within 2t, and is
+  buffered so that worksets created later still receive it.
+
+Two passes, same result as the paper's record-at-a-time operator. Inside one
+window all records are known, so:
+
+* pass 1 (numba, sequential, arrival order): replay steps 2-4 for the inner
+  records only - nearest centroid among the centroids existing *at arrival*,
+  open a new workset by Criterion 2 - which fixes each inner record's home
+  workset and role exactly as the streaming operator would;
+* pass 2 (vectorized numpy, chunked): outer sets against the final centroids.
+  For an inner record only worksets with an id smaller than its home's qualify;
+  they were all created before its home, hence before the record arrived, so
+  the streaming operator saw exactly the same ones. A physical outer record is
+  compared with every final workset, which is what buffering achieves.
+
+The radii come from ``distance.partition_bounds`` (nominally t/2, t and 2t,
+computed in partition space - angular for cosine - with a rigorous rounding
+slack): completeness never depends on float luck, and the inner radius is
+narrowed so that the inner x inner shortcut of Section 7.7 is provably exact.
+
+Centroids persist across windows (the paper clears the join state at window end
+but keeps workset centroids): ``CentroidState`` holds them as plain arrays
+(partition, workset_id, centroid vector, worker) - a Delta table row each -
+and is passed back in for the next window. ``worker`` is where the workset's
+similarity computations run; new worksets start on the worker that owns their
+partition (Section 7.5), the balancer in ``load`` may move them later.
+
+API:
+
+* ``formulate_partition_worksets(X, is_outer, metric, t, inclusive=False, *,
+  workset_id=None, centroid=None) -> PartitionWorksets`` - one partition, one
+  worker task: X are the partition's records in arrival order, ``is_outer`` flags
+  physical outer copies, (workset_id, centroid) the partition's existing state.
+* ``formulate_worksets(X, space, metric, t, inclusive=False, *, state=None)
+  -> WorksetFormulation`` - all partitions of a window; rows
+  (record, partition, workset_id, worker, role) ready to route to workers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from .distance import (
+    DEFAULT_BLOCK_ELEMENTS,
+    METRIC_CODES,
+    PartitionBounds,
+    _dist,
+    check_threshold,
+    check_vectors,
+    pairwise_blocks,
+    partition_bounds,
+    row_norms,
+)
+from .partitioning import SpacePartitioning
+
+__all__ = [
+    "INNER",
+    "OUTER",
+    "OUTLIER",
+    "ROLE_NAMES",
+    "CentroidState",
+    "PartitionWorksets",
+    "WorksetFormulation",
+    "WorksetRows",
+    "formulate_partition_worksets",
+    "formulate_worksets",
+    "workset_key",
+]
+
+# Roles of a record inside a workset (Definition 7): inner set, outliers' set, outer set.
+INNER, OUTLIER, OUTER = 0, 1, 2
+ROLE_NAMES: tuple[str, ...] = ("inner", "outlier", "outer")
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+_ID_BITS = 40
+
+
+def workset_key(partition: npt.ArrayLike, workset_id: npt.ArrayLike) -> IntArray:
+    """One int64 per workset: ``partition << 40 | workset_id`` (ids < 2**40, partitions < 2**22)."""
+    p = np.asarray(partition, dtype=np.int64)
+    w = np.asarray(workset_id, dtype=np.int64)
+    if p.size and (p.min() < 0 or p.max() >= 1 << 22):
+        raise ValueError(f"partition out of range [0, 2**22): {int(p.min())}..{int(p.max())}")
+    if w.size and (w.min() < 0 or w.max() >= 1 << _ID_BITS):
+        raise ValueError(f"workset_id out of range [0, 2**40): {int(w.min())}..{int(w.max())}")
+    return np.asarray((p << _ID_BITS) | w, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class CentroidState:
+    """Workset centroids that survive window ends, as arrays (one Delta row per workset).
+
+    Sorted by (partition, workset_id); (partition, workset_id) is unique.
+    """
+
+    partition: IntArray
+    workset_id: IntArray
+    centroid: FloatArray
+    worker: IntArray
+
+    @classmethod
+    def empty(cls, dim: int) -> CentroidState:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z.copy(), np.zeros((0, int(dim))), z.copy())
+
+    @classmethod
+    def from_arrays(
+        cls,
+        partition: npt.ArrayLike,
+        workset_id: npt.ArrayLike,
+        centroid: npt.ArrayLike,
+        worker: npt.ArrayLike | None = None,
+    ) -> CentroidState:
+        """Build (and validate) a state from arrays, e.g. read back from a Delta table.
+
+        ``worker`` defaults to the partition (a workset runs where it was created).
+        """
+        p = np.asarray(partition, dtype=np.int64).reshape(-1)
+        w = np.asarray(workset_id, dtype=np.int64).reshape(-1)
+        c = np.ascontiguousarray(np.asarray(centroid, dtype=np.float64))
+        if c.ndim != 2 or c.shape[0] != p.shape[0] or w.shape[0] != p.shape[0]:
+            raise ValueError(
+                f"centroid state arrays disagree: partition {p.shape}, workset_id {w.shape}, "
+                f"centroid {c.shape} (need (K,), (K,), (K, d))"
+            )
+        wk = p.copy() if worker is None else np.asarray(worker, dtype=np.int64).reshape(-1)
+        if wk.shape[0] != p.shape[0]:
+            raise ValueError(f"worker has shape {wk.shape}, expected ({p.shape[0]},)")
+        if w.size and w.min() < 1:
+            raise ValueError(f"workset ids start at 1, got {int(w.min())}")
+        keys = workset_key(p, w)
+        order = np.argsort(keys, kind="stable")
+        if keys.size and np.any(np.diff(keys[order]) == 0):
+            raise ValueError("centroid state has duplicate (partition, workset_id) entries")
+        return cls(p[order], w[order], c[order], wk[order])
+
+    def __len__(self) -> int:
+        return int(self.partition.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.centroid.shape[1])
+
+    def keys(self) -> IntArray:
+        return workset_key(self.partition, self.workset_id)
+
+    def for_partition(self, p: int) -> tuple[IntArray, FloatArray]:
+        """(workset_id ascending, centroid) of partition ``p``."""
+        m = self.partition == p
+        return self.workset_id[m], self.centroid[m]
+
+    def lookup_worker(self, partition: npt.ArrayLike, workset_id: npt.ArrayLike) -> IntArray:
+        """Worker of each (partition, workset_id); ``KeyError`` if one is unknown."""
+        keys = self.keys()
+        q = workset_key(partition, workset_id)
+        pos = np.searchsorted(keys, q)
+        pos_c = np.minimum(pos, max(0, keys.shape[0] - 1))
+        ok = (pos < keys.shape[0]) & (keys[pos_c] == q) if keys.size else np.zeros(q.shape, bool)
+        if not np.all(ok):
+            bad = int(np.flatnonzero(~ok)[0])
+            qp = np.asarray(partition).reshape(-1)[bad]
+            qw = np.asarray(workset_id).reshape(-1)[bad]
+            raise KeyError(f"unknown workset (partition={qp}, workset_id={qw})")
+        return self.worker[pos_c]
+
+    def with_workers(self, worker: npt.ArrayLike) -> CentroidState:
+        """Same centroids, new workset -> worker assignment (e.g. from ``load.balance_worksets``)."""
+        wk = np.asarray(worker, dtype=np.int64).reshape(-1)
+        if wk.shape[0] != len(self):
+            raise ValueError(f"worker has {wk.shape[0]} entries, state has {len(self)} worksets")
+        return CentroidState(self.partition, self.workset_id, self.centroid, wk)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "partition": self.partition,
+            "workset_id": self.workset_id,
+            "centroid": self.centroid,
+            "worker": self.worker,
+        }
+
+
+@njit(cache=True)
+def _open_worksets(
+    code: int, X: FloatArray, norms: FloatArray, C0: FloatArray, n0: FloatArray, new_radius: float
+) -> tuple[IntArray, FloatArray, IntArray, int]:
+    """Pass 1: steps 2-4 in arrival order. Returns (home, d_home, new_rows, computations).
+
+    home indexes the centroid list ``C0`` followed by the records opened as new
+    centroids, in order; d_home is the computed distance to it (0 for a centroid).
+    """
+    n, d = X.shape
+    k0 = C0.shape[0]
+    # Centroids are far fewer than records in practice: grow the buffer by doubling.
+    cap = k0 + min(n, 1024)
+    C = np.empty((cap, d))
+    Cn = np.empty(cap)
+    C[:k0] = C0
+    Cn[:k0] = n0
+    k = k0
+    home = np.empty(n, dtype=np.int64)
+    d_home = np.empty(n)
+    new_rows = np.empty(n, dtype=np.int64)
+    n_new = 0
+    comps = 0
+    for i in range(n):
+        best = math.inf
+        arg = -1
+        for j in range(k):
+            dd = _dist(code, X, i, C, j, norms[i], Cn[j])
+            if dd < best:
+                best = dd
+                arg = j
+        comps += k
+        if arg < 0 or best > new_radius:
+            # Criterion 2: farther than t from every existing centroid.
+            if k == cap:
+                cap = 2 * cap
+                C2 = np.empty((cap, d))
+                Cn2 = np.empty(cap)
+                C2[:k] = C[:k]
+                Cn2[:k] = Cn[:k]
+                C = C2
+                Cn = Cn2
+            for q in range(d):
+                C[k, q] = X[i, q]
+            Cn[k] = norms[i]
+            home[i] = k
+            d_home[i] = 0.0
+            new_rows[n_new] = i
+            n_new += 1
+            k += 1
+        else:
+            home[i] = arg
+            d_home[i] = best
+    return home, d_home, new_rows[:n_new], comps
+
+
+@dataclass(frozen=True)
+class PartitionWorksets:
+    """Workset formulation of one space partition.
+
+    record, workset_id, role: one row per (record, workset) membership; record
+    indexes the partition's input rows. new_workset_id / new_centroid: worksets
+    opened in this window (to append to the centroid state).
+    """
+
+    record: IntArray
+    workset_id: IntArray
+    role: npt.NDArray[np.int8]
+    new_workset_id: IntArray
+    new_centroid: FloatArray
+    centroid_distance_computations: int
+
+
+def formulate_partition_worksets(
+    X: npt.ArrayLike,
+    is_outer: npt.ArrayLike,
+    metric: str,
+    t: float,
+    inclusive: bool = False,
+    *,
+    workset_id: npt.ArrayLike | None = None,
+    centroid: npt.ArrayLike | None = None,
+    bounds: PartitionBounds | None = None,
+    max_block_elements: int = DEFAULT_BLOCK_ELEMENTS,
+) -> PartitionWorksets:
+    """Form the worksets of one space partition for one window (steps 1-5).
+
+    X: the partition's records in arrival order (inner and physical outer mixed);
+    is_outer: True for physical outer copies. workset_id / centroid: the
+    partition's centroids from earlier windows (ids >= 1), or None.
+    """
+    t = check_threshold(metric, t)
+    Xv = check_vectors(X, metric)
+    n, d = Xv.shape
+    outer_flag = np.asarray(is_outer, dtype=bool).reshape(-1)
+    if outer_flag.shape[0] != n:
+        raise ValueError(f"is_outer has {outer_flag.shape[0]} entries, X has {n} rows")
+    if bounds is None:
+        bounds = partition_bounds(metric, t, d, inclusive)
+    if centroid is None or np.size(centroid) == 0:
+        ids0 = np.zeros(0, dtype=np.int64)
+        C0 = np.zeros((0, d))
+    else:
+        ids0 = np.asarray(workset_id, dtype=np.int64).reshape(-1)
+        C0 = check_vectors(centroid, metric, name="centroid")
+        if C0.shape[0] != ids0.shape[0] or (C0.shape[0] and C0.shape[1] != d):
+            raise ValueError(f"centroid state shape {C0.shape} does not fit ids {ids0.shape} and d={d}")
+        order = np.argsort(ids0, kind="stable")
+        ids0, C0 = ids0[order], C0[order]
+    C0 = C0.reshape(-1, d)
+    code = METRIC_CODES[bounds.space]
+
+    inner_rows = np.flatnonzero(~outer_flag).astype(np.int64)
+    X_in = np.ascontiguousarray(Xv[inner_rows])
+    n_in = row_norms(X_in)
+    n0 = row_norms(C0)
+    home_idx, d_home, new_local, comps1 = _open_worksets(code, X_in, n_in, C0, n0, bounds.new_centroid_radius)
+    next_id = int(ids0.max()) + 1 if ids0.size else 1
+    new_ids = np.arange(next_id, next_id + new_local.shape[0], dtype=np.int64)
+    C_all = np.concatenate([C0, X_in[new_local]]) if new_local.size else C0
+    ids_all = np.concatenate([ids0, new_ids])
+    K = C_all.shape[0]
+
+    # Home rows of inner records: inner (Definition 8) or outlier (Definition 9).
+    roles_home = np.where(d_home <= bounds.inner_radius, INNER, OUTLIER).astype(np.int8)
+    rec_parts = [inner_rows]
+    ws_parts = [ids_all[home_idx]]
+    role_parts = [roles_home]
+
+    # Pass 2: outer sets (Definition 10) against the final centroids.
+    home_of_row = np.full(n, K, dtype=np.int64)  # physical outer: every workset qualifies
+    home_of_row[inner_rows] = home_idx
+    comps2 = 0
+    if K and n:
+        cols = np.arange(K, dtype=np.int64)
+        for s, D in pairwise_blocks(bounds.space, Xv, C_all, max_block_elements):
+            mask = D <= bounds.outer_radius
+            mask &= cols[None, :] < home_of_row[s : s + D.shape[0], None]
+            r, w = np.nonzero(mask)
+            rec_parts.append(r.astype(np.int64) + s)
+            ws_parts.append(ids_all[w])
+            role_parts.append(np.full(r.shape[0], OUTER, dtype=np.int8))
+        comps2 = n * K
+    return PartitionWorksets(
+        record=np.concatenate(rec_parts),
+        workset_id=np.concatenate(ws_parts).astype(np.int64),
+        role=np.concatenate(role_parts).astype(np.int8),
+        new_workset_id=new_ids,
+        new_centroid=np.ascontiguousarray(X_in[new_local]).reshape(-1, d),
+        centroid_distance_computations=int(comps1) + int(comps2),
+    )
+
+
+@dataclass(frozen=True)
+class WorksetRows:
+    """Records routed to worksets: one row per (record, workset) membership.
+
+    record indexes the window's input arrays; (partition, workset_id) names the
+    workset; worker is where it is joined; role is INNER / OUTLIER / OUTER.
+    """
+
+    record: IntArray
+    partition: IntArray
+    workset_id: IntArray
+    worker: IntArray
+    role: npt.NDArray[np.int8]
+
+    def __len__(self) -> int:
+        return int(self.record.shape[0])
+
+    def select(self, mask: npt.NDArray[np.bool_]) -> WorksetRows:
+        return WorksetRows(
+            self.record[mask],
+            self.partition[mask],
+            self.workset_id[mask],
+            self.worker[mask],
+            self.role[mask],
+        )
+
+    def for_worker(self, worker: int) -> WorksetRows:
+        return self.select(self.worker == worker)
+
+    def role_counts(self) -> tuple[int, int, int]:
+        c = np.bincount(self.role.astype(np.int64), minlength=3)
+        return int(c[INNER]), int(c[OUTLIER]), int(c[OUTER])
+
+
+@dataclass(frozen=True)
+class WorksetFormulation:
+    """Workset formulation of a whole window: rows, updated state, counters."""
+
+    rows: WorksetRows
+    state: CentroidState
+    n_new_worksets: int
+    centroid_distance_computations: int
+
+
+def formulate_worksets(
+    X: npt.ArrayLike,
+    space: SpacePartitioning,
+    metric: str,
+    t: float,
+    inclusive: bool = False,
+    *,
+    state: CentroidState | None = None,
+    max_block_elements: int = DEFAULT_BLOCK_ELEMENTS,
+) -> WorksetFormulation:
+    """Run ``formulate_partition_worksets`` for every space partition of the window.
+
+    X must be in arrival order. The returned state is ``state`` plus the new
+    worksets (worker = their partition); rows carry each workset's worker.
+    """
+    t = check_threshold(metric, t)
+    Xv = check_vectors(X, metric)
+    d = Xv.shape[1]
+    if state is None:
+        state = CentroidState.empty(d)
+    elif len(state) and state.dim != d:
+        raise ValueError(f"centroid state has dimension {state.dim}, records have {d}")
+    if len(state) and state.partition.max() >= space.n_partitions:
+        raise ValueError(
+            f"centroid state has partition {int(state.partition.max())} but there are only "
+            f"{space.n_partitions} space partitions (was n_workers changed?)"
+        )
+    bounds = partition_bounds(metric, t, d, inclusive)
+    recs, parts, wss, roles = [], [], [], []
+    new_p, new_w, new_c = [], [], []
+    comps = 0
+    starts = np.searchsorted(space.partition, np.arange(space.n_partitions + 1))
+    for p in range(space.n_partitions):
+        sl = slice(int(starts[p]), int(starts[p + 1]))
+        rec_p = space.record[sl]
+        ids0, C0 = state.for_partition(p)
+        if rec_p.size == 0:
+            continue
+        res = formulate_partition_worksets(
+            Xv[rec_p],
+            space.is_outer[sl],
+            metric,
+            t,
+            inclusive,
+            workset_id=ids0,
+            centroid=C0,
+            bounds=bounds,
+            max_block_elements=max_block_elements,
+        )
+        recs.append(rec_p[res.record])
+        parts.append(np.full(res.record.shape[0], p, dtype=np.int64))
+        wss.append(res.workset_id)
+        roles.append(res.role)
+        new_p.append(np.full(res.new_workset_id.shape[0], p, dtype=np.int64))
+        new_w.append(res.new_workset_id)
+        new_c.append(res.new_centroid)
+        comps += res.centroid_distance_computations
+    n_new = int(sum(a.shape[0] for a in new_w))
+    if n_new:
+        state = CentroidState.from_arrays(
+            np.concatenate([state.partition, *new_p]),
+            np.concatenate([state.workset_id, *new_w]),
+            np.concatenate([state.centroid.reshape(-1, d), *new_c]),
+            np.concatenate([state.worker, *new_p]),
+        )
+    z = np.zeros(0, dtype=np.int64)
+    record = np.concatenate(recs) if recs else z
+    partition = np.concatenate(parts) if parts else z
+    workset_id = np.concatenate(wss) if wss else z
+    role = np.concatenate(roles).astype(np.int8) if roles else np.zeros(0, np.int8)
+    worker = state.lookup_worker(partition, workset_id) if record.size else z
+    rows = WorksetRows(record, partition, workset_id, worker, role)
+    return WorksetFormulation(rows, state, n_new, comps)

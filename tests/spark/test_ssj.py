@@ -1,0 +1,148 @@
+"""The set-similarity join pipeline on Spark + Delta, pair-for-pair against brute force."""
+
+import random
+
+import pytest
+
+from jobs import ssj
+from jobs.ssj_common import SSJRun
+from simjoin.config import ConfigError, SSJConfig
+from simjoin.core.setsim import brute_force_pairs
+from simjoin.spark import delta
+
+
+def _words(text):
+    return sorted(set(text.lower().split()))
+
+
+def _reference(rows, theta, sim="jaccard", right=None, tokenize=_words):
+    """Brute force over the raw texts: positions -> ids; R-S pairs as (left id, right id)."""
+    recs = [(0, i, tokenize(t)) for i, t in rows if t is not None and t.strip()]
+    if right is not None:
+        recs += [(1, i, tokenize(t)) for i, t in right if t is not None and t.strip()]
+    recs = [r for r in recs if r[2]]
+    vocab = {w: k for k, w in enumerate(sorted({w for _, _, s in recs for w in s}))}
+    sets = [sorted(vocab[w] for w in s) for _, _, s in recs]
+    side = [r[0] for r in recs] if right is not None else None
+    out = {}
+    for x, y, s in brute_force_pairs(sets, theta, sim, side=side):
+        a, b = recs[x], recs[y]
+        if right is not None:
+            key = (a[1], b[1]) if a[0] == 0 else (b[1], a[1])
+        else:
+            key = (min(a[1], b[1]), max(a[1], b[1]))
+        out[key] = s
+    return out
+
+
+def _random_texts(n, seed, universe=40):
+    rng = random.Random(seed)
+    words = [f"t{k}" for k in range(universe)]
+    rows = []
+    for i in range(n):
+        r = rng.random()
+        if r < 0.15 and rows:
+            rows.append((i * 3 + 1, rng.choice(rows)[1]))          # identical record
+        elif r < 0.25:
+            rows.append((i * 3 + 1, rng.choice(words)))            # one-token record
+        elif r < 0.28:
+            rows.append((i * 3 + 1, " ".join(rng.sample(words, 35))))  # very long record
+        else:
+            k = rng.randint(2, 8)
+            rows.append((i * 3 + 1, " ".join(rng.choices(words[:15], k=k))))  # Zipf-ish: small vocabulary
+    # ties exactly at 0.5 / 0.75 / 0.8 / 1.0
+    rows += [(9001, "a b c d"), (9002, "a b c"), (9003, "a b c d e"), (9004, "a b"), (9005, "A B C D")]
+    return rows
+
+
+def _run(spark, tmp_path, rows, theta, right=None, **kw):
+    src = str(tmp_path / "left")
+    delta.overwrite(spark.createDataFrame(rows, "id long, text string"), src)
+    rpath = None
+    if right is not None:
+        rpath = str(tmp_path / "right")
+        delta.overwrite(spark.createDataFrame(right, "id long, text string"), rpath)
+    out = str(tmp_path / "pairs")
+    job = SSJRun(input=src, output=out, cfg=SSJConfig(threshold=theta, **kw), right=rpath)
+    res = ssj.run(spark, job)
+    got = {(r.left_id, r.right_id): r.similarity for r in delta.read_table(spark, out).collect()}
+    n = delta.read_table(spark, out).count()
+    assert n == len(got), "duplicate pairs"
+    return res, got
+
+
+def _assert_same(got, ref):
+    assert set(got) == set(ref), (sorted(set(ref) - set(got))[:5], sorted(set(got) - set(ref))[:5])
+    for k, s in ref.items():
+        assert abs(got[k] - s) < 1e-12
+
+
+@pytest.mark.parametrize("theta,sim,workers,mod", [
+    (0.5, "jaccard", 3, 2), (0.75, "jaccard", None, None), (0.8, "jaccard", 2, 3), (1.0, "jaccard", 2, 1),
+    (0.6, "cosine", 2, 2), (0.7, "dice", 3, 1),
+])
+def test_self_join_equals_brute_force(spark, tmp_path, theta, sim, workers, mod):
+    rows = _random_texts(220, seed=int(theta * 100))
+    res, got = _run(spark, tmp_path, rows, theta, similarity=sim, workers=workers, mod=mod)
+    ref = _reference(rows, theta, sim)
+    _assert_same(got, ref)
+    assert all(a < b for a, b in got)
+    assert res.pairs == len(ref) > 0
+    if theta == 0.75:
+        assert (9001, 9002) in got and got[(9001, 9002)] == 0.75  # tie at θ is included
+    if theta == 1.0:
+        assert (9001, 9005) in got  # case-folded identical records
+
+
+def test_rs_join_equals_brute_force(spark, tmp_path):
+    left = _random_texts(120, seed=11)
+    right = [(i + 100000, t) for i, t in _random_texts(90, seed=12)]
+    _, got = _run(spark, tmp_path, left, 0.6, right=right, workers=2, mod=2)
+    ref = _reference(left, 0.6, right=right)
+    _assert_same(got, ref)
+    assert all(a < 100000 <= b for a, b in got)  # (left id, right id)
+
+
+def test_qgram_tokenizer(spark, tmp_path):
+    names = [(1, "Jonathan Smith"), (2, "Jonathon Smith"), (3, "Jon Smyth"), (4, "Anna Karenina"), (5, "ab"),
+             (6, "anna karenina")]
+    _, got = _run(spark, tmp_path, names, 0.5, tokenizer="qgram:3")
+
+    def grams(t):
+        t = t.lower()
+        return sorted({t[i:i + 3] for i in range(max(len(t) - 2, 1))})
+
+    _assert_same(got, _reference(names, 0.5, tokenize=grams))
+    assert (4, 6) in got and (1, 2) in got
+
+
+def test_quarantine_counts_and_no_loss(spark, tmp_path):
+    rows = [(1, "a b"), (2, "a b"), (3, "  "), (4, None), (5, "a b c"), (5, "dup id"), (None, "a")]
+    res, got = _run(spark, tmp_path, rows, 0.6)
+    assert (res.records, res.quarantined) == (3, 4)
+    q = delta.read_table(spark, str(tmp_path / "pairs_quarantine")).collect()
+    assert sorted(r.reason for r in q) == ["duplicate id 5", "empty text", "null id", "null text"]
+    assert set(got) == {(1, 2), (1, 5), (2, 5)}
+
+
+def test_bad_input_fails_early_with_clear_message(spark, tmp_path):
+    src = str(tmp_path / "in")
+    delta.overwrite(spark.createDataFrame([(1, "a")], "key long, body string"), src)
+    with pytest.raises(ValueError, match="column 'id' not found"):
+        ssj.run(spark, SSJRun(input=src, output=str(tmp_path / "o"), cfg=SSJConfig(threshold=0.5)))
+    with pytest.raises(ConfigError, match=r"ssj.threshold=1.2: allowed 0 < threshold <= 1"):
+        SSJConfig(threshold=1.2)
+    with pytest.raises(FileNotFoundError, match="no Delta table"):
+        ssj.run(spark, SSJRun(input=str(tmp_path / "missing"), output=str(tmp_path / "o"),
+                              cfg=SSJConfig(threshold=0.5)))
+
+
+def test_rerun_same_run_id_replaces_not_appends(spark, tmp_path):
+    rows = _random_texts(80, seed=3)
+    _, first = _run(spark, tmp_path, rows, 0.7, workers=2, mod=2)
+    _, second = _run(spark, tmp_path, rows, 0.7, workers=2, mod=2)
+    assert first == second
+    stats = delta.read_table(spark, str(tmp_path / "pairs_stats"))
+    assert stats.count() == 4 and stats.groupBy().sum("results").first()[0] == len(first)
+    plan = delta.read_table(spark, str(tmp_path / "pairs_plan")).collect()
+    assert sorted((r.node, r.modgroup) for r in plan) == [(0, 0), (0, 1), (1, 0), (1, 1)]
