@@ -23,14 +23,14 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, int]:
         for side, path in sides:
             df = delta.read_table(spark, path)
             S.check_input_columns(df, cfg.id_col, cfg.text_col, f"input {path}")
-            tok = S.tokenize(df, cfg.id_col, cfg.text_col, cfg.qgram, side)
-            res = q.split_quarantine(tok, S.input_rules(), id_col="id", table=path)
+            res = q.split_quarantine(S.select_input(df, cfg.id_col, cfg.text_col, side), S.input_rules(cfg.qgram),
+                                     id_col="id", table=path)
             n_in += res.n_in
             good = res.good if good is None else good.unionByName(res.good)
             bad = res.bad if bad is None else bad.unionByName(res.bad)
         assert good is not None and bad is not None
-        q.write_quarantine(q.QuarantineResult(good, bad.drop("tokens"), n_in, 0, 0), job.output, job.run_id, "tokenize")
-        records, lengths = S.canonicalize(good)
+        q.write_quarantine(q.QuarantineResult(good, bad, n_in, 0, 0), job.output, job.run_id, "tokenize")
+        records, lengths = S.canonicalize(S.tokenize(good, cfg.qgram))
         records = records.persist()  # written, then counted into the length statistics: compute once
         delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
         delta.overwrite_partition(lengths.withColumn("run_id", F.lit(job.run_id)), job.tables.lengths, job.part)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from simjoin.core.setsim import Plan, PlanUnit, ppjoin
@@ -26,6 +26,7 @@ from simjoin.quality import quarantine as q
 __all__ = [
     "SSJTables",
     "check_input_columns",
+    "select_input",
     "tokenize",
     "input_rules",
     "canonicalize",
@@ -85,9 +86,7 @@ def check_input_columns(df: DataFrame, id_col: str, text_col: str, what: str) ->
             raise ValueError(f"{what}: column {col!r} has type {types[col]}; allowed: {', '.join(allowed)}")
 
 
-def tokenize(df: DataFrame, id_col: str, text_col: str, qgram: int | None, side: int) -> DataFrame:
-    """(side, id, text, tokens array<string>): lower-cased whitespace words or character q-grams,
-    duplicates inside a record removed. Strings shorter than q give one token, the string itself."""
+def _token_expr(text_col: str, qgram: int | None) -> Column:
     text = F.lower(F.col(text_col))
     if qgram is None:
         toks = F.filter(F.split(text, r"\s+"), lambda t: t != "")
@@ -96,19 +95,25 @@ def tokenize(df: DataFrame, id_col: str, text_col: str, qgram: int | None, side:
             f"transform(sequence(1, greatest(char_length(lower(`{text_col}`)) - {qgram} + 1, 1)), "
             f"i -> substring(lower(`{text_col}`), i, {qgram}))"
         )
-    return df.select(
-        F.lit(side).cast("int").alias("side"),
-        F.col(id_col).cast("long").alias("id"),
-        F.col(text_col).alias("text"),
-        F.when(F.col(text_col).isNull(), F.lit(None)).otherwise(F.array_distinct(toks)).alias("tokens"),
-    )
+    return F.array_distinct(toks)
 
 
-def input_rules() -> list[q.Rule]:
-    return q.not_null("id", "text") + [
-        q.nonempty_text("text"),
-        q.Rule(F.col("text").isNotNull() & (F.trim(F.col("text")) != "") & (F.size("tokens") == 0), "no tokens"),
-    ]
+def select_input(df: DataFrame, id_col: str, text_col: str, side: int) -> DataFrame:
+    """(side, id, text) from a user table."""
+    return df.select(F.lit(side).cast("int").alias("side"), F.col(id_col).cast("long").alias("id"),
+                     F.col(text_col).alias("text"))
+
+
+def tokenize(df: DataFrame, qgram: int | None) -> DataFrame:
+    """Add ``tokens array<string>`` to (side, id, text): lower-cased whitespace words or character
+    q-grams, duplicates inside a record removed. Strings shorter than q give one token, the string."""
+    return df.withColumn("tokens", _token_expr("text", qgram))
+
+
+def input_rules(qgram: int | None) -> list[q.Rule]:
+    """Null id or text, empty text, and text that yields no token (checked without materialising tokens)."""
+    no_tokens = F.col("text").isNotNull() & (F.trim(F.col("text")) != "") & (F.size(_token_expr("text", qgram)) == 0)
+    return q.not_null("id", "text") + [q.nonempty_text("text"), q.Rule(no_tokens, "no tokens")]
 
 
 def token_order(tok: DataFrame) -> pa.Array:
