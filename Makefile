@@ -32,7 +32,7 @@ bench: $(STAMP)
 
 airflow: $(STAMP)
 	@echo "Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) ; login password: $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated"
-	$(BIN)/airflow standalone
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/airflow standalone
 
 clean:
 	rm -rf warehouse airflow_home spark-warehouse metastore_db

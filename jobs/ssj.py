@@ -26,7 +26,10 @@ class SSJResult:
 
 
 def run(spark: SparkSession, job: SSJRun) -> SSJResult:
+    from simjoin.quality.gates import preload
+
     t0 = time.perf_counter()
+    preload()
     tok = ssj_tokenize.run(spark, job)
     ssj_gates.tokens(spark, job)
     plan = ssj_optimize.run(spark, job)

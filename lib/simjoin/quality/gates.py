@@ -8,6 +8,7 @@ on how many rows, and shows sample values.
 from __future__ import annotations
 
 import itertools
+import threading
 import logging
 import os
 from dataclasses import dataclass, field
@@ -17,11 +18,12 @@ from pyspark.sql import DataFrame
 
 from simjoin.log import get_logger
 
-__all__ = ["GateFailed", "GateResult", "run_suite", "pairs_expectations", "columns_expectations"]
+__all__ = ["GateFailed", "GateResult", "preload", "run_suite", "pairs_expectations", "columns_expectations"]
 
 log = get_logger("simjoin.quality")
 _counter = itertools.count()
 _ctx: Any = None
+_ctx_lock = threading.Lock()
 
 
 class GateFailed(RuntimeError):
@@ -46,6 +48,11 @@ class GateResult:
 
 
 def _context() -> Any:
+    with _ctx_lock:
+        return _context_locked()
+
+
+def _context_locked() -> Any:
     global _ctx
     if _ctx is None:
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -58,6 +65,11 @@ def _context() -> Any:
         _ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         _ctx.data_sources.add_spark(name="simjoin_spark")
     return _ctx
+
+
+def preload() -> None:
+    """Import Great Expectations in a background thread (it takes seconds) while Spark works."""
+    threading.Thread(target=_context, name="gx-preload", daemon=True).start()
 
 
 def run_suite(df: DataFrame, suite: str, expectations: list[Any], raise_on_failure: bool = True) -> GateResult:
