@@ -1,7 +1,4 @@
-import math
-
 import pytest
-from pyspark.sql import functions as F
 
 from simjoin.quality import gates
 from simjoin.quality import quarantine as q
