@@ -1,0 +1,60 @@
+"""Plots of a set-similarity-join stats table (``<output>_stats``): the optimizer's estimated
+slice cost against the actual work per unit, wall seconds per unit, and records per unit."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["is_ssj_stats", "render_ssj_stats"]
+
+
+def is_ssj_stats(columns: list[str]) -> bool:
+    return {"unit", "est_cost", "candidates", "wall_seconds"} <= set(columns)
+
+
+def render_ssj_stats(pdf: Any, out: str, title: str = "ssj stats") -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    df = pd.DataFrame(pdf)
+    os.makedirs(out, exist_ok=True)
+    files: list[str] = []
+    for run_id, d in df.groupby("run_id") if "run_id" in df else [("run", df)]:
+        d = d.sort_values("unit")
+        labels = [f"{n}/{g}" for n, g in zip(d["node"], d["modgroup"])]
+        x = range(len(d))
+        fig, ax1 = plt.subplots(figsize=(8, 4))
+        ax1.bar([i - 0.2 for i in x], d["est_cost"] / max(d["est_cost"].max(), 1), width=0.4,
+                label="estimated slice cost C(i)/m (scaled)")
+        ax1.bar([i + 0.2 for i in x], d["candidates"] / max(d["candidates"].max(), 1), width=0.4,
+                label="actual candidates (scaled)")
+        ax1.set_xticks(list(x), labels, rotation=45, fontsize=7)
+        ax1.set_xlabel("unit (node/modgroup)")
+        ax1.set_title(f"{title} [{run_id}]: estimated vs actual cost per unit")
+        ax1.legend(fontsize=7)
+        files.append(os.path.join(out, f"ssj_{run_id}_slice_costs.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.bar(x, d["wall_seconds"], label="wall seconds")
+        ax.set_xticks(list(x), labels, rotation=45, fontsize=7)
+        ax.set_ylabel("seconds")
+        ax.set_title(f"{title} [{run_id}]: load per unit (slowest/fastest "
+                     f"{d['wall_seconds'].max() / max(d['wall_seconds'].min(), 1e-9):.1f})")
+        files.append(os.path.join(out, f"ssj_{run_id}_unit_seconds.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.bar([i - 0.2 for i in x], d["records_indexed"], width=0.4, label="records indexed")
+        ax.bar([i + 0.2 for i in x], d["records_probed"], width=0.4, label="records probed")
+        ax.set_xticks(list(x), labels, rotation=45, fontsize=7)
+        ax.set_title(f"{title} [{run_id}]: records per unit (replication)")
+        ax.legend(fontsize=7)
+        files.append(os.path.join(out, f"ssj_{run_id}_records.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    return files
