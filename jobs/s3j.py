@@ -74,10 +74,15 @@ def run(spark: SparkSession, run_: S3JRun) -> S3JSummary:
         summary.add(left_over)
 
     def handler(batch: Any, ctx: Any) -> None:
-        with stage(f"s3j ingest batch {ctx.batch_id}", log):
-            info = s3j_ingest.stage_batch(spark, run_, batch, ctx.batch_id)
-        summary.quarantined += info["quarantined"]
-        res = process_pending(spark, run_)
+        try:
+            with stage(f"s3j ingest batch {ctx.batch_id}", log):
+                info = s3j_ingest.stage_batch(spark, run_, batch, ctx.batch_id)
+            summary.quarantined += info["quarantined"]
+            res = process_pending(spark, run_)
+        except Exception:
+            # Spark reports only the Python side's last line: log the whole cause first.
+            log.exception("s3j micro-batch %d failed", ctx.batch_id)
+            raise
         if res:
             summary.add(res)
 

@@ -77,7 +77,6 @@ def report(
     master: Optional[str] = MASTER,
 ) -> None:
     """Plot a stats table: load per worker, window latencies, comparisons and duplication ratios."""
-    from simjoin.report import render_stats
     from simjoin.spark import delta
 
     spark = _spark(master)
@@ -87,3 +86,64 @@ def report(
         _fail(str(e))
     files = render_stats(pdf, out, title=stats)  # type: ignore[possibly-undefined]
     _summary(f"report {stats}: {len(files)} plots and index.html in {out}")
+
+
+def render_stats(pdf: "object", out: str, title: str = "stats") -> list[str]:
+    """Render a stats table (pandas) to PNGs and an index.html; returns the PNG paths.
+
+    Plots: load per worker per window (stacked), window latency p50/p99/max, comparisons and
+    duplication ratio per window. Rows are aggregated over micro-batches per window.
+    """
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    df = pd.DataFrame(pdf)
+    os.makedirs(out, exist_ok=True)
+    files: list[str] = []
+    win = df[df["level"] == "window"].copy()
+    wrk = df[df["level"] == "worker"].copy()
+    for algo in sorted(df["algorithm"].dropna().unique()):
+        w = win[win["algorithm"] == algo].groupby("window_start").agg(
+            records=("records", "sum"), copies=("copies", "sum"), comps=("distance_computations", "sum"),
+            pairs=("result_pairs", "sum"), p50=("latency_p50_s", "max"), p99=("latency_p99_s", "max"),
+            mx=("latency_max_s", "max")).sort_index()
+        k = wrk[wrk["algorithm"] == algo].pivot_table(index="window_start", columns="worker", values="load",
+                                                      aggfunc="sum").sort_index()
+        labels = [str(i) for i in range(len(w))]
+        fig, ax = plt.subplots(figsize=(8, 4))
+        bottom = None
+        for col in k.columns:
+            ax.bar(range(len(k)), k[col].values, bottom=bottom, label=f"worker {col}")
+            bottom = k[col].values if bottom is None else bottom + k[col].values
+        ax.set_xlabel("window"), ax.set_ylabel("load (Definition 5)"), ax.set_title(f"{algo}: load per worker")
+        ax.legend(fontsize=7)
+        files.append(os.path.join(out, f"{algo}_load.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for c, lab in (("p50", "p50"), ("p99", "p99"), ("mx", "max")):
+            ax.plot(labels, w[c].values, marker="o", label=lab)
+        ax.set_xlabel("window"), ax.set_ylabel("seconds"), ax.set_title(f"{algo}: window latency")
+        ax.legend()
+        files.append(os.path.join(out, f"{algo}_latency.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.plot(labels, (w["comps"] / w["pairs"].clip(lower=1)).values, marker="o", label="comparisons ratio")
+        ax.plot(labels, (w["copies"] / w["records"].clip(lower=1)).values, marker="s", label="duplication ratio")
+        ax.set_xlabel("window"), ax.set_title(f"{algo}: ratios per window")
+        ax.legend()
+        files.append(os.path.join(out, f"{algo}_ratios.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    body = "".join(f'<h3>{os.path.basename(f)}</h3><img src="{os.path.basename(f)}">' for f in files)
+    table = win.drop(columns=["worker"], errors="ignore").to_html(index=False, float_format="%.3f")
+    with open(os.path.join(out, "index.html"), "w") as fh:
+        fh.write(f"<html><head><title>{title}</title></head><body><h1>{title}</h1>{body}"
+                 f"<h2>per window</h2>{table}</body></html>")
+    return files

@@ -1,0 +1,60 @@
+"""simjoin_s3j: loads, validates its params, and a dag.test() run joins a small stream exactly."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+@pytest.fixture(scope="module")
+def dag(airflow_db):
+    from airflow.models.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS / "simjoin_s3j.py"))
+    assert bag.import_errors == {}
+    return bag.dags["simjoin_s3j"]
+
+
+def test_tasks_params_and_outlets(dag):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    assert [t.task_id for t in dag.topological_sort()] == ["ingest", "partition", "worksets", "join", "gate", "stats"]
+    assert all(t.retries >= 2 for t in dag.tasks) and "simjoin" in dag.tags and dag.doc_md
+    for key, bad in (("threshold", 0), ("metric", "manhattan"), ("workers", 0), ("algorithm", "x"),
+                     ("window", "soon")):
+        with pytest.raises(ParamValidationError):
+            dag.params.get_param(key).resolve(bad)
+    outs = {o.name for t in dag.tasks for o in t.outlets}
+    assert {"simjoin_s3j_pairs", "simjoin_s3j_stats"} <= outs
+
+
+def test_dag_run_matches_brute_force(dag, spark, tmp_path):
+    from deltalake import DeltaTable
+
+    from simjoin.core.metric import brute_force_join
+
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-1, 1, (300, 2))
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    secs = np.sort(rng.uniform(0, 20, 300))
+    rows = [(i, t0 + dt.timedelta(seconds=float(s)), x.tolist()) for i, (s, x) in enumerate(zip(secs, X))]
+    src, out = str(tmp_path / "in"), str(tmp_path / "pairs")
+    spark.createDataFrame(rows, "id long, ts timestamp, vector array<double>").write.format("delta").save(src)
+    run = dag.test(run_conf={"left": src, "output": out, "threshold": 0.05, "metric": "euclidean",
+                             "window": "10s", "workers": 3})
+    assert str(run.state) in ("success", "DagRunState.SUCCESS")
+    t = DeltaTable(out).to_pyarrow_table()
+    got = set(zip(t.column("left_id").to_pylist(), t.column("right_id").to_pylist(),
+                  [w.timestamp() for w in t.column("window_start").to_pylist()]))
+    ref = set()
+    for k in (0, 1):
+        m = (secs // 10) == k
+        L, R, _ = brute_force_join(X[m], np.flatnonzero(m), None, "euclidean", 0.05)
+        ref |= {(int(a), int(b), (t0 + dt.timedelta(seconds=10 * k)).timestamp()) for a, b in zip(L, R)}
+    assert got == ref and t.num_rows == len(ref) > 0
+    assert DeltaTable(out + "_stats").to_pyarrow_table().num_rows > 0

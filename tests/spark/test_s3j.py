@@ -1,0 +1,173 @@
+"""S3J through Spark: the authors' reference stream (26,263 pairs), random data vs brute force
+(transforms in tasks and the whole micro-batch pipeline), windows spanning micro-batches,
+sliding windows and the quarantine."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pyspark.sql import functions as F
+
+from jobs import s3j as job
+from jobs.s3j_common import S3JRun
+from simjoin.config import S3JConfig
+from simjoin.core.metric import brute_force_join, pairwise
+from simjoin.spark import delta
+from simjoin.spark.metric import (
+    JoinParams,
+    clusterjoin_members_df,
+    formulate_worksets_df,
+    join_worksets_df,
+    space_partition_df,
+)
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "s3j"
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+SCHEMA = "id long, ts timestamp, vector array<double>"
+
+
+def _write(spark, path, ids, secs, X, mode="overwrite"):
+    rows = [(int(i), T0 + dt.timedelta(seconds=float(s)), [float(v) for v in x]) for i, s, x in zip(ids, secs, X)]
+    spark.createDataFrame(rows, SCHEMA).write.format("delta").mode(mode).save(path)
+
+
+def _reference():
+    ids, secs, X = [], [], []
+    for line in (DATA / "1K_2D_Array_Stream_v2.txt").read_text().splitlines():
+        if line.strip():
+            a, b, rest = line.split(",", 2)
+            secs.append(int(a) / 1000)
+            ids.append(int(b))
+            X.append([float(v) for v in rest.strip()[1:-1].split(",")])
+    return np.array(ids), np.array(secs), np.array(X)
+
+
+def _pairs(spark, path):
+    return {(r.left_id, r.right_id, r.window_start.replace(tzinfo=None)) for r in delta.read_table(spark, path).collect()}
+
+
+@pytest.mark.parametrize("algorithm", ["s3j", "clusterjoin"])
+def test_reference_stream_26263_pairs(spark, tmp_path, algorithm):
+    ids, secs, X = _reference()
+    _write(spark, str(tmp_path / "ref"), ids, secs, X)
+    cfg = S3JConfig(threshold=0.05, metric="angular", window="60s", algorithm=algorithm)
+    s = job.run(spark, S3JRun(str(tmp_path / "ref"), str(tmp_path / "out"), cfg))
+    got = delta.read_table(spark, str(tmp_path / "out"))
+    assert s.pairs == 26263 and got.count() == 26263 and len(s.windows) == 1
+    truth = {tuple(sorted(map(int, ln.split(","))))
+             for ln in (DATA / "1K_2D_Array_Stream_v2GroundTruth0_05.txt").read_text().splitlines() if ln.strip()}
+    assert {(r.left_id, r.right_id) for r in got.select("left_id", "right_id").collect()} == truth
+    stats = delta.read_table(spark, str(tmp_path / "out") + "_stats")
+    w = stats.where("level = 'window'").first()
+    assert w.result_pairs == 26263 and w.records == 1000 and w.duplication_ratio >= 1.0
+    assert stats.where("level = 'worker'").count() == 5
+    if algorithm == "s3j":
+        assert w.shortcut_pairs > 0 and got.where(F.col("distance").isNull()).count() == w.shortcut_pairs
+        assert w.comparisons_ratio < 2.0
+
+
+def _threshold(metric, X, q=0.01):
+    D = pairwise(metric, X[:300], X[:300])
+    return float(np.quantile(D[np.triu_indices(len(D), 1)], q))
+
+
+CASES = [  # dim, metric, inclusive, two-stream, algorithm
+    (2, "angular", False, False, "s3j"),
+    (2, "euclidean", True, True, "s3j"),
+    (2, "cosine", False, True, "clusterjoin"),
+    (10, "angular", True, True, "s3j"),
+    (10, "euclidean", False, False, "s3j"),
+    (10, "cosine", True, False, "s3j"),
+    (50, "angular", False, True, "s3j"),
+    (50, "euclidean", True, False, "clusterjoin"),
+    (50, "cosine", False, False, "s3j"),
+]
+
+
+@pytest.mark.parametrize("dim,metric,inclusive,two,algorithm", CASES)
+def test_transforms_match_brute_force(spark, dim, metric, inclusive, two, algorithm):
+    """Space partitioning (mapInArrow) -> worksets (applyInArrow per partition) -> join (per
+    worker), three windows, against brute force per window."""
+    rng = np.random.default_rng(dim * 7 + len(metric))
+    n = 360
+    X = rng.uniform(-1, 1, (n, dim)) if dim < 50 else rng.normal(0, 1, (n, dim)) + 0.5
+    X[5] = X[4]  # exact duplicate: distance 0 (and a tie at the boundary for inclusive below)
+    t = _threshold(metric, X, 0.02)
+    ids = np.arange(n, dtype=np.int64) + 100
+    side = (rng.random(n) < 0.5).astype(np.int8) if two else np.zeros(n, np.int8)
+    win = rng.integers(0, 3, n)
+    ts = np.arange(n)
+    rows = [(int(w) * 60_000_000, int(w + 1) * 60_000_000, int(s), int(sd), int(i), x.tolist())
+            for w, s, sd, i, x in zip(win, ts, side, ids, X)]
+    df = spark.createDataFrame(rows, "w long, we long, ts long, side byte, id long, vector array<double>")
+    p = JoinParams(metric, t, inclusive, 3, algorithm, 40, 42, False, not two, dim)
+    copies = space_partition_df(df, p)
+    members = (clusterjoin_members_df(copies, p) if algorithm == "clusterjoin"
+               else formulate_worksets_df(copies, None, None, p).where("kind = 0").drop("kind", "n"))
+    out = join_worksets_df(members, p).collect()
+    got = [(r.w // 60_000_000, r.left_id, r.right_id) for r in out if r.kind == 0]
+    assert len(got) == len(set(got)), "duplicate pairs"
+    ref = set()
+    for w in range(3):
+        m = win == w
+        L, R, _ = brute_force_join(X[m], ids[m], side[m] if two else None, metric, t, inclusive)
+        ref |= {(w, int(a), int(b)) for a, b in zip(L, R)}
+    assert set(got) == ref and len(ref) > 0
+    stats = [r for r in out if r.kind == 1]
+    assert sum(r.results for r in stats) == len(ref)
+
+
+def test_pipeline_two_streams_sliding_windows_across_microbatches(spark, tmp_path):
+    """Two streams, sliding 60 s windows every 30 s; the second run appends records into windows
+    that are still open, so they must join the first run's records (join state) exactly once."""
+    rng = np.random.default_rng(5)
+    n = 240
+    XL, XR = rng.uniform(-1, 1, (n, 3)), rng.uniform(-1, 1, (n, 3))
+    tl, tr = np.sort(rng.uniform(0, 150, n)), np.sort(rng.uniform(0, 150, n))
+    idl, idr = np.arange(n), np.arange(n) + 10_000
+    left, right, out = str(tmp_path / "l"), str(tmp_path / "r"), str(tmp_path / "o")
+    h = n // 2  # first half of each stream now, second half later
+    _write(spark, left, idl[:h], tl[:h], XL[:h])
+    _write(spark, right, idr[:h], tr[:h], XR[:h])
+    cfg = S3JConfig(threshold=0.25, metric="euclidean", window="60s", slide="30s", workers=3)
+    run = S3JRun(left, out, cfg, right=right)
+    s1 = job.run(spark, run)
+    _write(spark, left, idl[h:], tl[h:], XL[h:], mode="append")
+    _write(spark, right, idr[h:], tr[h:], XR[h:], mode="append")
+    s2 = job.run(spark, run)
+    got = [(r.left_id, r.right_id, r.window_start) for r in delta.read_table(spark, out).collect()]
+    assert len(got) == len(set(got)), "a pair reported twice"
+    ref = set()
+    for k in range(-1, 5):
+        lo, hi = 30 * k, 30 * k + 60
+        ml, mr = (tl >= lo) & (tl < hi), (tr >= lo) & (tr < hi)
+        X = np.concatenate([XL[ml], XR[mr]])
+        sd = np.concatenate([np.zeros(ml.sum()), np.ones(mr.sum())]).astype(np.int8)
+        L, R, _ = brute_force_join(X, np.concatenate([idl[ml], idr[mr]]), sd, "euclidean", 0.25)
+        start = (T0 + dt.timedelta(seconds=lo)).replace(tzinfo=None)
+        ref |= {(int(a), int(b), start) for a, b in zip(L, R)}
+    assert {(a, b, w.replace(tzinfo=None)) for a, b, w in got} == ref
+    assert s1.pairs + s2.pairs == len(ref) and s1.pairs > 0 and s2.pairs > 0
+    # the second run joined new records against the first run's records (state rows > 0)
+    st = delta.read_table(spark, out + "_stats").where("level = 'window' AND batch_id = 1")
+    assert st.agg(F.sum("state_rows")).first()[0] > 0
+    assert job.run(spark, run).pairs == 0  # nothing new: nothing joined, nothing written
+
+
+def test_quarantine_bad_vectors(spark, tmp_path):
+    rows = [
+        (1, T0, [1.0, 0.0]), (2, T0, [0.999, 0.01]), (3, T0, [0.0, 0.0]), (4, T0, [1.0, 0.0, 0.0]),
+        (5, T0, [float("nan"), 1.0]), (6, T0, None), (1, T0 + dt.timedelta(seconds=1), [0.5, 0.5]),
+        (7, T0, [float("inf"), 1.0]),
+    ]
+    src, out = str(tmp_path / "in"), str(tmp_path / "o")
+    spark.createDataFrame(rows, SCHEMA).write.format("delta").save(src)
+    s = job.run(spark, S3JRun(src, out, S3JConfig(threshold=0.05, metric="angular", window="60s", workers=2)))
+    q = {r.id: r.reason for r in delta.read_table(spark, out + "_quarantine").collect()}
+    assert set(q) == {1, 3, 4, 5, 6, 7} and s.quarantined == 6
+    assert "zero vector" in q[3] and "dimension 3, expected 2" in q[4] and "NaN or inf" in q[5]
+    assert "null vector" in q[6] and "duplicate id 1" in q[1] and "NaN or inf" in q[7]
+    assert [(r.left_id, r.right_id) for r in delta.read_table(spark, out).collect()] == [(1, 2)]
