@@ -56,6 +56,25 @@ def ssj(
              f"-> {output}")
 
 
+@app.command("report")
+def report(
+    stats: str = typer.Option(..., "--stats", help="A stats Delta table: <output>_stats of simjoin ssj or s3j."),
+    out: str = typer.Option(..., "--out", help="Folder for the PNG plots and index.html."),
+    master: Optional[str] = MASTER,
+) -> None:
+    """Plot a stats table: slice costs and load per unit (ssj); load per worker, window latencies (s3j)."""
+    from simjoin.report import render
+    from simjoin.spark import delta
+
+    spark = _spark(master)
+    try:
+        pdf = delta.read_table(spark, stats).toPandas()
+        files = render(pdf, out, title=stats)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    _summary(f"report {stats}: {len(files)} plots and index.html in {out}")  # type: ignore[possibly-undefined]
+
+
 try:  # the S3J commands live in their own module
     from simjoin import cli_s3j  # noqa: F401
 except ImportError as e:  # pragma: no cover - only while it is being written

@@ -1,0 +1,144 @@
+"""`simjoin report`: plots (PNG + index.html) from the stats tables.
+
+- set-similarity join (``<output>_stats`` of ``simjoin ssj``): estimated slice cost vs actual
+  work per unit, wall seconds per unit (the load per worker), records indexed/probed per unit;
+- S3J / ClusterJoin (``<output>_stats`` of ``simjoin s3j``): load per worker per window, window
+  latencies p50/p99/max, comparisons and duplication ratios per window.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["render", "is_ssj_stats", "is_s3j_stats", "render_ssj_stats", "render_s3j_stats"]
+
+
+def render(pdf: Any, out: str, title: str = "stats") -> list[str]:
+    """Render whichever kind of stats table ``pdf`` (pandas) is; returns the PNG paths."""
+    cols = list(pdf.columns)
+    if is_ssj_stats(cols):
+        files = render_ssj_stats(pdf, out, title)
+        _index(out, title, files, pdf.to_html(index=False, float_format="%.3f"))
+        return files
+    if is_s3j_stats(cols):
+        return render_s3j_stats(pdf, out, title)
+    raise ValueError(f"{title}: not a simjoin stats table (columns {cols}); allowed: the <output>_stats "
+                     "table of simjoin ssj or simjoin s3j")
+
+
+def is_s3j_stats(columns: list[str]) -> bool:
+    return {"level", "algorithm", "window_start"} <= set(columns)
+
+
+def _index(out: str, title: str, files: list[str], table_html: str) -> None:
+    body = "".join(f'<h3>{os.path.basename(f)}</h3><img src="{os.path.basename(f)}">' for f in files)
+    with open(os.path.join(out, "index.html"), "w") as fh:
+        fh.write(f"<html><head><title>{title}</title></head><body><h1>{title}</h1>{body}"
+                 f"<h2>table</h2>{table_html}</body></html>")
+
+
+def is_ssj_stats(columns: list[str]) -> bool:
+    return {"unit", "est_cost", "candidates", "wall_seconds"} <= set(columns)
+
+
+def render_ssj_stats(pdf: Any, out: str, title: str = "ssj stats") -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    df = pd.DataFrame(pdf)
+    os.makedirs(out, exist_ok=True)
+    files: list[str] = []
+    for run_id, d in df.groupby("run_id") if "run_id" in df else [("run", df)]:
+        d = d.sort_values("unit")
+        labels = [f"{n}/{g}" for n, g in zip(d["node"], d["modgroup"])]
+        x = range(len(d))
+        fig, ax1 = plt.subplots(figsize=(8, 4))
+        ax1.bar([i - 0.2 for i in x], d["est_cost"] / max(d["est_cost"].max(), 1), width=0.4,
+                label="estimated slice cost C(i)/m (scaled)")
+        ax1.bar([i + 0.2 for i in x], d["candidates"] / max(d["candidates"].max(), 1), width=0.4,
+                label="actual candidates (scaled)")
+        ax1.set_xticks(list(x), labels, rotation=45, fontsize=7)
+        ax1.set_xlabel("unit (node/modgroup)")
+        ax1.set_title(f"{title} [{run_id}]: estimated vs actual cost per unit")
+        ax1.legend(fontsize=7)
+        files.append(os.path.join(out, f"ssj_{run_id}_slice_costs.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.bar(x, d["wall_seconds"], label="wall seconds")
+        ax.set_xticks(list(x), labels, rotation=45, fontsize=7)
+        ax.set_ylabel("seconds")
+        ax.set_title(f"{title} [{run_id}]: load per unit (slowest/fastest "
+                     f"{d['wall_seconds'].max() / max(d['wall_seconds'].min(), 1e-9):.1f})")
+        files.append(os.path.join(out, f"ssj_{run_id}_unit_seconds.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.bar([i - 0.2 for i in x], d["records_indexed"], width=0.4, label="records indexed")
+        ax.bar([i + 0.2 for i in x], d["records_probed"], width=0.4, label="records probed")
+        ax.set_xticks(list(x), labels, rotation=45, fontsize=7)
+        ax.set_title(f"{title} [{run_id}]: records per unit (replication)")
+        ax.legend(fontsize=7)
+        files.append(os.path.join(out, f"ssj_{run_id}_records.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    return files
+
+
+def render_s3j_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
+    """Render a stats table (pandas) to PNGs and an index.html; returns the PNG paths.
+
+    Plots: load per worker per window (stacked), window latency p50/p99/max, comparisons and
+    duplication ratio per window. Rows are aggregated over micro-batches per window.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    df = pd.DataFrame(pdf)
+    os.makedirs(out, exist_ok=True)
+    files: list[str] = []
+    win = df[df["level"] == "window"].copy()
+    wrk = df[df["level"] == "worker"].copy()
+    for algo in sorted(df["algorithm"].dropna().unique()):
+        w = win[win["algorithm"] == algo].groupby("window_start").agg(
+            records=("records", "sum"), copies=("copies", "sum"), comps=("distance_computations", "sum"),
+            pairs=("result_pairs", "sum"), p50=("latency_p50_s", "max"), p99=("latency_p99_s", "max"),
+            mx=("latency_max_s", "max")).sort_index()
+        k = wrk[wrk["algorithm"] == algo].pivot_table(index="window_start", columns="worker", values="load",
+                                                      aggfunc="sum").sort_index()
+        labels = [str(i) for i in range(len(w))]
+        fig, ax = plt.subplots(figsize=(8, 4))
+        bottom = None
+        for col in k.columns:
+            ax.bar(range(len(k)), k[col].values, bottom=bottom, label=f"worker {col}")
+            bottom = k[col].values if bottom is None else bottom + k[col].values
+        ax.set_xlabel("window"), ax.set_ylabel("load (Definition 5)"), ax.set_title(f"{algo}: load per worker")
+        ax.legend(fontsize=7)
+        files.append(os.path.join(out, f"{algo}_load.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for c, lab in (("p50", "p50"), ("p99", "p99"), ("mx", "max")):
+            ax.plot(labels, w[c].values, marker="o", label=lab)
+        ax.set_xlabel("window"), ax.set_ylabel("seconds"), ax.set_title(f"{algo}: window latency")
+        ax.legend()
+        files.append(os.path.join(out, f"{algo}_latency.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.plot(labels, (w["comps"] / w["pairs"].clip(lower=1)).values, marker="o", label="comparisons ratio")
+        ax.plot(labels, (w["copies"] / w["records"].clip(lower=1)).values, marker="s", label="duplication ratio")
+        ax.set_xlabel("window"), ax.set_title(f"{algo}: ratios per window")
+        ax.legend()
+        files.append(os.path.join(out, f"{algo}_ratios.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    _index(out, title, files, win.drop(columns=["worker"], errors="ignore").to_html(index=False, float_format="%.3f"))
+    return files

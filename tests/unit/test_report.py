@@ -1,0 +1,41 @@
+"""`simjoin report` renders PNG plots + index.html from either kind of stats table."""
+
+import datetime as dt
+
+import pandas as pd
+import pytest
+
+from simjoin.report import render
+
+
+def test_ssj_stats_plots(tmp_path):
+    df = pd.DataFrame({
+        "unit": [0, 1, 2, 3], "node": [0, 0, 1, 1], "modgroup": [0, 1, 0, 1], "est_cost": [10.0, 10.0, 4.0, 4.0],
+        "candidates": [120, 100, 40, 30], "wall_seconds": [1.2, 1.0, 0.4, 0.3], "records_indexed": [50, 50, 20, 20],
+        "records_probed": [25, 25, 10, 10], "results": [3, 2, 1, 0], "run_id": ["r"] * 4})
+    files = render(df, str(tmp_path), "ssj")
+    assert [f.rsplit("/", 1)[1] for f in files] == ["ssj_r_slice_costs.png", "ssj_r_unit_seconds.png",
+                                                    "ssj_r_records.png"]
+    assert all((tmp_path / f.rsplit("/", 1)[1]).read_bytes()[:4] == b"\x89PNG" for f in files)
+    assert "ssj_r_slice_costs.png" in (tmp_path / "index.html").read_text()
+
+
+def test_s3j_stats_plots(tmp_path):
+    w = [dt.datetime(2026, 1, 1, 0, m) for m in (0, 1)]
+    rows = []
+    for ws in w:
+        rows.append({"level": "window", "algorithm": "s3j", "window_start": ws, "worker": None, "load": None,
+                     "records": 100, "copies": 190, "distance_computations": 50, "result_pairs": 30,
+                     "latency_p50_s": 0.1, "latency_p99_s": 0.3, "latency_max_s": 0.4})
+        for k in range(3):
+            rows.append({"level": "worker", "algorithm": "s3j", "window_start": ws, "worker": k, "load": 10.0 * (k + 1),
+                         "records": 30, "copies": 60, "distance_computations": 15, "result_pairs": 10,
+                         "latency_p50_s": None, "latency_p99_s": None, "latency_max_s": None})
+    files = render(pd.DataFrame(rows), str(tmp_path), "s3j")
+    assert sorted(f.rsplit("/", 1)[1] for f in files) == ["s3j_latency.png", "s3j_load.png", "s3j_ratios.png"]
+    assert (tmp_path / "index.html").exists()
+
+
+def test_unknown_table_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="not a simjoin stats table"):
+        render(pd.DataFrame({"a": [1]}), str(tmp_path), "x")
