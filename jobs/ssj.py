@@ -30,12 +30,19 @@ def run(spark: SparkSession, job: SSJRun) -> SSJResult:
 
     t0 = time.perf_counter()
     preload()
-    tok = ssj_tokenize.run(spark, job)
-    ssj_gates.tokens(spark, job)
-    plan = ssj_optimize.run(spark, job)
-    j = ssj_join.run(spark, job)
-    ssj_gates.pairs(spark, job)
-    n = ssj_publish.run(spark, job)
+    # One process runs every stage: hand DataFrames from stage to stage instead of reading the
+    # stage tables back (they are still written), and gate the pairs before the one output write.
+    tok, records, length_rows = ssj_tokenize.tokenize(spark, job, keep=True)
+    assert records is not None
+    try:
+        ssj_gates.tokens(spark, job, records)
+        plan = ssj_optimize.run(spark, job, length_rows)
+        j, pairs = ssj_join.join(spark, job, plan, records, staging=False)
+        assert pairs is not None
+        ssj_gates.pairs(spark, job, pairs)
+        n = ssj_publish.run(spark, job, pairs)
+    finally:
+        spark.catalog.clearCache()
     return SSJResult(n, plan.n_units, plan.n, plan.m, tok["records"], tok["quarantined"],
                      time.perf_counter() - t0, j["slowest_unit_s"], j["fastest_unit_s"])
 

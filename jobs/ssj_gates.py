@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.ssj_common import SSJRun
@@ -13,11 +13,12 @@ from simjoin.spark import delta
 log = get_logger("simjoin.ssj")
 
 
-def tokens(spark: SparkSession, job: SSJRun) -> None:
+def tokens(spark: SparkSession, job: SSJRun, df: DataFrame | None = None) -> None:
     import great_expectations.expectations as gxe
 
     with stage("ssj gate tokens", log):
-        df = delta.read_table(spark, job.tables.tokens).filter(F.col("run_id") == job.run_id)
+        if df is None:
+            df = delta.read_table(spark, job.tables.tokens).filter(F.col("run_id") == job.run_id)
         ex = columns_expectations({"rid": "LongType", "id": "LongType", "length": "IntegerType"},
                                   not_null=["rid", "id", "tokens", "length"])
         ex += [gxe.ExpectColumnValuesToBeUnique(column="rid"),
@@ -26,9 +27,10 @@ def tokens(spark: SparkSession, job: SSJRun) -> None:
         run_suite(df, "ssj_tokens", ex)
 
 
-def pairs(spark: SparkSession, job: SSJRun) -> None:
+def pairs(spark: SparkSession, job: SSJRun, df: DataFrame | None = None) -> None:
     with stage("ssj gate pairs", log):
-        df = delta.read_table(spark, job.tables.staging).filter(F.col("run_id") == job.run_id)
+        if df is None:
+            df = delta.read_table(spark, job.tables.staging).filter(F.col("run_id") == job.run_id)
         # similarities are in [θ, 1]; the tolerance only absorbs float rounding of the score itself
         run_suite(df, "ssj_pairs", pairs_expectations("similarity", job.cfg.threshold - 1e-9, 1.0 + 1e-9,
                                                       self_join=not job.rs))

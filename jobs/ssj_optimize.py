@@ -16,11 +16,12 @@ from simjoin.spark import setsim as S
 log = get_logger("simjoin.ssj")
 
 
-def run(spark: SparkSession, job: SSJRun) -> Plan:
+def run(spark: SparkSession, job: SSJRun, length_rows: list | None = None) -> Plan:
     with stage("ssj optimize", log):
         cfg = job.cfg
-        rows = (delta.read_table(spark, job.tables.lengths).filter(F.col("run_id") == job.run_id)
-                .orderBy("length").collect())
+        rows = length_rows if length_rows is not None else (
+            delta.read_table(spark, job.tables.lengths).filter(F.col("run_id") == job.run_id).collect())
+        rows = sorted(rows, key=lambda r: r["length"])
         lengths = np.array([r["length"] for r in rows], dtype=np.int64)
         counts = np.array([r["count"] for r in rows], dtype=np.int64)
         if cfg.workers is not None or cfg.mod is not None:

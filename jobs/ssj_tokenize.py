@@ -3,7 +3,7 @@ id) go to the quarantine table with a reason; good rows become integer-token rec
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.ssj_common import SSJRun
@@ -16,6 +16,12 @@ log = get_logger("simjoin.ssj")
 
 
 def run(spark: SparkSession, job: SSJRun) -> dict[str, int]:
+    return tokenize(spark, job)[0]
+
+
+def tokenize(spark: SparkSession, job: SSJRun, keep: bool = False) -> tuple[dict[str, int], DataFrame | None, list]:
+    """Write the tokens, lengths and quarantine tables. With ``keep`` also return the records
+    (persisted) and the length statistics rows, so a single-process run need not read them back."""
     with stage("ssj tokenize", log):
         cfg = job.cfg
         sides = [(0, job.input)] + ([(1, job.right)] if job.right else [])
@@ -35,7 +41,10 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, int]:
         delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
         delta.overwrite_partition(lengths.withColumn("run_id", F.lit(job.run_id)), job.tables.lengths, job.part)
         n_records = records.count()
-        records.unpersist()
+        length_rows = lengths.collect() if keep else []
+        if not keep:
+            records.unpersist()
         n_bad = n_in - n_records
         log.info("ssj tokenize: %d records in, %d tokenized, %d quarantined", n_in, n_records, n_bad)
-        return {"records_in": n_in, "records": n_records, "quarantined": n_bad}
+        stats = {"records_in": n_in, "records": n_records, "quarantined": n_bad}
+        return stats, (records if keep else None), length_rows
