@@ -76,6 +76,7 @@ def test_two_pass_equals_streaming_operator(metric: str, with_state: bool) -> No
         t,
         workset_id=None if C0 is None else np.arange(1, 5),
         centroid=C0,
+        prune_outer=False,  # the paper's operator: full 2t outer sets
     )
     got = {(int(r), int(w), int(k)) for r, w, k in zip(pw.record, pw.workset_id, pw.role)}
     assert got == ref_rows
@@ -157,3 +158,31 @@ def test_state_carries_across_windows_and_continues_ids() -> None:
     assert w2.n_new_worksets == len(new) - len(old)
     with pytest.raises(ValueError, match="n_workers"):
         formulate_worksets(X2, space_partition(X2, C[:1], "euclidean", t), "euclidean", t, state=w1.state)
+
+
+@pytest.mark.parametrize("metric", ["angular", "euclidean"])
+def test_pruned_outer_sets_keep_results_and_computations(metric):
+    """Outer copies cut to the members' reach (prune_outer): exact pairs, never more
+    copies than the full 2t outer sets, over windows that reuse persisted centroids."""
+    from simjoin.core.metric import pairwise, s3j_join_window
+    from simjoin.core.metric.partitioning import random_centroids, space_partition
+    from simjoin.core.metric.worksets import formulate_worksets
+
+    rng = np.random.default_rng(3)
+    t = 0.05 if metric == "angular" else 0.15
+    state = None
+    for _ in range(3):
+        X = rng.uniform(-1, 1, (600, 2))
+        side = np.repeat([0, 1], 300).astype(np.int8)
+        ids = np.concatenate([np.arange(300), np.arange(300)])
+        r = s3j_join_window(X, ids, side, metric, t, n_workers=4, centroid_state=state)
+        D = pairwise(metric, X[:300], X[300:])
+        want = set(zip(*np.nonzero(D < t)))
+        assert set(zip(r.left_id.tolist(), r.right_id.tolist())) == want
+        space = space_partition(X, random_centroids(4, 2, 42), metric, t)
+        full = formulate_worksets(X, space, metric, t, state=state, prune_outer=False)
+        cut = formulate_worksets(X, space, metric, t, state=state)
+        assert len(cut.rows) <= len(full.rows)
+        assert r.stats.copies == len(cut.rows)
+        state = r.centroid_state
+    assert len(cut.rows) < len(full.rows)

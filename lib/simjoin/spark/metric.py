@@ -298,7 +298,9 @@ def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, buffer
             rid = _np(sub, "id", np.int64)
             res = formulate_partition_worksets(
                 X, _np(sub, "is_outer", bool), p.metric, p.threshold, p.inclusive,
-                workset_id=ids if ids.size else None, centroid=C if ids.size else None, bounds=bounds)
+                workset_id=ids if ids.size else None, centroid=C if ids.size else None, bounds=bounds,
+                # A window may span micro-batches: later members need the full 2t outer sets.
+                prune_outer=False)
             k_new = res.new_workset_id.shape[0]
             if k_new:
                 ids = np.concatenate([ids, res.new_workset_id])

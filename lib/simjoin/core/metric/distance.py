@@ -323,6 +323,20 @@ class PartitionBounds:
         """Upper bound on the rounding error of a computed distance of magnitude x."""
         return self.rel * np.abs(x) + self.abs
 
+    def outer_radius_for(self, member_radius: FloatArray | float) -> FloatArray:
+        """Outer-set bound of a workset whose members lie within ``member_radius`` (computed).
+
+        A member y with computed d^(y, c) <= m has exact d(y, c) <= m + E(m); a record x
+        matching y (exact d(x, y) <= tau) has exact d(x, c) <= tau + m + E(m) = reach, so
+        computed d^(x, c) <= reach + E(reach). Same derivation as ``outer_radius`` (which
+        is this bound for m = new_centroid_radius), never larger than it; -inf for a
+        workset without members (m = -inf).
+        """
+        m = np.asarray(member_radius, dtype=np.float64)
+        reach = self.tau + m + self.err(np.where(np.isfinite(m), m, 0.0))
+        r = reach + self.err(np.where(np.isfinite(reach), reach, 0.0)) + self.abs
+        return np.minimum(np.where(np.isfinite(m), r, -np.inf), self.outer_radius)
+
     def criterion1(self, d_i: FloatArray, d_min: FloatArray) -> npt.NDArray[np.bool_]:
         """Criterion 1, ``d_i <= d_min + 2 t``, widened so that rounding never loses a pair.
 

@@ -31,27 +31,17 @@ window all records are known, so:
   the streaming operator saw exactly the same ones. A physical outer record is
   compared with every final workset, which is what buffering achieves.
 
-The radii come from ``distance.partition_bounds`` (nominally t/2, t and 2t,
-computed in partition space - angular for cosine - with a rigorous rounding
-slack): completeness never depends on float luck, and the inner radius is
-narrowed so that the inner x inner shortcut of Section 7.7 is provably exact.
-
-Centroids persist across windows (the paper clears the join state at window end
-but keeps workset centroids): ``CentroidState`` holds them as plain arrays
-(partition, workset_id, centroid vector, worker) - a Delta table row each -
-and is passed back in for the next window. ``worker`` is where the workset's
-similarity computations run; new worksets start on the worker that owns their
-partition (Section 7.5), the balancer in ``load`` may move them later.
-
-API:
-
-* ``formulate_partition_worksets(X, is_outer, metric, t, inclusive=False, *,
-  workset_id=None, centroid=None) -> PartitionWorksets`` - one partition, one
-  worker task: X are the partition's records in arrival order, ``is_outer`` flags
-  physical outer copies, (workset_id, centroid) the partition's existing state.
-* ``formulate_worksets(X, space, metric, t, inclusive=False, *, state=None)
-  -> WorksetFormulation`` - all partitions of a window; rows
-  (record, partition, workset_id, worker, role) ready to route to workers.
+Outer sets cut to the members' reach (default ``prune_outer=True``): Definition
+10 bounds outer sets by 2t because a member may lie up to t from its centroid.
+Inside one window all members are known, so workset W's outer set is cut to
+t + m_W (m_W = its members' largest home distance, with rounding slack; see
+``PartitionBounds.outer_radius_for``) and worksets without members in the
+window - centroids persist across windows - take no outer copies. Outer rows
+only probe members (Section 7.7), so every pair that the 2t sets find is still
+found: results are unchanged, while the duplication ratio (average copies of a
+record at the join, Section 9.1) and the distance computations (outer x member
+comparisons that cannot match) drop. A window formulated
+piecewise (Spark micro-batches) uses ``prune_outer=False``.
 """
 
 from __future__ import annotations
@@ -288,12 +278,24 @@ def formulate_partition_worksets(
     centroid: npt.ArrayLike | None = None,
     bounds: PartitionBounds | None = None,
     max_block_elements: int = DEFAULT_BLOCK_ELEMENTS,
+    prune_outer: bool = True,
 ) -> PartitionWorksets:
     """Form the worksets of one space partition for one window (steps 1-5).
 
     X: the partition's records in arrival order (inner and physical outer mixed);
     is_outer: True for physical outer copies. workset_id / centroid: the
     partition's centroids from earlier windows (ids >= 1), or None.
+
+    prune_outer (default): outer copies are sent only where they can meet a
+    member. Outer rows only probe inner + outlier rows (Section 7.7), and every
+    member of workset W in this window lies within m_W (the largest computed
+    home distance of its members, found in pass 1) of W's centroid, so a record
+    can match a member of W only if it lies within ``bounds.outer_radius_for(m_W)``
+    (nominally t + m_W <= 2t) of the centroid; a workset without members in this
+    call takes no outer copies at all. The result is unchanged; copies and
+    distance computations can only drop. This needs every record of the window in this one
+    call: a caller that formulates a window piecewise (Spark micro-batches) must
+    pass ``prune_outer=False`` (the paper's full 2t outer sets).
     """
     t = check_threshold(metric, t)
     Xv = check_vectors(X, metric)
@@ -337,16 +339,27 @@ def formulate_partition_worksets(
     home_of_row = np.full(n, K, dtype=np.int64)  # physical outer: every workset qualifies
     home_of_row[inner_rows] = home_idx
     comps2 = 0
-    if K and n:
-        cols = np.arange(K, dtype=np.int64)
-        for s, D in pairwise_blocks(bounds.space, Xv, C_all, max_block_elements):
-            mask = D <= bounds.outer_radius
-            mask &= cols[None, :] < home_of_row[s : s + D.shape[0], None]
+    if prune_outer:
+        # Member radius per workset in this window (-inf: no member, no outer copies).
+        m_ws = np.full(K, -np.inf)
+        if home_idx.size:
+            np.maximum.at(m_ws, home_idx, d_home)
+        rad = np.asarray(bounds.outer_radius_for(m_ws), dtype=np.float64)
+    else:
+        rad = np.full(K, bounds.outer_radius)
+    act_idx = np.flatnonzero(np.isfinite(rad)).astype(np.int64)
+    if act_idx.size and n:
+        # Only worksets with members can take outer copies: compare with their centroids only.
+        C_act = np.ascontiguousarray(C_all[act_idx])
+        rad_act = rad[act_idx]
+        for s, D in pairwise_blocks(bounds.space, Xv, C_act, max_block_elements):
+            mask = D <= rad_act[None, :]
+            mask &= act_idx[None, :] < home_of_row[s : s + D.shape[0], None]
             r, w = np.nonzero(mask)
             rec_parts.append(r.astype(np.int64) + s)
-            ws_parts.append(ids_all[w])
+            ws_parts.append(ids_all[act_idx[w]])
             role_parts.append(np.full(r.shape[0], OUTER, dtype=np.int8))
-        comps2 = n * K
+        comps2 = n * int(act_idx.size)
     return PartitionWorksets(
         record=np.concatenate(rec_parts),
         workset_id=np.concatenate(ws_parts).astype(np.int64),
@@ -410,6 +423,7 @@ def formulate_worksets(
     *,
     state: CentroidState | None = None,
     max_block_elements: int = DEFAULT_BLOCK_ELEMENTS,
+    prune_outer: bool = True,
 ) -> WorksetFormulation:
     """Run ``formulate_partition_worksets`` for every space partition of the window.
 
@@ -449,6 +463,7 @@ def formulate_worksets(
             centroid=C0,
             bounds=bounds,
             max_block_elements=max_block_elements,
+            prune_outer=prune_outer,
         )
         recs.append(rec_p[res.record])
         parts.append(np.full(res.record.shape[0], p, dtype=np.int64))
