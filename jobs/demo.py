@@ -26,7 +26,7 @@ def main() -> None:
     subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,
                    stdout=subprocess.DEVNULL)
 
-    from airflow.models.dagbag import DagBag
+    from airflow.dag_processing.dagbag import DagBag
 
     from simjoin.spark import delta
     from simjoin.spark.session import get_spark

@@ -13,7 +13,7 @@ DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 @pytest.fixture(scope="module")
 def dag(airflow_db):
-    from airflow.models.dagbag import DagBag
+    from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(DAGS / "simjoin_s3j.py"))
     assert bag.import_errors == {}

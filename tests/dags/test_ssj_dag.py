@@ -9,7 +9,7 @@ DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 @pytest.fixture(scope="module")
 def dag(airflow_db):
-    from airflow.models.dagbag import DagBag
+    from airflow.dag_processing.dagbag import DagBag
 
     return DagBag(dag_folder=str(DAGS)).dags["simjoin_ssj"]
 
