@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from jobs import ssj_gates, ssj_join, ssj_optimize, ssj_publish, ssj_tokenize
 from jobs.ssj_common import SSJRun
+from simjoin.spark import delta
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,17 @@ def run(spark: SparkSession, job: SSJRun) -> SSJResult:
     preload()
     # One process runs every stage: hand DataFrames from stage to stage instead of reading the
     # stage tables back (they are still written), and gate the pairs before the one output write.
-    tok, records, length_rows = ssj_tokenize.tokenize(spark, job, keep=True)
-    assert records is not None
+    # The stage tables are written by concurrent background jobs while the next stage runs.
     try:
-        ssj_gates.tokens(spark, job, records)
-        plan = ssj_optimize.run(spark, job, length_rows)
-        j, pairs = ssj_join.join(spark, job, plan, records, staging=False)
-        assert pairs is not None
-        ssj_gates.pairs(spark, job, pairs)
-        n = ssj_publish.run(spark, job, pairs)
+        with delta.background_writes():
+            tok, records, length_rows = ssj_tokenize.tokenize(spark, job, keep=True)
+            assert records is not None
+            ssj_gates.tokens(spark, job, records)
+            plan = ssj_optimize.run(spark, job, length_rows)
+            j, pairs = ssj_join.join(spark, job, plan, records, staging=False)
+            assert pairs is not None
+            ssj_gates.pairs(spark, job, pairs)
+            n = ssj_publish.run(spark, job, pairs)
     finally:
         spark.catalog.clearCache()
     return SSJResult(n, plan.n_units, plan.n, plan.m, tok["records"], tok["quarantined"],

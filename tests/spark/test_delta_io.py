@@ -42,3 +42,18 @@ def test_missing_table_and_bad_version(spark, tmp_table):
     delta.overwrite(spark.range(2), p)
     with pytest.raises(ValueError, match="allowed >= 0"):
         delta.read_table(spark, p, version=-1)
+
+
+def test_background_writes_complete_and_raise(spark, tmp_table):
+    a, b = tmp_table("bg_a"), tmp_table("bg_b")
+    with delta.background_writes():
+        delta.overwrite_partition(spark.range(7).withColumn("run_id", F.lit("r")), a, {"run_id": "r"})
+        delta.overwrite_partition(spark.range(3).withColumn("run_id", F.lit("r")), b, {"run_id": "r"})
+    assert delta.read_table(spark, a).count() == 7 and delta.read_table(spark, b).count() == 3
+    with pytest.raises(ValueError, match="partition columns"):
+        with delta.background_writes():
+            delta.overwrite_partition(spark.range(3), b, {"run_id": "r"})  # checked before submitting
+    bad = spark.range(3).withColumn("run_id", F.lit("r")).selectExpr("id", "run_id", "IF(id = 1, CAST(raise_error('boom') AS long), id) AS x")
+    with pytest.raises(Exception, match="boom"):
+        with delta.background_writes():
+            delta.overwrite_partition(bad, tmp_table("bg_c"), {"run_id": "r"})

@@ -6,7 +6,10 @@ MERGE for state tables, and history.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +24,28 @@ __all__ = [
     "merge",
     "history",
     "latest_version",
+    "background_writes",
 ]
+
+_local = threading.local()
+
+
+@contextmanager
+def background_writes(max_workers: int = 3) -> Iterator[None]:
+    """Inside this block, ``overwrite_partition`` runs as concurrent Spark jobs in background
+    threads (the driver is otherwise idle while a table commits); leaving the block waits for
+    every write and re-raises the first failure. Only for tables the block does not read back."""
+    pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="delta-write")
+    futures: list[Future[None]] = []
+    _local.submit = lambda fn, *a: futures.append(pool.submit(fn, *a))
+    try:
+        yield
+    finally:
+        _local.submit = None
+        pool.shutdown(wait=True)
+    for f in futures:
+        f.result()
+
 
 
 def is_path(ref: str) -> bool:
@@ -97,11 +121,24 @@ def overwrite_partition(df: DataFrame, ref: str, partition: Mapping[str, Any]) -
     The table is partitioned by the partition's columns on first write. Reruns of the
     same partition replace it, so a retried task never duplicates output.
     """
+    submit = getattr(_local, "submit", None)  # thread-local: the writer threads write synchronously
+    if submit is not None:
+        _check_partition(df, partition)
+        submit(_overwrite_partition_now, df, ref, dict(partition))
+        return
+    _overwrite_partition_now(df, ref, partition)
+
+
+def _check_partition(df: DataFrame, partition: Mapping[str, Any]) -> None:
     if not partition:
         raise ValueError("overwrite_partition needs at least one partition column")
     missing = [c for c in partition if c not in df.columns]
     if missing:
         raise ValueError(f"partition columns {missing} are not in the DataFrame columns {df.columns}")
+
+
+def _overwrite_partition_now(df: DataFrame, ref: str, partition: Mapping[str, Any]) -> None:
+    _check_partition(df, partition)
     spark = df.sparkSession
     if not table_exists(spark, ref):
         _save(_writer(df, "overwrite", list(partition), {}), ref)
