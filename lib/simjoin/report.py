@@ -117,7 +117,7 @@ def render_s3j_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
         fig, ax = plt.subplots(figsize=(8, 4))
         bottom = None
         for col in k.columns:
-            ax.bar(range(len(k)), k[col].values, bottom=bottom, label=f"worker {col}")
+            ax.bar(range(len(k)), k[col].values, bottom=bottom, label=f"worker {int(col)}")
             bottom = k[col].values if bottom is None else bottom + k[col].values
         ax.set_xlabel("window"), ax.set_ylabel("load (Definition 5)"), ax.set_title(f"{algo}: load per worker")
         ax.legend(fontsize=7)
