@@ -7,7 +7,7 @@ import os
 from airflow.sdk import Asset, Param, dag, task
 
 WAREHOUSE = os.path.abspath(os.environ.get("SIMJOIN_WAREHOUSE", "warehouse"))
-GENERATED = Asset(name="simjoin_generated", uri=f"file://{WAREHOUSE}/generated")
+GENERATED = Asset(uri=f"file://{WAREHOUSE}/generated")
 
 
 @dag(

@@ -21,10 +21,10 @@ from airflow.sdk import Asset, Param, dag, task
 WAREHOUSE = os.path.abspath(os.environ.get("SIMJOIN_WAREHOUSE", "warehouse"))
 LEFT = f"{WAREHOUSE}/s3j/left"
 OUTPUT = f"{WAREHOUSE}/s3j/pairs"
-STREAM = Asset(name="simjoin_s3j_left", uri=f"file://{LEFT}")
-PAIRS = Asset(name="simjoin_s3j_pairs", uri=f"file://{OUTPUT}")
-STATS = Asset(name="simjoin_s3j_stats", uri=f"file://{OUTPUT}_stats")
-STATE = Asset(name="simjoin_s3j_state", uri=f"file://{OUTPUT}_state")
+STREAM = Asset(uri=f"file://{LEFT}")
+PAIRS = Asset(uri=f"file://{OUTPUT}")
+STATS = Asset(uri=f"file://{OUTPUT}_stats")
+STATE = Asset(uri=f"file://{OUTPUT}_state")
 
 
 def _schedule() -> object:

@@ -16,8 +16,9 @@ WAREHOUSE = os.path.abspath(os.environ.get("SIMJOIN_WAREHOUSE", "warehouse"))
 OUT = f"{WAREHOUSE}/ssj_pairs"
 
 
-def _asset(name: str, suffix: str = "") -> Asset:
-    return Asset(name=f"simjoin_ssj_{name}", uri=f"file://{OUT}{suffix}")
+def _asset(suffix: str = "") -> Asset:
+    # named by their URI: a different warehouse gives different Assets, never a name clash
+    return Asset(uri=f"file://{OUT}{suffix}")
 
 
 @dag(
@@ -52,12 +53,12 @@ def simjoin_ssj():
 
         return _run()
 
-    tok = stage("tokenize", _asset("tokens", "_tokens"))
+    tok = stage("tokenize", _asset("_tokens"))
     gate1 = stage("gate_tokens")  # checks run as their own task; they write nothing
-    opt = stage("optimize", _asset("plan", "_plan"))
-    join = stage("join", _asset("staging", "_staging"))
+    opt = stage("optimize", _asset("_plan"))
+    join = stage("join", _asset("_staging"))
     gate2 = stage("gate_pairs")
-    pub = stage("publish", _asset("pairs"))
+    pub = stage("publish", _asset())
     tok >> gate1 >> opt >> join >> gate2 >> pub
 
 

@@ -15,11 +15,12 @@ SHARED = ROOT.parent / "shared"
 _TMP = Path(tempfile.mkdtemp(prefix="simjoin-tests-"))
 
 # Airflow reads its home at import time: isolate it before any test module imports airflow.
-os.environ.setdefault("AIRFLOW_HOME", str(_TMP / "airflow"))
+# Forced, not defaulted: `make test` exports the project's AIRFLOW_HOME, which tests must not touch.
+os.environ["AIRFLOW_HOME"] = str(_TMP / "airflow")
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
-os.environ.setdefault("SIMJOIN_WAREHOUSE", str(_TMP / "warehouse"))
+os.environ["SIMJOIN_WAREHOUSE"] = str(_TMP / "warehouse")
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
 

@@ -29,8 +29,8 @@ def test_tasks_params_and_outlets(dag):
                      ("window", "soon")):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)
-    outs = {o.name for t in dag.tasks for o in t.outlets}
-    assert {"simjoin_s3j_pairs", "simjoin_s3j_stats"} <= outs
+    outs = {o.uri.rsplit("/", 2)[-2] + "/" + o.uri.rsplit("/", 1)[-1] for t in dag.tasks for o in t.outlets}
+    assert {"s3j/pairs", "s3j/pairs_stats"} <= outs
 
 
 def test_dag_run_matches_brute_force(dag, spark, tmp_path):
