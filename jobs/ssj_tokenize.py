@@ -1,5 +1,9 @@
 """Stage 1: tokenize + length statistics. Bad rows (null/empty text, no tokens, null or duplicate
-id) go to the quarantine table with a reason; good rows become integer-token records."""
+id) go to the quarantine table with a reason; good rows become integer-token records.
+
+The input is read and tokenized once (cached); one shuffle profiles it (token frequencies,
+lengths per partition, repeated ids, bad rows), and one narrow pass encodes the records.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ from pyspark.sql import functions as F
 
 from jobs.ssj_common import SSJRun
 from simjoin.log import get_logger, stage
-from simjoin.quality import quarantine as q
 from simjoin.spark import delta
 from simjoin.spark import setsim as S
 
@@ -25,26 +28,40 @@ def tokenize(spark: SparkSession, job: SSJRun, keep: bool = False) -> tuple[dict
     with stage("ssj tokenize", log):
         cfg = job.cfg
         sides = [(0, job.input)] + ([(1, job.right)] if job.right else [])
-        good, bad, n_in = None, None, 0
+        prepared: DataFrame | None = None
         for side, path in sides:
             df = delta.read_table(spark, path)
             S.check_input_columns(df, cfg.id_col, cfg.text_col, f"input {path}")
-            res = q.split_quarantine(S.select_input(df, cfg.id_col, cfg.text_col, side), S.input_rules(cfg.qgram),
-                                     id_col="id", table=path)
-            n_in += res.n_in
-            good = res.good if good is None else good.unionByName(res.good)
-            bad = res.bad if bad is None else bad.unionByName(res.bad)
-        assert good is not None and bad is not None
-        q.write_quarantine(q.QuarantineResult(good, bad, n_in, 0, 0), job.output, job.run_id, "tokenize")
-        records, lengths = S.canonicalize(S.tokenize(good, cfg.qgram))
-        records = records.persist()  # written, then counted into the length statistics: compute once
+            one = S.prepare(S.select_input(df, cfg.id_col, cfg.text_col, side), cfg.qgram)
+            prepared = one if prepared is None else prepared.unionByName(one)
+        assert prepared is not None
+        prepared = prepared.cache()
+        prof = S.profile(prepared)
+        if prof.duplicates:
+            log.info("ssj tokenize: %d ids occur more than once; keeping the first row of each", len(prof.duplicates))
+            first = prepared
+            prepared = S.drop_duplicates(first, prof.duplicates).cache()
+            prof = S.profile(prepared)
+            first.unpersist()
+        n_in = prof.good + prof.bad
+        log.info("quality %s: %d rows in, %d good, %d quarantined", " + ".join(p for _, p in sides), n_in,
+                 prof.good, prof.bad)
+        bad = (prepared.filter(F.col("reason") != "").select("side", "id", "text", "reason")
+               .withColumn("stage", F.lit("tokenize")).withColumn("run_id", F.lit(job.run_id)))
+        delta.overwrite_partition(bad, job.tables.quarantine, job.part)
+        records = S.encode(prepared, prof).persist()
         delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
-        delta.overwrite_partition(lengths.withColumn("run_id", F.lit(job.run_id)), job.tables.lengths, job.part)
-        n_records = records.count()
-        length_rows = lengths.collect() if keep else []
-        if not keep:
+        length_rows = [{"length": int(a), "count": int(c)} for a, c in zip(prof.lengths, prof.counts)]
+        lengths = spark.createDataFrame([(r["length"], r["count"], job.run_id) for r in length_rows],
+                                        "length int, count long, run_id string")
+        delta.overwrite_partition(lengths, job.tables.lengths, job.part)
+        if keep:  # materialize once here, before the writer thread and the next stage both read it
+            n = records.count()
+            if n != prof.good:
+                raise AssertionError(f"ssj tokenize lost rows: {n} records encoded, {prof.good} good rows")
+        else:
             records.unpersist()
-        n_bad = n_in - n_records
-        log.info("ssj tokenize: %d records in, %d tokenized, %d quarantined", n_in, n_records, n_bad)
-        stats = {"records_in": n_in, "records": n_records, "quarantined": n_bad}
+            prepared.unpersist()
+        log.info("ssj tokenize: %d records in, %d tokenized, %d quarantined", n_in, prof.good, prof.bad)
+        stats = {"records_in": n_in, "records": prof.good, "quarantined": prof.bad}
         return stats, (records if keep else None), length_rows

@@ -75,6 +75,19 @@ def report(
     _summary(f"report {stats}: {len(files)} plots and index.html in {out}")  # type: ignore[possibly-undefined]
 
 
+@app.command("cache-jvm")
+def cache_jvm(force: bool = typer.Option(False, "--force", help="Record again even if an archive exists.")) -> None:
+    """Record the JVM class-data archive that makes every later Spark start faster (once per install)."""
+    from jobs import jvm_cache
+
+    try:
+        path, recorded = jvm_cache.record(force)
+    except RuntimeError as e:
+        _fail(str(e))
+    size = path.stat().st_size / 2**20  # type: ignore[possibly-undefined]
+    _summary(f"cache-jvm: {'recorded' if recorded else 'up to date'}, {size:.0f} MiB archive at {path}")  # type: ignore
+
+
 try:  # the S3J commands live in their own module
     from simjoin import cli_s3j  # noqa: F401
 except ImportError as e:  # pragma: no cover - only while it is being written

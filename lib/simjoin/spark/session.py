@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from simjoin.config import SparkConfig, load_config
 from simjoin.log import get_logger
+from simjoin.spark import jvmcache
 
 __all__ = ["get_spark", "stop_spark"]
 
@@ -25,7 +26,7 @@ log = get_logger("simjoin.spark")
 JVM_FLAGS = os.environ.get("SIMJOIN_JVM_FLAGS", "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC")
 
 
-def _builder(cfg: SparkConfig, extra: dict[str, Any] | None) -> SparkSession.Builder:
+def _builder(cfg: SparkConfig, extra: dict[str, Any] | None, record_to: str | None = None) -> SparkSession.Builder:
     # Spark's Python workers must run this interpreter, the one with simjoin installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -48,7 +49,7 @@ def _builder(cfg: SparkConfig, extra: dict[str, Any] | None) -> SparkSession.Bui
         .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={os.path.join(warehouse, '.derby')} {JVM_FLAGS}")
+        .config("spark.driver.extraJavaOptions", _java_options(warehouse, record_to))
     )
     for k, v in (extra or {}).items():
         b = b.config(k, v)
@@ -56,24 +57,65 @@ def _builder(cfg: SparkConfig, extra: dict[str, Any] | None) -> SparkSession.Bui
     if jars_dir:
         jars = sorted(glob.glob(os.path.join(jars_dir, "*.jar")))
         return b.config("spark.jars", ",".join(jars))
+    packages = delta_packages()
+    cached = jvmcache.cached_jars(packages) if jvmcache.enabled() else None
+    if cached:  # Ivy resolved these before and they are all still there: skip resolution
+        return b.config("spark.jars", ",".join(cached))
+    return b.config("spark.jars.packages", packages)
+
+
+def delta_packages() -> str:
+    """The ``spark.jars.packages`` delta-spark's ``configure_spark_with_delta_pip`` asks for."""
     from delta import configure_spark_with_delta_pip
 
-    return configure_spark_with_delta_pip(b)
+    return configure_spark_with_delta_pip(SparkSession.Builder())._options["spark.jars.packages"]
 
 
-def get_spark(cfg: SparkConfig | None = None, extra: dict[str, Any] | None = None) -> SparkSession:
-    """Return the active session or build it (idempotent within a process)."""
+def _java_options(warehouse: str, record_to: str | None) -> str:
+    flags = [f"-Dderby.system.home={os.path.join(warehouse, '.derby')}", JVM_FLAGS]
+    if record_to:
+        flags.append(record_to)
+    elif not os.environ.get("SIMJOIN_JARS_DIR"):
+        flags.append(jvmcache.archive_flags(delta_packages()))
+    return " ".join(f for f in flags if f)
+
+
+def get_spark(cfg: SparkConfig | None = None, extra: dict[str, Any] | None = None,
+              record_to: str | None = None) -> SparkSession:
+    """Return the active session or build it (idempotent within a process).
+
+    ``record_to`` (JVM options from ``jvmcache.recording_flags``) makes the driver JVM record
+    a class-data archive when it exits."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
     cfg = cfg or load_config(SparkConfig, "spark")
     log.info("starting Spark: master=%s warehouse=%s", cfg.master, cfg.warehouse)
-    spark = _builder(cfg, extra).getOrCreate()
+    spark = _builder(cfg, extra, record_to).getOrCreate()
     spark.sparkContext.setLogLevel(cfg.log_level)
+    conf = spark.sparkContext.getConf()
+    if jvmcache.enabled() and conf.get("spark.jars.packages", None):
+        jvmcache.remember_jars(conf.get("spark.jars.packages"), conf.get("spark.jars", ""))
     return spark
 
 
-def stop_spark() -> None:
+def stop_spark(wait_for_jvm: bool = False) -> None:
+    """Stop the session; with ``wait_for_jvm`` also shut the driver JVM down and wait until it
+    has exited (it writes a class-data archive on exit when recording)."""
     active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
+    if active is None:
+        return
+    sc = active.sparkContext
+    gateway = sc._gateway
+    active.stop()
+    if wait_for_jvm and gateway is not None:
+        from pyspark import SparkContext
+
+        proc = getattr(gateway, "proc", None)
+        gateway.shutdown()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        if proc is not None:
+            if proc.stdin:
+                proc.stdin.close()  # the gateway server exits when its stdin closes
+            proc.wait(timeout=300)

@@ -17,19 +17,21 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from simjoin.core.setsim import Plan, PlanUnit, ppjoin
-from simjoin.quality import quarantine as q
+from simjoin.spark.tokenizer import tokenize as tokenize_arrow
 
 __all__ = [
     "SSJTables",
     "check_input_columns",
     "select_input",
-    "tokenize",
-    "input_rules",
-    "canonicalize",
+    "prepare",
+    "profile",
+    "TokenProfile",
+    "drop_duplicates",
+    "encode",
     "plan_to_df",
     "plan_from_rows",
     "route_to_units",
@@ -86,80 +88,201 @@ def check_input_columns(df: DataFrame, id_col: str, text_col: str, what: str) ->
             raise ValueError(f"{what}: column {col!r} has type {types[col]}; allowed: {', '.join(allowed)}")
 
 
-def _token_expr(text_col: str, qgram: int | None) -> Column:
-    text = F.lower(F.col(text_col))
-    if qgram is None:
-        toks = F.filter(F.split(text, r"\s+"), lambda t: t != "")
-    else:
-        toks = F.expr(
-            f"transform(sequence(1, greatest(char_length(lower(`{text_col}`)) - {qgram} + 1, 1)), "
-            f"i -> substring(lower(`{text_col}`), i, {qgram}))"
-        )
-    return F.array_distinct(toks)
-
-
 def select_input(df: DataFrame, id_col: str, text_col: str, side: int) -> DataFrame:
     """(side, id, text) from a user table."""
     return df.select(F.lit(side).cast("int").alias("side"), F.col(id_col).cast("long").alias("id"),
                      F.col(text_col).alias("text"))
 
 
-def tokenize(df: DataFrame, qgram: int | None) -> DataFrame:
-    """Add ``tokens array<string>`` to (side, id, text): lower-cased whitespace words or character
-    q-grams, duplicates inside a record removed. Strings shorter than q give one token, the string."""
-    return df.withColumn("tokens", _token_expr("text", qgram))
+PREPARED_SCHEMA = "side int, id long, text string, tokens array<string>, reason string"
 
 
-def input_rules(qgram: int | None) -> list[q.Rule]:
-    """Null id or text, empty text, and text that yields no token (checked without materialising tokens)."""
-    no_tokens = F.col("text").isNotNull() & (F.trim(F.col("text")) != "") & (F.size(_token_expr("text", qgram)) == 0)
-    return q.not_null("id", "text") + [q.nonempty_text("text"), q.Rule(no_tokens, "no tokens")]
+def _reasons(rules: list[tuple[pa.Array, str]], n: int) -> pa.Array:
+    """Every broken rule's reason, '; '-joined; '' for a good row (as ``quarantine.split_quarantine`` writes it)."""
+    reason = pa.array([""] * n, pa.string())
+    for bad, why in rules:
+        bad = pc.fill_null(bad, False)
+        joined = pc.if_else(pc.equal(reason, ""), pa.scalar(why),
+                            pc.binary_join_element_wise(reason, pa.scalar(why), "; "))
+        reason = pc.if_else(bad, joined, reason)
+    return reason
 
 
-def token_order(tok: DataFrame) -> pa.Array:
-    """The canonical token order: ascending global frequency, ties by token text (the order the
-    prefix filter needs). Position in the returned array = integer token id."""
-    freq = (tok.select(F.explode("tokens").alias("token")).groupBy("token").agg(F.count("*").alias("freq"))
-            .orderBy("freq", "token"))
-    table = pa.Table.from_batches(freq._collect_as_arrow())
-    return table.column("token").combine_chunks() if table.num_rows else pa.array([], pa.string())
+def _prepare(qgram: int | None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def prep(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            text = b.column("text")
+            toks = tokenize_arrow(text, qgram)
+            has_text = pc.invert(pc.is_null(text))
+            empty = pc.and_(has_text, pc.equal(pc.utf8_trim_whitespace(pc.fill_null(text, "")), ""))
+            no_tokens = pc.and_(pc.and_(has_text, pc.invert(empty)), pc.equal(pc.list_value_length(toks), 0))
+            reason = _reasons([(pc.is_null(b.column("id")), "null id"), (pc.is_null(text), "null text"),
+                               (empty, "empty text"), (no_tokens, "no tokens")], b.num_rows)
+            yield pa.RecordBatch.from_arrays([b.column("side"), b.column("id"), text, toks, reason],
+                                             ["side", "id", "text", "tokens", "reason"])
+
+    return prep
 
 
-def _encode_batches(dictionary: pa.Array) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Map each record's string tokens to integer ids and sort them, vectorized per Arrow batch."""
+def prepare(df: DataFrame, qgram: int | None) -> DataFrame:
+    """(side, id, text) -> (side, id, text, tokens, reason), one vectorized pass.
+
+    ``tokens`` are lower-cased words split on whitespace or character q-grams, duplicates inside
+    a record removed (``simjoin.spark.tokenizer``). ``reason`` is '' for a good row; otherwise it
+    names every broken rule: null id, null text, empty text, text without tokens.
+    """
+    return df.mapInArrow(_prepare(qgram), PREPARED_SCHEMA)
+
+
+# One shuffle profiles the prepared rows: global token frequencies, record lengths per input
+# partition (for dense rids without a global sort), repeated (side, id) keys and bad-row counts.
+_PROFILE_SCHEMA = "kind int, side int, key long, token string, n long"
+_K_TOKEN, _K_LENGTH, _K_ID, _K_BAD = 0, 1, 2, 3
+
+
+def _partition_table(batches: Iterator[pa.RecordBatch]) -> tuple[int, pa.Table, int]:
+    """This task's partition id, its good rows as one table, and its number of bad rows."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    part = ctx.partitionId() if ctx else 0
+    good, n_bad = [], 0
+    for b in batches:
+        ok = pc.equal(b.column("reason"), "")
+        n_bad += b.num_rows - int(pc.sum(ok).as_py() or 0)
+        good.append(b.filter(ok))
+    if not good:
+        return part, pa.table({}), n_bad
+    return part, pa.Table.from_batches(good), n_bad
+
+
+def _profile(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    part, t, n_bad = _partition_table(batches)
+
+    def rows(kind: int, side: pa.Array | None, key: pa.Array | None, token: pa.Array | None, n: pa.Array) -> pa.RecordBatch:
+        k = len(n)
+        return pa.RecordBatch.from_arrays(
+            [pa.array(np.full(k, kind, np.int32)), side if side is not None else pa.nulls(k, pa.int32()),
+             key if key is not None else pa.nulls(k, pa.int64()), token if token is not None else pa.nulls(k, pa.string()),
+             n], ["kind", "side", "key", "token", "n"])
+
+    yield rows(_K_BAD, None, None, None, pa.array([n_bad], pa.int64()))
+    if t.num_rows == 0:
+        return
+    toks = t.column("tokens").combine_chunks()
+    vc = pc.value_counts(toks.flatten())
+    yield rows(_K_TOKEN, None, None, vc.field("values"), vc.field("counts").cast(pa.int64()))
+    lengths = pc.list_value_length(toks).to_numpy(zero_copy_only=False)
+    ls, cs = np.unique(lengths, return_counts=True)
+    yield rows(_K_LENGTH, None, pa.array((np.int64(part) << 32) + ls.astype(np.int64)), None, pa.array(cs.astype(np.int64)))
+    yield rows(_K_ID, t.column("side").combine_chunks(), t.column("id").combine_chunks(), None,
+               pa.array(np.ones(t.num_rows, np.int64)))
+
+
+@dataclass(frozen=True)
+class TokenProfile:
+    """What one pass over the prepared rows tells the driver."""
+
+    dictionary: pa.Array  # string tokens; position = integer token id (ascending frequency, ties by text)
+    lengths: np.ndarray  # distinct record lengths, ascending
+    counts: np.ndarray  # records per length
+    rid_base: dict[int, tuple[np.ndarray, np.ndarray]]  # partition -> (lengths, first rid of that length there)
+    duplicates: list[tuple[int, int]]  # (side, id) keys held by more than one good row
+    good: int
+    bad: int
+
+
+def profile(prepared: DataFrame) -> TokenProfile:
+    agg = (prepared.mapInArrow(_profile, _PROFILE_SCHEMA)
+           .groupBy("kind", "side", "key", "token").agg(F.sum("n").alias("n"))
+           .filter((F.col("kind") != _K_ID) | (F.col("n") > 1)))
+    t = pa.Table.from_batches(agg._collect_as_arrow(), schema=pa.schema(
+        [("kind", pa.int32()), ("side", pa.int32()), ("key", pa.int64()), ("token", pa.string()), ("n", pa.int64())]))
+    kind = t.column("kind").to_numpy()
+    tok = t.filter(pa.array(kind == _K_TOKEN))
+    tok = tok.take(pc.sort_indices(tok, [("n", "ascending"), ("token", "ascending")]))
+    dictionary = tok.column("token").combine_chunks() if tok.num_rows else pa.array([], pa.string())
+    ln = t.filter(pa.array(kind == _K_LENGTH))
+    key = ln.column("key").to_numpy().astype(np.int64)
+    n = ln.column("n").to_numpy().astype(np.int64)
+    part, length = key >> 32, key & 0xFFFFFFFF
+    lengths, inv = np.unique(length, return_inverse=True)
+    counts = np.bincount(inv, weights=n, minlength=lengths.size).astype(np.int64)
+    # rid = records shorter than this one + records of its length in earlier partitions + rank inside
+    # its partition: dense and in length order.
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    order = np.lexsort((part, length))
+    base: dict[int, tuple[list[int], list[int]]] = {}
+    seen = np.zeros(lengths.size, np.int64)
+    for i in order:
+        li = inv[i]
+        b = base.setdefault(int(part[i]), ([], []))
+        b[0].append(int(length[i]))
+        b[1].append(int(start[li] + seen[li]))
+        seen[li] += n[i]
+    rid_base = {p: (np.array(a, np.int64), np.array(c, np.int64)) for p, (a, c) in base.items()}
+    dup = t.filter(pa.array(kind == _K_ID))
+    duplicates = list(zip(dup.column("side").to_pylist(), dup.column("key").to_pylist()))
+    bad = int(t.filter(pa.array(kind == _K_BAD)).column("n").to_numpy().sum())
+    return TokenProfile(dictionary, lengths.astype(np.int64), counts, rid_base, duplicates, int(counts.sum()), bad)
+
+
+def drop_duplicates(prepared: DataFrame, duplicates: list[tuple[int, int]]) -> DataFrame:
+    """Keep one good row per repeated (side, id), the first by text; mark the others
+    ``duplicate id <id>``. Only the rows of the repeated keys are shuffled."""
+    spark = prepared.sparkSession
+    keys = F.broadcast(spark.createDataFrame(duplicates, "side int, id long"))
+    rest = prepared.join(keys, ["side", "id"], "left_anti")
+    dup = prepared.join(keys, ["side", "id"], "left_semi")
+    w = Window.partitionBy("side", "id", (F.col("reason") == "")).orderBy("text")
+    dup = dup.withColumn("reason", F.when(
+        (F.col("reason") == "") & (F.row_number().over(w) > 1),
+        F.concat(F.lit("duplicate id "), F.col("id").cast("string"))).otherwise(F.col("reason")))
+    return rest.unionByName(dup.select(*prepared.columns))
+
+
+def _encode(dictionary: pa.Array, rid_base: dict[int, tuple[np.ndarray, np.ndarray]]
+            ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Good rows -> (rid, side, id, length, tokens array<int>): tokens mapped to integer ids and
+    sorted inside each record, all vectorized over the whole partition."""
 
     def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            toks = b.column("tokens")
-            raw = toks.offsets.to_numpy().astype(np.int64)
-            values = toks.values.slice(int(raw[0]), int(raw[-1] - raw[0]))
-            ids = pc.index_in(values, value_set=dictionary).to_numpy(zero_copy_only=False).astype(np.int32)
-            offsets = raw - raw[0]
-            lengths = np.diff(offsets)
-            row = np.repeat(np.arange(b.num_rows, dtype=np.int64), lengths)
-            ids = ids[np.lexsort((ids, row))]  # sort tokens inside each record
-            arr = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(ids, pa.int32()))
-            yield pa.RecordBatch.from_arrays(
-                [b.column("side"), b.column("id"), pa.array(lengths.astype(np.int32)), arr],
-                ["side", "id", "length", "tokens"])
+        part, t, _ = _partition_table(batches)
+        if t.num_rows == 0:
+            return
+        toks = t.column("tokens").combine_chunks()
+        raw = toks.offsets.to_numpy().astype(np.int64)
+        values = toks.values.slice(int(raw[0]), int(raw[-1] - raw[0]))
+        ids = pc.index_in(values, value_set=dictionary).to_numpy(zero_copy_only=False).astype(np.int32)
+        offsets = raw - raw[0]
+        lengths = np.diff(offsets)
+        row = np.repeat(np.arange(t.num_rows, dtype=np.int64), lengths)
+        ids = ids[np.lexsort((ids, row))]  # sort tokens inside each record
+        side = t.column("side").to_numpy().astype(np.int32)
+        rec_id = t.column("id").to_numpy().astype(np.int64)
+        order = np.lexsort((rec_id, side, lengths))  # records by (length, side, id)
+        sl = lengths[order]
+        first = np.searchsorted(sl, sl, side="left")
+        bl, bb = rid_base[part]
+        rid = bb[np.searchsorted(bl, sl)] + (np.arange(sl.size) - first)
+        new_len = sl
+        starts = offsets[:-1][order]
+        gather = (np.repeat(starts - np.concatenate([[0], np.cumsum(new_len)[:-1]]), new_len)
+                  + np.arange(int(new_len.sum())))
+        new_off = np.concatenate([[0], np.cumsum(new_len)]).astype(np.int32)
+        arr = pa.ListArray.from_arrays(pa.array(new_off), pa.array(ids[gather], pa.int32()))
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(rid.astype(np.int64)), pa.array(side[order]), pa.array(rec_id[order]),
+             pa.array(sl.astype(np.int32)), arr], ["rid", "side", "id", "length", "tokens"])
 
     return encode
 
 
-def canonicalize(tok: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Integer tokens by ascending global frequency (ties by token text), records ordered by
-    (length, side, id) with a dense ``rid``. Returns (records, lengths)."""
-    dictionary = token_order(tok)
-    rec = tok.select("side", "id", "tokens").mapInArrow(
-        _encode_batches(dictionary), "side int, id long, length int, tokens array<int>").persist()
-    lengths = rec.groupBy("length").agg(F.count("*").alias("count")).orderBy("length")
-    # rid = records shorter than this one + rank within its length: dense and in length order.
-    offsets = lengths.select(
-        "length", (F.sum("count").over(Window.orderBy("length")) - F.col("count")).alias("offset"))
-    rid = F.col("offset") + F.row_number().over(Window.partitionBy("length").orderBy("side", "id")) - 1
-    records = rec.join(F.broadcast(offsets), "length").select(
-        rid.cast("long").alias("rid"), "side", "id", "length", "tokens")
-    return records, lengths
+def encode(prepared: DataFrame, prof: TokenProfile) -> DataFrame:
+    """The token records of the good rows: integer tokens by ascending global frequency, dense
+    ``rid`` in length order."""
+    return prepared.mapInArrow(_encode(prof.dictionary, prof.rid_base),
+                               "rid long, side int, id long, length int, tokens array<int>")
 
 
 def plan_to_df(spark: SparkSession, plan: Plan) -> DataFrame:

@@ -1,0 +1,55 @@
+"""`simjoin cache-jvm`: record the class-data archive that makes later Spark starts faster.
+
+Runs a small but representative workload (generate, the set-similarity join with its gates and
+the S3J pipeline) in a JVM that writes every class it loaded to an AppCDS archive when it
+exits; see ``simjoin.spark.jvmcache``. Takes about a minute, once per machine and install.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from simjoin.log import get_logger, stage
+from simjoin.spark import jvmcache
+
+log = get_logger("simjoin.jvm")
+
+
+def record(force: bool = False) -> tuple[Path, bool]:
+    """Record the archive unless it exists (or ``force``). Returns (path, recorded now)."""
+    from simjoin.config import SparkConfig, load_config
+    from simjoin.spark.session import delta_packages, get_spark, stop_spark
+
+    packages = delta_packages()
+    final = jvmcache.archive_path(packages)
+    if final.is_file() and not force:
+        return final, False
+    if SparkSession.getActiveSession() is not None:
+        raise RuntimeError("cache-jvm needs a fresh process: a Spark session is already running here")
+    flags, tmp = jvmcache.recording_flags(packages)
+    work = Path(tempfile.mkdtemp(prefix="simjoin-cache-jvm-"))
+    try:
+        with stage("cache-jvm: recording classes", log):
+            cfg = load_config(SparkConfig, "spark", {"warehouse": str(work / "warehouse")})
+            spark = get_spark(cfg, record_to=flags)
+            _workload(spark, work)
+            stop_spark(wait_for_jvm=True)
+        return jvmcache.finish_recording(tmp, packages), True
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        tmp.unlink(missing_ok=True)
+
+
+def _workload(spark: SparkSession, work: Path) -> None:
+    from jobs import generate, s3j, ssj
+    from jobs.ssj_common import SSJRun
+    from simjoin.config import GenerateConfig, SSJConfig
+
+    sets = str(work / "sets")
+    generate.run(spark, "sets", sets, GenerateConfig(rows=3000, seed=1))
+    ssj.run(spark, SSJRun(sets, str(work / "pairs"), SSJConfig(threshold=0.7)))
+    s3j.demo(spark, str(work))
