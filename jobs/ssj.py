@@ -4,6 +4,7 @@ The DAG runs the same stages as separate, retryable tasks."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -34,14 +35,17 @@ def run(spark: SparkSession, job: SSJRun) -> SSJResult:
     # One process runs every stage: hand DataFrames from stage to stage instead of reading the
     # stage tables back (they are still written), and gate the pairs before the one output write.
     # The stage tables are written by concurrent background jobs while the next stage runs.
+    # The token gate runs beside the optimizer and the join (its jobs are small and mostly wait on
+    # Great Expectations); nothing is published unless it passed.
     try:
-        with delta.background_writes():
+        with delta.background_writes(), ThreadPoolExecutor(1, thread_name_prefix="gate") as gates:
             tok, records, length_rows = ssj_tokenize.tokenize(spark, job, keep=True)
             assert records is not None
-            ssj_gates.tokens(spark, job, records)
+            token_gate = gates.submit(ssj_gates.tokens, spark, job, records)
             plan = ssj_optimize.run(spark, job, length_rows)
             j, pairs = ssj_join.join(spark, job, plan, records, staging=False)
             assert pairs is not None
+            token_gate.result()
             ssj_gates.pairs(spark, job, pairs)
             n = ssj_publish.run(spark, job, pairs)
     finally:

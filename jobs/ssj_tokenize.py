@@ -49,17 +49,17 @@ def tokenize(spark: SparkSession, job: SSJRun, keep: bool = False) -> tuple[dict
         bad = (prepared.filter(F.col("reason") != "").select("side", "id", "text", "reason")
                .withColumn("stage", F.lit("tokenize")).withColumn("run_id", F.lit(job.run_id)))
         delta.overwrite_partition(bad, job.tables.quarantine, job.part)
-        records = S.encode(prepared, prof).persist()
-        delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
         length_rows = [{"length": int(a), "count": int(c)} for a, c in zip(prof.lengths, prof.counts)]
         lengths = spark.createDataFrame([(r["length"], r["count"], job.run_id) for r in length_rows],
                                         "length int, count long, run_id string")
         delta.overwrite_partition(lengths, job.tables.lengths, job.part)
+        records = S.encode(prepared, prof).persist()
         if keep:  # materialize once here, before the writer thread and the next stage both read it
             n = records.count()
             if n != prof.good:
                 raise AssertionError(f"ssj tokenize lost rows: {n} records encoded, {prof.good} good rows")
-        else:
+        delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
+        if not keep:
             records.unpersist()
             prepared.unpersist()
         log.info("ssj tokenize: %d records in, %d tokenized, %d quarantined", n_in, prof.good, prof.bad)
