@@ -22,6 +22,7 @@ from jobs.s3j_common import PIPELINE, S3JRun, micros, pending, read_or_none, wor
 from simjoin.core.metric import comparisons_ratio, imbalance
 from simjoin.spark import delta
 from simjoin.spark.metric import BUFFER
+from simjoin.spark.session import small_frame
 
 STATS_SCHEMA = (
     "level string, algorithm string, batch_id long, window_start timestamp, worker int, records long, "
@@ -99,7 +100,7 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
         tot["copies"] += copies_n
         tot["computations"] += s["computations"]
     ctx = run_.context(spark, b)
-    ctx.write_output(spark.createDataFrame(rows, STATS_SCHEMA), t.stats, piece="stats")
+    ctx.write_output(small_frame(spark, rows, STATS_SCHEMA), t.stats, piece="stats")
 
     # Join state: this unit's members, and (S3J) its physical outer copies as the buffer.
     cols = [F.timestamp_micros("w").alias("window_start"), F.timestamp_micros("we").alias("window_end"),
@@ -124,7 +125,7 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     if wm is not None:
         _delete(spark, t.join_state, f"window_end <= timestamp'{wm.astimezone(UTC).isoformat()}'")
     prow = [(b, s_, m, int(unit.dim), run_.fingerprint()) for s_, m in sorted(marks.items())]
-    ctx.write_output(spark.createDataFrame(prow, "batch_id long, side byte, max_ts timestamp, dim int, "
+    ctx.write_output(small_frame(spark, prow, "batch_id long, side byte, max_ts timestamp, dim int, "
                                                  "fingerprint string"), t.progress, piece="progress")
     _delete(spark, t.work("records"), f"batch_id <= {b}")
     return {"unit": b, "windows": sorted(by_w), "stats": t.stats, "watermark": str(wm), **tot}

@@ -13,8 +13,13 @@ from simjoin.core.setsim import Plan
 from simjoin.log import get_logger, stage
 from simjoin.spark import delta
 from simjoin.spark import setsim as S
+from simjoin.spark.session import small_frame
 
 log = get_logger("simjoin.ssj")
+STATS_SCHEMA = ("unit int, records_indexed long, records_probed long, candidates long, verified long, results long, "
+                "wall_seconds double, task_partition int, node int, modgroup int, est_cost double, "
+                "est_ram_bytes long, actual_cost double, run_id string")
+STAT_COLS = [c.split()[0] for c in STATS_SCHEMA.split(", ")]
 
 
 def run(spark: SparkSession, job: SSJRun) -> dict[str, float]:
@@ -36,24 +41,22 @@ def join(spark: SparkSession, job: SSJRun, plan: Plan | None = None, records: Da
             res = S.join_units(S.route_to_units(records, plan), plan, job.rs).persist(StorageLevel.MEMORY_AND_DISK)
             pairs = (res.filter("row_type = 'pair'").select("left_id", "right_id", "similarity")
                      .withColumn("run_id", F.lit(job.run_id)))
-            units = spark.createDataFrame(
-                [(u.unit, u.node, u.modgroup, float(u.est_cost), int(u.est_ram_bytes)) for u in plan.units],
-                "unit int, node int, modgroup int, est_cost double, est_ram_bytes long")
-            stats = (res.filter("row_type = 'stats'")
-                     .select("unit", "records_indexed", "records_probed", "candidates", "verified", "results",
-                             "wall_seconds", "task_partition")
-                     .join(units, "unit", "right")
-                     .fillna(0, ["records_indexed", "records_probed", "candidates", "verified", "results"])
-                     .fillna(0.0, ["wall_seconds"])
-                     .withColumn("actual_cost", F.col("candidates").cast("double"))
-                     .withColumn("run_id", F.lit(job.run_id)))
-            rows = stats.orderBy("unit").collect()
-            delta.overwrite_partition(spark.createDataFrame(rows, stats.schema), job.tables.stats, job.part)
+            # one stats row per unit, completed on the driver with the plan's estimates
+            got = {r["unit"]: r for r in res.filter("row_type = 'stats'").select(*STAT_COLS[:8]).collect()}
+            rows = []
+            for u in plan.units:
+                r = got.get(u.unit)
+                vals = [int(r[c]) if r else 0 for c in STAT_COLS[1:6]]
+                rows.append((u.unit, *vals, float(r["wall_seconds"]) if r else 0.0,
+                             int(r["task_partition"]) if r else None, u.node, u.modgroup, float(u.est_cost),
+                             int(u.est_ram_bytes), float(vals[2]), job.run_id))
+            delta.overwrite_partition(small_frame(spark, rows, STATS_SCHEMA), job.tables.stats, job.part)
             if staging:
                 delta.overwrite_partition(pairs, job.tables.staging, job.part)
                 res.unpersist()
         finally:
             spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", prev)
+        rows = [dict(zip(STAT_COLS, r)) for r in rows]
         for r in rows:
             log.info("ssj unit %d (node %d, modgroup %d): indexed %d probed %d candidates %d results %d in %.2fs",
                      r["unit"], r["node"], r["modgroup"], r["records_indexed"], r["records_probed"],

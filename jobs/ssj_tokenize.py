@@ -14,8 +14,10 @@ from jobs.ssj_common import SSJRun
 from simjoin.log import get_logger, stage
 from simjoin.spark import delta
 from simjoin.spark import setsim as S
+from simjoin.spark.session import small_frame
 
 log = get_logger("simjoin.ssj")
+QUARANTINE_SCHEMA = "side int, id long, text string, reason string, stage string, run_id string"
 
 
 def run(spark: SparkSession, job: SSJRun) -> dict[str, int]:
@@ -46,12 +48,15 @@ def tokenize(spark: SparkSession, job: SSJRun, keep: bool = False) -> tuple[dict
         n_in = prof.good + prof.bad
         log.info("quality %s: %d rows in, %d good, %d quarantined", " + ".join(p for _, p in sides), n_in,
                  prof.good, prof.bad)
-        bad = (prepared.filter(F.col("reason") != "").select("side", "id", "text", "reason")
-               .withColumn("stage", F.lit("tokenize")).withColumn("run_id", F.lit(job.run_id)))
+        if prof.bad:
+            bad = (prepared.filter(F.col("reason") != "").select("side", "id", "text", "reason")
+                   .withColumn("stage", F.lit("tokenize")).withColumn("run_id", F.lit(job.run_id)))
+        else:  # nothing to quarantine: still replace this run's partition, without a scan
+            bad = small_frame(spark, [], QUARANTINE_SCHEMA)
         delta.overwrite_partition(bad, job.tables.quarantine, job.part)
         length_rows = [{"length": int(a), "count": int(c)} for a, c in zip(prof.lengths, prof.counts)]
-        lengths = spark.createDataFrame([(r["length"], r["count"], job.run_id) for r in length_rows],
-                                        "length int, count long, run_id string")
+        lengths = small_frame(spark, [(r["length"], r["count"], job.run_id) for r in length_rows],
+                              "length int, count long, run_id string")
         delta.overwrite_partition(lengths, job.tables.lengths, job.part)
         records = S.encode(prepared, prof).persist()
         if keep:  # materialize once here, before the writer thread and the next stage both read it

@@ -146,3 +146,34 @@ def test_rerun_same_run_id_replaces_not_appends(spark, tmp_path):
     assert stats.count() == 4 and stats.groupBy().sum("results").first()[0] == len(first)
     plan = delta.read_table(spark, str(tmp_path / "pairs_plan")).collect()
     assert sorted((r.node, r.modgroup) for r in plan) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_profile_finds_repeated_ids_inside_and_across_partitions(spark):
+    from simjoin.spark import setsim as S
+
+    def dups(rows, parts):
+        df = spark.createDataFrame(rows, "side int, id long, text string").repartitionByRange(parts, "id")
+        return sorted(S.profile(S.prepare(df, None)).duplicates)
+
+    inside = [(0, i, "a b") for i in range(20)] + [(0, 3, "c"), (0, 15, "d"), (0, 15, "e")]
+    assert dups(inside, 1) == [(0, 3), (0, 15)]
+    assert dups(inside, 3) == [(0, 3), (0, 15)]  # disjoint ranges: each repeat stays in one partition
+    across = [(0, i, "a") for i in range(10)] + [(0, 5, "b")]
+    df = spark.createDataFrame(across, "side int, id long, text string").repartition(2)  # ranges overlap
+    assert sorted(S.profile(S.prepare(df, None)).duplicates) == [(0, 5)]
+    # the same id on the two sides of an R-S join is no repeat; a bad row is no repeat either
+    assert dups([(0, 1, "a"), (1, 1, "a"), (0, 2, None), (0, 2, "b")], 2) == []
+
+
+def test_partition_keys_match_spark_hash(spark):
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    from simjoin.spark.setsim import partition_keys, spark_hash_long
+
+    vals = [0, 1, -1, 42, 2**31, 2**32 + 5, -2**63, 2**63 - 1] + list(range(100, 164))
+    want = [r[0] for r in spark.createDataFrame([(v,) for v in vals], "v long").select(F.hash("v")).collect()]
+    assert spark_hash_long(np.array(vals)).tolist() == want
+    for n in (1, 4, 13):
+        keys = spark.createDataFrame([(int(k),) for k in partition_keys(n)], "k long")
+        assert [r[0] for r in keys.select(F.pmod(F.hash("k"), F.lit(n))).collect()] == list(range(n))

@@ -13,13 +13,13 @@ import os
 import sys
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from simjoin.config import SparkConfig, load_config
 from simjoin.log import get_logger
 from simjoin.spark import jvmcache
 
-__all__ = ["get_spark", "stop_spark"]
+__all__ = ["get_spark", "stop_spark", "small_frame"]
 
 log = get_logger("simjoin.spark")
 # Jobs here are short: the C1 JIT alone warms up much faster, and the hot loops run in numba anyway.
@@ -119,3 +119,9 @@ def stop_spark(wait_for_jvm: bool = False) -> None:
             if proc.stdin:
                 proc.stdin.close()  # the gateway server exits when its stdin closes
             proc.wait(timeout=300)
+
+
+def small_frame(spark: SparkSession, rows: list, schema: Any) -> DataFrame:
+    """A DataFrame of a few driver-side rows in one partition: one task and one file per write,
+    not one per default-parallelism slice."""
+    return spark.createDataFrame(rows, schema).coalesce(1)

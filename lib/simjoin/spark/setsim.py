@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from simjoin.core.setsim import Plan, PlanUnit, ppjoin
+from simjoin.spark.session import small_frame
 from simjoin.spark.tokenizer import tokenize as tokenize_arrow
 
 __all__ = [
@@ -135,9 +137,13 @@ def prepare(df: DataFrame, qgram: int | None) -> DataFrame:
 
 
 # One shuffle profiles the prepared rows: global token frequencies, record lengths per input
-# partition (for dense rids without a global sort), repeated (side, id) keys and bad-row counts.
-_PROFILE_SCHEMA = "kind int, side int, key long, token string, n long"
-_K_TOKEN, _K_LENGTH, _K_ID, _K_BAD = 0, 1, 2, 3
+# partition (for dense rids without a global sort), bad-row counts, and the ids: each partition
+# reports its repeated (side, id) keys and its id range per side. Only when the ranges of two
+# partitions overlap do the ids themselves get shuffled, in a second job.
+_PROFILE_SCHEMA = "kind int, side int, key long, token string, n long, aux long"
+_PROFILE_ARROW = pa.schema([("kind", pa.int32()), ("side", pa.int32()), ("key", pa.int64()), ("token", pa.string()),
+                            ("n", pa.int64()), ("aux", pa.int64())])
+_K_TOKEN, _K_LENGTH, _K_ID, _K_BAD, _K_RANGE = 0, 1, 2, 3, 4
 
 
 def _partition_table(batches: Iterator[pa.RecordBatch]) -> tuple[int, pa.Table, int]:
@@ -159,24 +165,32 @@ def _partition_table(batches: Iterator[pa.RecordBatch]) -> tuple[int, pa.Table, 
 def _profile(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     part, t, n_bad = _partition_table(batches)
 
-    def rows(kind: int, side: pa.Array | None, key: pa.Array | None, token: pa.Array | None, n: pa.Array) -> pa.RecordBatch:
+    def rows(kind: int, side: Any = None, key: Any = None, token: Any = None, n: Any = None,
+             aux: Any = None) -> pa.RecordBatch:
         k = len(n)
+        cols = [pa.array(np.full(k, kind, np.int32)), side, key, token, n, aux]
         return pa.RecordBatch.from_arrays(
-            [pa.array(np.full(k, kind, np.int32)), side if side is not None else pa.nulls(k, pa.int32()),
-             key if key is not None else pa.nulls(k, pa.int64()), token if token is not None else pa.nulls(k, pa.string()),
-             n], ["kind", "side", "key", "token", "n"])
+            [pa.nulls(k, f.type) if c is None else pa.array(c, f.type) for c, f in zip(cols, _PROFILE_ARROW)],
+            schema=_PROFILE_ARROW)
 
-    yield rows(_K_BAD, None, None, None, pa.array([n_bad], pa.int64()))
+    yield rows(_K_BAD, n=[n_bad])
     if t.num_rows == 0:
         return
     toks = t.column("tokens").combine_chunks()
     vc = pc.value_counts(toks.flatten())
-    yield rows(_K_TOKEN, None, None, vc.field("values"), vc.field("counts").cast(pa.int64()))
+    yield rows(_K_TOKEN, token=vc.field("values"), n=vc.field("counts").cast(pa.int64()))
     lengths = pc.list_value_length(toks).to_numpy(zero_copy_only=False)
     ls, cs = np.unique(lengths, return_counts=True)
-    yield rows(_K_LENGTH, None, pa.array((np.int64(part) << 32) + ls.astype(np.int64)), None, pa.array(cs.astype(np.int64)))
-    yield rows(_K_ID, t.column("side").combine_chunks(), t.column("id").combine_chunks(), None,
-               pa.array(np.ones(t.num_rows, np.int64)))
+    yield rows(_K_LENGTH, key=(np.int64(part) << 32) + ls.astype(np.int64), n=cs.astype(np.int64))
+    side = t.column("side").to_numpy().astype(np.int32)
+    ids = t.column("id").to_numpy().astype(np.int64)
+    for sd in np.unique(side):
+        v = np.sort(ids[side == sd])
+        yield rows(_K_RANGE, side=[sd], key=[part], n=[v[0]], aux=[v[-1]])
+        rep = v[1:][v[1:] == v[:-1]]
+        if rep.size:
+            u, c = np.unique(rep, return_counts=True)
+            yield rows(_K_ID, side=np.full(u.size, sd, np.int32), key=u, n=c + 1)
 
 
 @dataclass(frozen=True)
@@ -194,10 +208,8 @@ class TokenProfile:
 
 def profile(prepared: DataFrame) -> TokenProfile:
     agg = (prepared.mapInArrow(_profile, _PROFILE_SCHEMA)
-           .groupBy("kind", "side", "key", "token").agg(F.sum("n").alias("n"))
-           .filter((F.col("kind") != _K_ID) | (F.col("n") > 1)))
-    t = pa.Table.from_batches(agg._collect_as_arrow(), schema=pa.schema(
-        [("kind", pa.int32()), ("side", pa.int32()), ("key", pa.int64()), ("token", pa.string()), ("n", pa.int64())]))
+           .groupBy("kind", "side", "key", "token").agg(F.sum("n").alias("n"), F.max("aux").alias("aux")))
+    t = pa.Table.from_batches(agg._collect_as_arrow(), schema=_PROFILE_ARROW)
     kind = t.column("kind").to_numpy()
     tok = t.filter(pa.array(kind == _K_TOKEN))
     tok = tok.take(pc.sort_indices(tok, [("n", "ascending"), ("token", "ascending")]))
@@ -221,10 +233,27 @@ def profile(prepared: DataFrame) -> TokenProfile:
         b[1].append(int(start[li] + seen[li]))
         seen[li] += n[i]
     rid_base = {p: (np.array(a, np.int64), np.array(c, np.int64)) for p, (a, c) in base.items()}
-    dup = t.filter(pa.array(kind == _K_ID))
-    duplicates = list(zip(dup.column("side").to_pylist(), dup.column("key").to_pylist()))
+    rng = t.filter(pa.array(kind == _K_RANGE))
+    if _ranges_overlap(rng.column("side").to_numpy(), rng.column("n").to_numpy(), rng.column("aux").to_numpy()):
+        rep = (prepared.filter(F.col("reason") == "").groupBy("side", "id").count().filter(F.col("count") > 1)
+               .select("side", "id").collect())
+        duplicates = [(int(r["side"]), int(r["id"])) for r in rep]
+    else:  # disjoint ranges: every repeat is inside one partition
+        dup = t.filter(pa.array(kind == _K_ID))
+        duplicates = list(zip(dup.column("side").to_pylist(), dup.column("key").to_pylist()))
     bad = int(t.filter(pa.array(kind == _K_BAD)).column("n").to_numpy().sum())
     return TokenProfile(dictionary, lengths.astype(np.int64), counts, rid_base, duplicates, int(counts.sum()), bad)
+
+
+def _ranges_overlap(side: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether two partitions' id ranges [lo, hi] of the same side share a value."""
+    for sd in np.unique(side):
+        m = side == sd
+        order = np.argsort(lo[m], kind="stable")
+        a, b = lo[m][order], hi[m][order]
+        if a.size > 1 and (a[1:] <= np.maximum.accumulate(b)[:-1]).any():
+            return True
+    return False
 
 
 def drop_duplicates(prepared: DataFrame, duplicates: list[tuple[int, int]]) -> DataFrame:
@@ -294,7 +323,7 @@ def plan_to_df(spark: SparkSession, plan: Plan) -> DataFrame:
     schema = ("unit int, node int, modgroup int, index_lengths array<int>, probe_lengths array<int>, "
               "est_cost double, est_ram_bytes long, n int, m int, theta double, similarity string, "
               "deviation double")
-    return spark.createDataFrame(rows, schema)
+    return small_frame(spark, rows, schema)
 
 
 def plan_from_rows(rows: list) -> Plan:
@@ -311,20 +340,47 @@ def plan_from_rows(rows: list) -> Plan:
                 deviation=r0["deviation"])
 
 
-def _partition_keys(spark: SparkSession, n: int) -> list[int]:
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _mix_k1(k: np.ndarray) -> np.ndarray:
+    return _rotl(k * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
+
+
+def _mix_h1(h: np.ndarray, k: np.ndarray) -> np.ndarray:
+    return _rotl(h ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+
+
+def spark_hash_long(values: np.ndarray, seed: int = 42) -> np.ndarray:
+    """Spark's ``hash()`` of a long column (Murmur3_x86_32 ``hashLong``, seed 42), vectorized."""
+    v = np.asarray(values, dtype=np.int64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        h = _mix_h1(np.full(v.shape, seed, np.uint32), _mix_k1((v & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
+        h = _mix_h1(h, _mix_k1((v >> np.uint64(32)).astype(np.uint32)))
+        h ^= np.uint32(8)
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h *= np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+    return h.view(np.int32)
+
+
+def partition_keys(n: int) -> np.ndarray:
     """For each partition p in [0, n): a long key k with pmod(hash(k), n) == p, so that
     ``repartition(n, key)`` (Murmur3, seed 42, like ``hash()``) puts unit p alone in partition p."""
-    need, start, found = set(range(n)), 0, {}
-    while need:
-        span = max(64, 8 * n)
-        rows = (spark.range(start, start + span)
-                .select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p")).collect())
-        for r in rows:
-            if r["p"] in need:
-                found[r["p"]] = r["id"]
-                need.discard(r["p"])
-        start += span
-    return [found[p] for p in range(n)]
+    keys = np.full(n, -1, np.int64)
+    start = 0
+    while (keys < 0).any():
+        cand = np.arange(start, start + max(64, 8 * n), dtype=np.int64)
+        part = np.mod(spark_hash_long(cand).astype(np.int64), n)
+        for p in np.flatnonzero(keys < 0):
+            hit = cand[part == p]
+            if hit.size:
+                keys[p] = hit[0]
+        start += cand.size
+    return keys
 
 
 ROUTED_SCHEMA = "unit int, pkey long, rid long, side int, id long, tokens array<int>, is_index boolean, is_probe boolean"
@@ -333,8 +389,7 @@ ROUTED_SCHEMA = "unit int, pkey long, rid long, side int, id long, tokens array<
 def route_to_units(records: DataFrame, plan: Plan) -> DataFrame:
     """Replicate each record to exactly the units its length and rid % m require (never twice to
     one unit), then shuffle so that each unit is alone in its own partition."""
-    spark = records.sparkSession
-    keys = np.asarray(_partition_keys(spark, plan.n_units), dtype=np.int64)
+    keys = partition_keys(plan.n_units)
 
     def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
