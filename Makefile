@@ -17,6 +17,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/simjoin cache-jvm || echo "note: no JVM class-data archive; Spark starts a few seconds slower"
 	touch $(STAMP)
 
 install: $(STAMP)

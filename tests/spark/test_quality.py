@@ -60,3 +60,12 @@ def test_gate_passes_and_fails_with_readable_summary(spark):
     fails = {f["expectation"]: f for f in e.value.failures}
     assert fails["expect_column_values_to_be_between"]["unexpected_count"] == 1
     assert 0.5 in fails["expect_column_values_to_be_between"]["samples"]
+
+
+def test_gate_fails_on_a_missing_or_mistyped_column(spark):
+    df = spark.createDataFrame([(1, 2.0)], "left_id long, right_id double")
+    with pytest.raises(gates.GateFailed) as e:
+        gates.run_suite(df, "pairs_schema", gates.pairs_expectations("similarity", 0.5, 1.0, self_join=False))
+    kinds = [(f["expectation"], f["kwargs"].get("column")) for f in e.value.failures]
+    assert ("expect_column_values_to_be_of_type", "right_id") in kinds
+    assert ("expect_column_values_to_be_of_type", "similarity") in kinds
