@@ -87,7 +87,8 @@ def archive_path(packages: str) -> Path:
         stamp = str(os.stat(java).st_mtime_ns)
     except OSError:
         stamp = "?"
-    jars = sorted(os.path.basename(j) for j in glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "*.jar")))
+    # the JVM maps an archive only for the class path it was recorded with: key on the full paths
+    jars = sorted(glob.glob(os.path.join(os.path.realpath(os.path.dirname(pyspark.__file__)), "jars", "*.jar")))
     return cache_dir() / f"cds-{_key(java, stamp, pyspark.__version__, packages, *jars)}.jsa"
 
 
