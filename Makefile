@@ -9,7 +9,7 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(abspath dags)
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__API__PORT ?= 8080
 
-.PHONY: demo test install airflow clean bench
+.PHONY: demo test install airflow clean bench lint
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -27,6 +27,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
+
+lint: $(STAMP)
+	$(BIN)/pip install -q -e ".[lint]"
+	$(BIN)/ruff check lib jobs dags
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/ssj.py

@@ -44,8 +44,9 @@ def main() -> None:
         if "success" not in str(run.state).lower():
             raise SystemExit(f"demo: DAG {dag_id} ended in state {run.state}")
     # every DAG run keeps its own run_id partition: count this run's pairs
-    from jobs.ssj import sanitize_run_id
     from pyspark.sql import functions as F
+
+    from jobs.ssj import sanitize_run_id
 
     n_pairs = delta.read_table(spark, pairs).filter(F.col("run_id") == sanitize_run_id(run.run_id)).count()
     written = [sets, pairs] + [f"{pairs}_{s}" for s in ("tokens", "lengths", "plan", "stats", "quarantine")]

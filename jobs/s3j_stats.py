@@ -31,7 +31,7 @@ STATS_SCHEMA = (
     "shortcut_pairs long, result_pairs long, comparisons_ratio double, load double, load_imbalance double, "
     "max_worker_load double, latency_p50_s double, latency_p99_s double, latency_max_s double, seconds double"
 )
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _ts(us: int) -> dt.datetime:
@@ -86,10 +86,13 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
             float(load.max()), float(np.percentile(secs, 50)), float(np.percentile(secs, 99)), float(secs.max()),
             float(secs.sum())))
         for k in range(P):
-            r = per.get(k)
-            g = (lambda c: int(r[c]) if r is not None else 0)  # noqa: E731
+            wr: Any = per.get(k)
+
+            def g(c: str, r: Any = wr) -> int:
+                return int(r[c]) if r is not None else 0
+
             n_k = g("n_inner") + g("n_outlier") + g("n_outer")
-            sec = float(r["seconds"]) if r is not None else 0.0
+            sec = float(wr["seconds"]) if wr is not None else 0.0
             rows.append((
                 "worker", cfg.algorithm, b, _ts(w), k, None, None, g("n_inner"), g("n_outlier"), g("n_outer"), n_k,
                 g("s_inner") + g("s_outlier") + g("s_outer"), None, g("worksets"), None, g("computations"), None,
@@ -103,7 +106,7 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     ctx.write_output(small_frame(spark, rows, STATS_SCHEMA), t.stats, piece="stats")
 
     # Join state: this unit's members, and (S3J) its physical outer copies as the buffer.
-    cols = [F.timestamp_micros("w").alias("window_start"), F.timestamp_micros("we").alias("window_end"),
+    cols: list[Any] = [F.timestamp_micros("w").alias("window_start"), F.timestamp_micros("we").alias("window_end"),
             F.col("partition").cast("int"), F.col("workset_id").cast("long"), F.col("worker").cast("int"),
             "side", "id", "vector", F.col("role").cast("byte"), F.lit(b).cast("long").alias("batch_id")]
     state = members.where(F.col("kind") == 0).select(*cols)

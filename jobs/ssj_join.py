@@ -3,6 +3,8 @@ pairs go to the staging table, one stats row per unit to the stats table."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -35,7 +37,7 @@ def join(spark: SparkSession, job: SSJRun, plan: Plan | None = None, records: Da
         if records is None:
             records = delta.read_table(spark, job.tables.tokens).filter(F.col("run_id") == job.run_id)
         # one partition per unit: no coalescing of the shuffle by AQE
-        prev = spark.conf.get("spark.sql.adaptive.coalescePartitions.enabled")
+        prev = spark.conf.get("spark.sql.adaptive.coalescePartitions.enabled") or "true"
         spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
         try:
             res = S.join_units(S.route_to_units(records, plan), plan, job.rs).persist(StorageLevel.MEMORY_AND_DISK)
@@ -43,26 +45,26 @@ def join(spark: SparkSession, job: SSJRun, plan: Plan | None = None, records: Da
                      .withColumn("run_id", F.lit(job.run_id)))
             # one stats row per unit, completed on the driver with the plan's estimates
             got = {r["unit"]: r for r in res.filter("row_type = 'stats'").select(*STAT_COLS[:8]).collect()}
-            rows = []
+            stat_rows = []
             for u in plan.units:
                 r = got.get(u.unit)
                 vals = [int(r[c]) if r else 0 for c in STAT_COLS[1:6]]
-                rows.append((u.unit, *vals, float(r["wall_seconds"]) if r else 0.0,
+                stat_rows.append((u.unit, *vals, float(r["wall_seconds"]) if r else 0.0,
                              int(r["task_partition"]) if r else None, u.node, u.modgroup, float(u.est_cost),
                              int(u.est_ram_bytes), float(vals[2]), job.run_id))
-            delta.overwrite_partition(small_frame(spark, rows, STATS_SCHEMA), job.tables.stats, job.part)
+            delta.overwrite_partition(small_frame(spark, stat_rows, STATS_SCHEMA), job.tables.stats, job.part)
             if staging:
                 delta.overwrite_partition(pairs, job.tables.staging, job.part)
                 res.unpersist()
         finally:
             spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", prev)
-        rows = [dict(zip(STAT_COLS, r)) for r in rows]
-        for r in rows:
+        rows: list[dict[str, Any]] = [dict(zip(STAT_COLS, r)) for r in stat_rows]
+        for row in rows:
             log.info("ssj unit %d (node %d, modgroup %d): indexed %d probed %d candidates %d results %d in %.2fs",
-                     r["unit"], r["node"], r["modgroup"], r["records_indexed"], r["records_probed"],
-                     r["candidates"], r["results"], r["wall_seconds"])
-        walls = [r["wall_seconds"] for r in rows]
-        out = {"pairs": int(sum(r["results"] for r in rows)), "units": len(rows),
-               "candidates": int(sum(r["candidates"] for r in rows)),
+                     row["unit"], row["node"], row["modgroup"], row["records_indexed"], row["records_probed"],
+                     row["candidates"], row["results"], row["wall_seconds"])
+        walls = [row["wall_seconds"] for row in rows]
+        out = {"pairs": int(sum(row["results"] for row in rows)), "units": len(rows),
+               "candidates": int(sum(row["candidates"] for row in rows)),
                "slowest_unit_s": float(max(walls, default=0.0)), "fastest_unit_s": float(min(walls, default=0.0))}
         return out, (None if staging else pairs)

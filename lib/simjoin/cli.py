@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -37,7 +37,7 @@ class IneqDist(str, Enum):
     pareto = "pareto"
 
 
-def _spark(master: Optional[str] = None, warehouse: Optional[str] = None) -> Any:
+def _spark(master: str | None = None, warehouse: str | None = None) -> Any:
     from simjoin.spark.session import get_spark
 
     return get_spark(load_config(SparkConfig, "spark", {"master": master, "warehouse": warehouse}))
@@ -57,7 +57,7 @@ def _fail(msg: str) -> None:
 MASTER = typer.Option(None, "--master", help="Spark master (overrides SIMJOIN_SPARK_MASTER and conf/spark.yaml).")
 
 
-def _generate(kind: str, out: str, overrides: dict[str, Any], master: Optional[str]) -> None:
+def _generate(kind: str, out: str, overrides: dict[str, Any], master: str | None) -> None:
     from jobs import generate
 
     t0 = time.perf_counter()
@@ -75,7 +75,7 @@ def generate_sets(
     out: str = typer.Option(..., "--out", help="Delta table path to (over)write."),
     rows: int = typer.Option(10000, "--rows", min=0, help="Number of records."),
     seed: int = typer.Option(42, "--seed", help="Random seed (same seed, same table)."),
-    master: Optional[str] = MASTER,
+    master: str | None = MASTER,
 ) -> None:
     """Token sets `id long, text string`: Zipf tokens with planted near-duplicate clusters."""
     _generate("sets", out, {"rows": rows, "seed": seed}, master)
@@ -89,7 +89,7 @@ def generate_vectors(
     dist: VecDist = typer.Option(VecDist.uniform, "--dist"),
     rate: float = typer.Option(100.0, "--rate", min=1e-9, help="Rows per second of `ts`."),
     seed: int = typer.Option(42, "--seed"),
-    master: Optional[str] = MASTER,
+    master: str | None = MASTER,
 ) -> None:
     """Vectors `id long, ts timestamp, vector array<double>`; `ts` advances at RATE rows/s."""
     _generate("vectors", out, {"rows": rows, "dim": dim, "dist": dist.value, "rate": rate, "seed": seed}, master)
@@ -102,7 +102,7 @@ def generate_ineq(
     dist: IneqDist = typer.Option(IneqDist.uniform, "--dist"),
     rate: float = typer.Option(100.0, "--rate", min=1e-9),
     seed: int = typer.Option(42, "--seed"),
-    master: Optional[str] = MASTER,
+    master: str | None = MASTER,
 ) -> None:
     """Inequality-join input `id long, ts timestamp, a double, b double`."""
     _generate("ineq", out, {"rows": rows, "dist": dist.value, "rate": rate, "seed": seed}, master)
@@ -116,7 +116,7 @@ def generate_keys(
     domain: int = typer.Option(1000, "--domain", min=1, help="Number of distinct keys K."),
     rate: float = typer.Option(100.0, "--rate", min=1e-9),
     seed: int = typer.Option(42, "--seed"),
-    master: Optional[str] = MASTER,
+    master: str | None = MASTER,
 ) -> None:
     """Equi-join input `id long, ts timestamp, k long, payload string` with Zipf(alpha) keys."""
     _generate("keys", out, {"rows": rows, "alpha": alpha, "domain": domain, "rate": rate, "seed": seed}, master)
@@ -126,8 +126,8 @@ def generate_keys(
 def show(
     path: str = typer.Argument(..., help="Delta table path or name."),
     limit: int = typer.Option(20, "--limit", min=0),
-    version: Optional[int] = typer.Option(None, "--version", min=0, help="Time travel to this version."),
-    master: Optional[str] = MASTER,
+    version: int | None = typer.Option(None, "--version", min=0, help="Time travel to this version."),
+    master: str | None = MASTER,
 ) -> None:
     """Print the first rows of a Delta table (optionally at a version)."""
     from simjoin.spark import delta
@@ -144,7 +144,7 @@ def show(
 
 
 @app.command("history")
-def history(path: str = typer.Argument(...), master: Optional[str] = MASTER) -> None:
+def history(path: str = typer.Argument(...), master: str | None = MASTER) -> None:
     """Print a Delta table's commit history."""
     from simjoin.spark import delta
 

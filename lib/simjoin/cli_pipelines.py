@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Optional
 
 import typer
 
@@ -22,17 +21,17 @@ def ssj(
     input: str = typer.Option(..., "--input", help="Delta table with the records (left side)."),
     output: str = typer.Option(..., "--output", help="Delta table for the pairs; stage tables are written beside it."),
     threshold: float = typer.Option(..., "--threshold", help="Similarity threshold θ, 0 < θ <= 1."),
-    right: Optional[str] = typer.Option(None, "--right", help="Second input for an R-S join."),
+    right: str | None = typer.Option(None, "--right", help="Second input for an R-S join."),
     id_col: str = typer.Option("id", "--id-col"),
     text_col: str = typer.Option("text", "--text-col"),
     tokenizer: str = typer.Option("word", "--tokenizer", help="word | qgram:N"),
     similarity: Similarity = typer.Option(Similarity.jaccard, "--similarity"),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Nodes n (default: the optimizer's search)."),
-    mod: Optional[int] = typer.Option(None, "--mod", min=1, help="Modulo m (default: the optimizer's search)."),
-    memory_gb: Optional[float] = typer.Option(None, "--memory-gb", help="RAM limit per unit for the optimizer."),
-    total_units: Optional[int] = typer.Option(None, "--units", min=1, help="Seed t of the parameter search."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="Nodes n (default: the optimizer's search)."),
+    mod: int | None = typer.Option(None, "--mod", min=1, help="Modulo m (default: the optimizer's search)."),
+    memory_gb: float | None = typer.Option(None, "--memory-gb", help="RAM limit per unit for the optimizer."),
+    total_units: int | None = typer.Option(None, "--units", min=1, help="Seed t of the parameter search."),
     run_id: str = typer.Option("cli", "--run-id", help="Partition of every output table this run replaces."),
-    master: Optional[str] = MASTER,
+    master: str | None = MASTER,
 ) -> None:
     """Exact set-similarity join (Fier & Freytag): tokenize, optimize, distributed PPJoin."""
     from jobs import ssj as pipeline
@@ -60,7 +59,7 @@ def ssj(
 def report(
     stats: str = typer.Option(..., "--stats", help="A stats Delta table: <output>_stats of simjoin ssj or s3j."),
     out: str = typer.Option(..., "--out", help="Folder for the PNG plots and index.html."),
-    master: Optional[str] = MASTER,
+    master: str | None = MASTER,
 ) -> None:
     """Plot a stats table: slice costs and load per unit (ssj); load per worker, window latencies (s3j)."""
     from simjoin.report import render

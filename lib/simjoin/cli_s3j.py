@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from enum import Enum
-from typing import Optional
 
 import typer
 
@@ -30,23 +29,23 @@ class Algorithm(str, Enum):
 def s3j(
     left: str = typer.Option(..., "--left", help="Left (or only) stream: Delta table `id long, ts timestamp, "
                                                  "vector array<double>`."),
-    right: Optional[str] = typer.Option(None, "--right", help="Right stream (two-stream join); omit for a self-join."),
+    right: str | None = typer.Option(None, "--right", help="Right stream (two-stream join); omit for a self-join."),
     output: str = typer.Option(..., "--output", help="Pair table `left_id, right_id, distance, window_start`; "
                                                      "<output>_stats, _quarantine, _state, _checkpoint beside it."),
-    threshold: Optional[float] = typer.Option(None, "--threshold", help="Distance threshold t (match: d < t)."),
-    metric: Optional[Metric] = typer.Option(None, "--metric", help="angular acos(cos)/pi (default), euclidean, "
+    threshold: float | None = typer.Option(None, "--threshold", help="Distance threshold t (match: d < t)."),
+    metric: Metric | None = typer.Option(None, "--metric", help="angular acos(cos)/pi (default), euclidean, "
                                                                    "cosine 1-cos."),
-    window: Optional[str] = typer.Option(None, "--window", help="Window size on ts, e.g. 60s, 5m."),
-    slide: Optional[str] = typer.Option(None, "--slide", help="Sliding windows: slide <= window (default tumbling)."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Workers P (space partitions)."),
-    algorithm: Optional[Algorithm] = typer.Option(None, "--algorithm", help="s3j or the clusterjoin baseline."),
-    virtual_partitions: Optional[int] = typer.Option(None, "--virtual-partitions", min=1,
+    window: str | None = typer.Option(None, "--window", help="Window size on ts, e.g. 60s, 5m."),
+    slide: str | None = typer.Option(None, "--slide", help="Sliding windows: slide <= window (default tumbling)."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="Workers P (space partitions)."),
+    algorithm: Algorithm | None = typer.Option(None, "--algorithm", help="s3j or the clusterjoin baseline."),
+    virtual_partitions: int | None = typer.Option(None, "--virtual-partitions", min=1,
                                                      help="ClusterJoin virtual partitions V (default 500)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the random space-partition centroids."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed of the random space-partition centroids."),
     inclusive: bool = typer.Option(False, "--inclusive", help="Match d <= t instead of d < t."),
     exact_distances: bool = typer.Option(False, "--exact-distances",
                                          help="Also compute the distance of inner x inner pairs."),
-    master: Optional[str] = MASTER,
+    master: str | None = MASTER,
 ) -> None:
     """Exact streaming similarity join (S3J, Siachamis et al.) of what arrived since the last run."""
     from jobs import s3j as job

@@ -8,9 +8,9 @@ on how many rows, and shows sample values.
 from __future__ import annotations
 
 import itertools
-import threading
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -47,7 +47,7 @@ class StandaloneCluster:
         log_dir.mkdir(parents=True, exist_ok=True)
         log = log_dir / f"{name}.log"
         self.logs.append(log)
-        fh = open(log, "wb")
+        fh = open(log, "wb")  # noqa: SIM115 - the process writes to it after this call returns
         cmd = [str(_spark_home() / "bin" / "spark-class"), *args]
         p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.procs.append(p)

@@ -101,7 +101,8 @@ def _save(w: Any, ref: str) -> None:
         w.saveAsTable(ref)
 
 
-def overwrite(df: DataFrame, ref: str, partition_by: Sequence[str] | None = None, overwrite_schema: bool = True) -> None:
+def overwrite(df: DataFrame, ref: str, partition_by: Sequence[str] | None = None,
+              overwrite_schema: bool = True) -> None:
     """Replace the whole table (a rerun gives the same table, never duplicates)."""
     opts = {"overwriteSchema": "true"} if overwrite_schema else {}
     _save(_writer(df, "overwrite", partition_by, opts), ref)

@@ -16,6 +16,7 @@ Set ``SIMJOIN_JVM_CACHE=off`` to use neither.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import json
@@ -66,10 +67,8 @@ def remember_jars(packages: str, jars: str) -> None:
     """Record the ``spark.jars`` a session resolved for ``packages`` (atomic; best effort)."""
     if not jars:
         return
-    try:
+    with contextlib.suppress(OSError):
         _atomic_write(_jars_file(packages), json.dumps({"packages": packages, "jars": jars.split(",")}))
-    except OSError:
-        pass
 
 
 def _atomic_write(path: Path, text: str) -> None:

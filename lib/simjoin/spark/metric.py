@@ -313,8 +313,9 @@ def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, buffer
                                      X[res.record], res.role, True))
             comps = res.centroid_distance_computations
             if k_new:
-                out.append(_member_batch(int(w), we, part, res.new_workset_id, np.full(k_new, part % P), np.zeros(k_new),
-                                         np.zeros(k_new), res.new_centroid, np.full(k_new, -1), True, kind=1))
+                out.append(_member_batch(int(w), we, part, res.new_workset_id, np.full(k_new, part % P),
+                                         np.zeros(k_new), np.zeros(k_new), res.new_centroid, np.full(k_new, -1),
+                                         True, kind=1))
                 # Buffered physical outer copies of earlier micro-batches meet the new worksets.
                 bsel = np.flatnonzero(w_buf == w)
                 if bsel.size:
@@ -322,7 +323,7 @@ def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, buffer
                     Xb = to_matrix(bt.column("vector"), dim)
                     D = pairwise(bounds.space, Xb, res.new_centroid)
                     comps += int(D.size)
-                    r, g = np.nonzero(D <= bounds.outer_radius)
+                    r, g = np.nonzero(bounds.outer_radius >= D)
                     if r.size:
                         gid = res.new_workset_id[g]
                         out.append(_member_batch(int(w), we, part, gid, np.full(r.size, part % P),

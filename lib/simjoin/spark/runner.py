@@ -131,7 +131,7 @@ def assign_windows(df: DataFrame, size_s: float, slide_s: float | None = None, t
     slide_s = slide_s or size_s
     if not 0 < slide_s <= size_s:
         raise ValueError(f"invalid slide {slide_s}s: allowed 0 < slide <= window ({size_s}s)")
-    w = F.window(F.col(ts_col), f"{int(round(size_s * 1e6))} microseconds", f"{int(round(slide_s * 1e6))} microseconds")
+    w = F.window(F.col(ts_col), f"{round(size_s * 1e6)} microseconds", f"{round(slide_s * 1e6)} microseconds")
     return df.withColumn("_w", w).select(
         "*", F.col("_w.start").alias("window_start"), F.col("_w.end").alias("window_end")).drop("_w")
 

@@ -94,8 +94,9 @@ def get_spark(cfg: SparkConfig | None = None, extra: dict[str, Any] | None = Non
     spark = _builder(cfg, extra, record_to).getOrCreate()
     spark.sparkContext.setLogLevel(cfg.log_level)
     conf = spark.sparkContext.getConf()
-    if jvmcache.enabled() and conf.get("spark.jars.packages", None):
-        jvmcache.remember_jars(conf.get("spark.jars.packages"), conf.get("spark.jars", ""))
+    packages = conf.get("spark.jars.packages", None)
+    if jvmcache.enabled() and packages:
+        jvmcache.remember_jars(packages, conf.get("spark.jars", "") or "")
     return spark
 
 

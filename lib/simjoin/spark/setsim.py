@@ -209,7 +209,7 @@ class TokenProfile:
 def profile(prepared: DataFrame) -> TokenProfile:
     agg = (prepared.mapInArrow(_profile, _PROFILE_SCHEMA)
            .groupBy("kind", "side", "key", "token").agg(F.sum("n").alias("n"), F.max("aux").alias("aux")))
-    t = pa.Table.from_batches(agg._collect_as_arrow(), schema=_PROFILE_ARROW)
+    t = pa.Table.from_batches(agg._collect_as_arrow(), schema=_PROFILE_ARROW)  # type: ignore[operator]
     kind = t.column("kind").to_numpy()
     tok = t.filter(pa.array(kind == _K_TOKEN))
     tok = tok.take(pc.sort_indices(tok, [("n", "ascending"), ("token", "ascending")]))
@@ -383,7 +383,8 @@ def partition_keys(n: int) -> np.ndarray:
     return keys
 
 
-ROUTED_SCHEMA = "unit int, pkey long, rid long, side int, id long, tokens array<int>, is_index boolean, is_probe boolean"
+ROUTED_SCHEMA = ("unit int, pkey long, rid long, side int, id long, tokens array<int>, is_index boolean, "
+                 "is_probe boolean")
 
 
 def route_to_units(records: DataFrame, plan: Plan) -> DataFrame:

@@ -168,7 +168,7 @@ def balance_worksets(
 
     # Irremovables: the heaviest workset above the average on each overloaded worker.
     pinned = np.zeros(ld.shape[0], dtype=bool)
-    for n in np.flatnonzero(L > avg):
+    for n in np.flatnonzero(avg < L):
         mine = np.flatnonzero((wk == n) & (ld > avg))
         if mine.size:
             pinned[mine[np.argmax(ld[mine])]] = True
@@ -191,7 +191,7 @@ def balance_worksets(
         if removal[best] <= 0:
             break
         g = ld[best]
-        under = np.flatnonzero(L < avg)
+        under = np.flatnonzero(avg > L)
         if under.size:
             addition = pen(L[under]) - pen(L[under] + g)
             total = removal[best] + addition

@@ -353,7 +353,7 @@ def formulate_partition_worksets(
         C_act = np.ascontiguousarray(C_all[act_idx])
         rad_act = rad[act_idx]
         for s, D in pairwise_blocks(bounds.space, Xv, C_act, max_block_elements):
-            mask = D <= rad_act[None, :]
+            mask = rad_act[None, :] >= D
             mask &= act_idx[None, :] < home_of_row[s : s + D.shape[0], None]
             r, w = np.nonzero(mask)
             rec_parts.append(r.astype(np.int64) + s)

@@ -55,7 +55,7 @@ IntArray = npt.NDArray[np.int64]
 def check_threshold(threshold: Any) -> float:
     """Return ``threshold`` as a float, or raise ValueError if not in (0, 1]."""
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
-        raise ValueError(  # noqa: TRY004 (the documented contract is ValueError)
+        raise ValueError(
             f"similarity threshold must be a number, got {threshold!r}; allowed: 0 < threshold <= 1"
         )
     value = float(threshold)
