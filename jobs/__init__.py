@@ -1,2 +1,3 @@
-"""Pipeline stages. Each module's ``run(spark, cfg, ...)`` reads Delta, calls ``simjoin.spark``
-and writes Delta. Nothing else lives here."""
+"""One package per pipeline (``jobs/<name>/``): its spec (``spec.py``) and its stages, each
+``run(spark, run) -> dict``: reads Delta, calls ``simjoin.spark``, writes Delta. Tools that are
+not stages live in ``jobs/tools``."""

@@ -1,40 +1,28 @@
 """The ``simjoin`` command. Every command prints a one-line summary as its last line.
 
-The CLI is an entry point like the DAGs: it parses flags into typed configs and calls the
-stages in ``jobs/``.
+The pipeline commands (``simjoin ssj``, ``simjoin s3j``, ``simjoin generate <kind>``...) are
+built from the pipeline specs by :mod:`simjoin.pipeline.cli`; this module adds the tools
+(``show``, ``history``, ``report``, ``cache-jvm``) and maps every error to one line.
+``python -m simjoin`` is the same command.
 """
 
 from __future__ import annotations
 
 import sys
-import time
-from enum import Enum
 from typing import Any
 
-import typer
+import click
 
-from simjoin.config import ConfigError, GenerateConfig, SparkConfig, load_config
+from simjoin.config import ConfigError, SparkConfig, load_config
 from simjoin.log import get_logger
-
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Exact similarity, inequality and skew-resilient joins on Spark + Delta Lake.")
-gen_app = typer.Typer(no_args_is_help=True, help="Write synthetic input tables to Delta.")
-app.add_typer(gen_app, name="generate")
+from simjoin.pipeline.cli import MASTER_HELP
 
 log = get_logger("simjoin.cli")
 
 
-class VecDist(str, Enum):
-    uniform = "uniform"
-    gaussian = "gaussian"
-    skewed = "skewed"
-    pareto = "pareto"
-    clustered = "clustered"
-
-
-class IneqDist(str, Enum):
-    uniform = "uniform"
-    pareto = "pareto"
+@click.group(no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
+def app() -> None:
+    """Exact similarity, inequality and skew-resilient joins on Spark + Delta Lake."""
 
 
 def _spark(master: str | None = None, warehouse: str | None = None) -> Any:
@@ -45,91 +33,26 @@ def _spark(master: str | None = None, warehouse: str | None = None) -> Any:
 
 def _summary(text: str) -> None:
     sys.stderr.flush()
-    typer.echo(text)
+    click.echo(text)
     sys.stdout.flush()
 
 
 def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
+    click.echo(f"error: {msg}", err=True)
+    raise SystemExit(2)
 
 
-MASTER = typer.Option(None, "--master", help="Spark master (overrides SIMJOIN_SPARK_MASTER and conf/spark.yaml).")
-
-
-def _generate(kind: str, out: str, overrides: dict[str, Any], master: str | None) -> None:
-    from jobs import generate
-
-    t0 = time.perf_counter()
-    try:
-        cfg = load_config(GenerateConfig, "generate", overrides)
-    except ConfigError as e:
-        _fail(str(e))
-    res = generate.run(_spark(master), kind, out, cfg)  # type: ignore[possibly-undefined]
-    _summary(f"generate {kind}: wrote {res.rows} rows to {res.path} (Delta version {res.version}) "
-             f"in {time.perf_counter() - t0:.1f}s")
-
-
-@gen_app.command("sets")
-def generate_sets(
-    out: str = typer.Option(..., "--out", help="Delta table path to (over)write."),
-    rows: int = typer.Option(10000, "--rows", min=0, help="Number of records."),
-    seed: int = typer.Option(42, "--seed", help="Random seed (same seed, same table)."),
-    master: str | None = MASTER,
-) -> None:
-    """Token sets `id long, text string`: Zipf tokens with planted near-duplicate clusters."""
-    _generate("sets", out, {"rows": rows, "seed": seed}, master)
-
-
-@gen_app.command("vectors")
-def generate_vectors(
-    out: str = typer.Option(..., "--out"),
-    rows: int = typer.Option(10000, "--rows", min=0),
-    dim: int = typer.Option(8, "--dim", min=1, help="Vector dimension."),
-    dist: VecDist = typer.Option(VecDist.uniform, "--dist"),
-    rate: float = typer.Option(100.0, "--rate", min=1e-9, help="Rows per second of `ts`."),
-    seed: int = typer.Option(42, "--seed"),
-    master: str | None = MASTER,
-) -> None:
-    """Vectors `id long, ts timestamp, vector array<double>`; `ts` advances at RATE rows/s."""
-    _generate("vectors", out, {"rows": rows, "dim": dim, "dist": dist.value, "rate": rate, "seed": seed}, master)
-
-
-@gen_app.command("ineq")
-def generate_ineq(
-    out: str = typer.Option(..., "--out"),
-    rows: int = typer.Option(10000, "--rows", min=0),
-    dist: IneqDist = typer.Option(IneqDist.uniform, "--dist"),
-    rate: float = typer.Option(100.0, "--rate", min=1e-9),
-    seed: int = typer.Option(42, "--seed"),
-    master: str | None = MASTER,
-) -> None:
-    """Inequality-join input `id long, ts timestamp, a double, b double`."""
-    _generate("ineq", out, {"rows": rows, "dist": dist.value, "rate": rate, "seed": seed}, master)
-
-
-@gen_app.command("keys")
-def generate_keys(
-    out: str = typer.Option(..., "--out"),
-    rows: int = typer.Option(10000, "--rows", min=0),
-    alpha: float = typer.Option(1.2, "--alpha", min=1e-9, help="Zipf exponent of the key distribution."),
-    domain: int = typer.Option(1000, "--domain", min=1, help="Number of distinct keys K."),
-    rate: float = typer.Option(100.0, "--rate", min=1e-9),
-    seed: int = typer.Option(42, "--seed"),
-    master: str | None = MASTER,
-) -> None:
-    """Equi-join input `id long, ts timestamp, k long, payload string` with Zipf(alpha) keys."""
-    _generate("keys", out, {"rows": rows, "alpha": alpha, "domain": domain, "rate": rate, "seed": seed}, master)
+def master_option(f: Any) -> Any:
+    return click.option("--master", default=None, help=MASTER_HELP)(f)
 
 
 @app.command("show")
-def show(
-    path: str = typer.Argument(..., help="Delta table path or name."),
-    limit: int = typer.Option(20, "--limit", min=0),
-    version: int | None = typer.Option(None, "--version", min=0, help="Time travel to this version."),
-    master: str | None = MASTER,
-) -> None:
-    """Print the first rows of a Delta table (optionally at a version)."""
+@click.argument("path")
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True)
+@click.option("--version", type=click.IntRange(min=0), default=None, help="Time travel to this version.")
+@master_option
+def show(path: str, limit: int, version: int | None, master: str | None) -> None:
+    """Print the first rows of a Delta table PATH (optionally at a version)."""
     from simjoin.spark import delta
 
     spark = _spark(master)
@@ -144,7 +67,9 @@ def show(
 
 
 @app.command("history")
-def history(path: str = typer.Argument(...), master: str | None = MASTER) -> None:
+@click.argument("path")
+@master_option
+def history(path: str, master: str | None) -> None:
     """Print a Delta table's commit history."""
     from simjoin.spark import delta
 
@@ -155,22 +80,64 @@ def history(path: str = typer.Argument(...), master: str | None = MASTER) -> Non
         _fail(str(e))
     rows = h.orderBy("version").collect()  # type: ignore[possibly-undefined]
     for r in rows:
-        typer.echo(f"v{r['version']:<4} {r['timestamp']}  {r['operation']:<12} {dict(r['operationParameters'] or {})}")
+        click.echo(f"v{r['version']:<4} {r['timestamp']}  {r['operation']:<12} {dict(r['operationParameters'] or {})}")
     _summary(f"history {path}: {len(rows)} versions, latest {rows[-1]['version'] if rows else '-'}")
 
 
-def _register_pipelines() -> None:
-    # Pipelines register their commands from their own modules to keep this file small.
-    from simjoin import cli_pipelines  # noqa: F401
+@app.command("report")
+@click.option("--stats", required=True, help="A stats Delta table: <output>_stats of a simjoin pipeline.")
+@click.option("--out", required=True, help="Folder for the PNG plots and index.html.")
+@master_option
+def report(stats: str, out: str, master: str | None) -> None:
+    """Plot a stats table: slice costs and load per unit (ssj); load per worker, window latencies (s3j)."""
+    from simjoin.report import render
+    from simjoin.spark import delta
+
+    spark = _spark(master)
+    try:
+        pdf = delta.read_table(spark, stats).toPandas()
+        files = render(pdf, out, title=stats)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    _summary(f"report {stats}: {len(files)} plots and index.html in {out}")  # type: ignore[possibly-undefined]
+
+
+@app.command("cache-jvm")
+@click.option("--force", is_flag=True, default=False, help="Record again even if an archive exists.")
+def cache_jvm(force: bool) -> None:
+    """Record the JVM class-data archive that makes every later Spark start faster (once per install)."""
+    from jobs.tools import jvm_cache
+
+    try:
+        path, recorded = jvm_cache.record(force)
+    except RuntimeError as e:
+        _fail(str(e))
+    size = path.stat().st_size / 2**20  # type: ignore[possibly-undefined]
+    _summary(f"cache-jvm: {'recorded' if recorded else 'up to date'}, {size:.0f} MiB archive at {path}")  # type: ignore
+
+
+_registered = False
+
+
+def cli_group() -> click.Group:
+    """The whole ``simjoin`` command: the tools above plus one command per pipeline spec."""
+    global _registered
+    if not _registered:
+        from simjoin.pipeline.cli import commands
+        from simjoin.pipeline.registry import specs
+
+        for spec in specs().values():
+            app.add_command(commands(spec))
+        _registered = True
+    return app
 
 
 def main() -> None:
-    _register_pipelines()
     code: Any = 0
     try:
-        app()
+        cli_group()(standalone_mode=True)
     except ConfigError as e:
-        typer.echo(f"error: {e}", err=True)
+        click.echo(f"error: {e}", err=True)
         code = 2
     except SystemExit as e:
         code = e.code

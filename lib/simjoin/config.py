@@ -13,7 +13,7 @@ import math
 import os
 import types
 import typing
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
@@ -25,6 +25,10 @@ __all__ = [
     "SSJConfig",
     "S3JConfig",
     "GenerateConfig",
+    "StreamConfig",
+    "param",
+    "check_fields",
+    "fingerprint",
     "load_config",
     "conf_dir",
 ]
@@ -71,38 +75,138 @@ class SparkConfig:
         )
 
 
+def param(
+    default: Any,
+    help: str = "",
+    *,
+    choices: tuple[Any, ...] | None = None,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    duration: bool = False,
+    flag: str | None = None,
+    io: bool = False,
+    required: bool = False,
+    dag_default: str | None = None,
+    state: bool = True,
+) -> Any:
+    """A config field, declared once. From its metadata come the validation below, the DAG's
+    ``Param`` (type, enum, bounds, description) and the CLI option (``simjoin.pipeline``).
+
+    ``io``: a table path (not in YAML defaults or the state fingerprint); ``required``: the CLI
+    and the DAG must give it; ``dag_default``: its DAG default under the warehouse, e.g.
+    ``"{warehouse}/s3j/left"``; ``state=False``: not part of the persisted-state fingerprint;
+    ``duration``: a positive duration such as ``60s``.
+    """
+    meta = {"help": help, "choices": choices, "gt": gt, "ge": ge, "le": le, "lt": lt, "duration": duration,
+            "flag": flag, "io": io, "required": required, "dag_default": dag_default, "state": state and not io}
+    return field(default=default, metadata=meta)
+
+
+def _bounds_text(key: str, m: Any, tp: Any) -> str:
+    lo = f"{m['gt']} < " if m["gt"] is not None else f"{m['ge']} <= " if m["ge"] is not None else ""
+    hi = f" <= {m['le']}" if m["le"] is not None else f" < {m['lt']}" if m["lt"] is not None else ""
+    if lo and hi:
+        return f"{lo}{key}{hi}"
+    kind = "an integer" if tp is int else "a number"
+    if lo:
+        op = ">" if m["gt"] is not None else ">="
+        return f"{kind} {op} {m['gt'] if m['gt'] is not None else m['ge']}"
+    return f"{kind} {hi.strip()}"
+
+
+def _choices_text(choices: tuple[Any, ...]) -> str:
+    c = [str(x) for x in choices]
+    return c[0] if len(c) == 1 else f"{', '.join(c[:-1])} or {c[-1]}"
+
+
+def field_type(cls: Any, name: str) -> Any:
+    """The field's scalar type (``int``, ``float``, ``str``, ``bool``) and whether it may be None."""
+    tp = get_type_hints(cls)[name]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], True
+    return tp, False
+
+
+def check_fields(cfg: Any, section: str) -> None:
+    """Validate every field of a config dataclass against its ``param`` metadata."""
+    for f in fields(cfg):
+        m = f.metadata
+        if not m:
+            continue
+        v = getattr(cfg, f.name)
+        tp, optional = field_type(type(cfg), f.name)
+        if v is None:
+            _check(optional, section, f.name, v, f"a value of type {tp.__name__}")
+            continue
+        if tp in (int, float):
+            ok_type = isinstance(v, (int, float)) and not isinstance(v, bool) and (tp is float or float(v).is_integer())
+            _check(ok_type, section, f.name, v, f"a value of type {tp.__name__}")
+            if any(m[k] is not None for k in ("gt", "ge", "le", "lt")):
+                ok = not math.isnan(v) and (
+                    (m["gt"] is None or v > m["gt"]) and (m["ge"] is None or v >= m["ge"])
+                    and (m["le"] is None or v <= m["le"]) and (m["lt"] is None or v < m["lt"]))
+                _check(ok, section, f.name, v, _bounds_text(f.name, m, tp))
+        if m["choices"] is not None:
+            _check(v in m["choices"], section, f.name, v, _choices_text(m["choices"]))
+        if m["duration"]:
+            try:
+                ok = parse_duration(v) > 0
+            except ValueError:
+                ok = False
+            _check(ok, section, f.name, v, "a positive duration such as 60s, 5m, 1h")
+        if m["io"] and v is not None:
+            _check(isinstance(v, str) and bool(v.strip()), section, f.name, v, "a Delta table path")
+
+
+def fingerprint(cfg: Any, extra: str = "") -> str:
+    """The fields persisted state depends on (``state=True``), as one comparable string."""
+    parts = [f"{f.name}={getattr(cfg, f.name)!r}" for f in fields(cfg) if f.metadata.get("state", False)]
+    return "|".join(parts + ([extra] if extra else []))
+
+
 @dataclass(frozen=True)
 class SSJConfig:
-    threshold: float = 0.8
-    similarity: str = "jaccard"
-    tokenizer: str = "word"
-    id_col: str = "id"
-    text_col: str = "text"
-    workers: int | None = None
-    mod: int | None = None
-    total_units: int = 4
-    memory_gb: float = 4.0
+    input: str | None = param(None, "Delta table with the records (left side): id, text.", io=True, required=True,
+                              dag_default="{warehouse}/sets")
+    output: str | None = param(None, "Delta table for the pairs; stage tables are written beside it.", io=True,
+                               required=True, dag_default="{warehouse}/ssj_pairs")
+    right: str | None = param(None, "Second input for an R-S join.", io=True)
+    threshold: float = param(0.8, "Similarity threshold θ, 0 < θ <= 1.", gt=0, le=1)
+    similarity: str = param("jaccard", "Similarity function.", choices=("jaccard", "cosine", "dice"))
+    tokenizer: str = param("word", "word | qgram:N")
+    id_col: str = param("id", "Id column of the input.")
+    text_col: str = param("text", "Text column of the input.")
+    workers: int | None = param(None, "Nodes n (default: the optimizer's search).", ge=1)
+    mod: int | None = param(None, "Modulo m (default: the optimizer's search).", ge=1)
+    total_units: int = param(4, "Seed t of the parameter search (n * m = t).", ge=1, flag="--units")
+    memory_gb: float = param(4.0, "RAM limit per unit for the optimizer (GiB).", gt=0)
 
     def __post_init__(self) -> None:
         s = "ssj"
-        _check(
-            isinstance(self.threshold, (int, float)) and not math.isnan(self.threshold)
-            and 0 < self.threshold <= 1,
-            s, "threshold", self.threshold, "0 < threshold <= 1",
-        )
-        _check(self.similarity in ("jaccard", "cosine", "dice"), s, "similarity", self.similarity,
-               "jaccard, cosine or dice")
+        check_fields(self, s)
         _check(_tokenizer_ok(self.tokenizer), s, "tokenizer", self.tokenizer, "word or qgram:N with N >= 1")
         _check(bool(self.id_col), s, "id_col", self.id_col, "a column name")
         _check(bool(self.text_col), s, "text_col", self.text_col, "a column name")
-        _check(self.workers is None or self.workers >= 1, s, "workers", self.workers, "an integer >= 1")
-        _check(self.mod is None or self.mod >= 1, s, "mod", self.mod, "an integer >= 1")
-        _check(self.total_units >= 1, s, "total_units", self.total_units, "an integer >= 1")
-        _check(self.memory_gb > 0, s, "memory_gb", self.memory_gb, "a number > 0")
+        _check(self.right is None or self.right != self.input, s, "right", self.right,
+               "a table other than the input (omit --right for a self-join)")
+        for k in ("input", "right"):
+            _check(self.output is None or getattr(self, k) is None or
+                   not _same_path(self.output, getattr(self, k)), s, "output", self.output,
+                   f"a path other than the {k} table (it would be overwritten)")
 
     @property
     def qgram(self) -> int | None:
         return int(self.tokenizer.split(":", 1)[1]) if self.tokenizer.startswith("qgram:") else None
+
+
+def _same_path(a: str, b: str) -> bool:
+    import os.path
+
+    norm = lambda p: p if ":" in p else os.path.normpath(os.path.abspath(p))  # noqa: E731
+    return norm(a.rstrip("/")) == norm(b.rstrip("/"))
 
 
 def _tokenizer_ok(tok: str) -> bool:
@@ -126,58 +230,76 @@ def parse_duration(text: str) -> float:
 
 
 @dataclass(frozen=True)
-class S3JConfig:
-    threshold: float = 0.05
-    metric: str = "angular"
-    inclusive: bool = False
-    window: str = "60s"
-    slide: str | None = None
-    workers: int = 5
-    algorithm: str = "s3j"
-    virtual_partitions: int = 500
-    seed: int = 42
-    exact_distances: bool = False
+class StreamConfig:
+    """What every stream pipeline's config has: its input's time column and the future bound
+    (DESIGN.md, "How streams become micro-batches")."""
+
+    ts_unit: str | None = param(None, "Unit of a numeric ts column (a timestamp column needs none).",
+                                choices=("s", "ms", "us"), state=True)
+    max_future: str = param("1h", "Records dated more than this past the current time are quarantined as "
+                                  "future.", duration=True, state=False)
+
+    @property
+    def max_future_s(self) -> float:
+        return parse_duration(self.max_future)
+
+
+@dataclass(frozen=True)
+class S3JConfig(StreamConfig):
+    left: str | None = param(None, "Left (or only) stream: Delta table id, ts, vector array<double>.", io=True,
+                             required=True, dag_default="{warehouse}/s3j/left")
+    right: str | None = param(None, "Right stream (two-stream join); omit for a self-join.", io=True)
+    output: str | None = param(None, "Pair table left_id, right_id, distance, window_start; <output>_stats, "
+                                     "_quarantine, _state, _checkpoint beside it.", io=True, required=True,
+                               dag_default="{warehouse}/s3j/pairs")
+    threshold: float = param(0.05, "Distance threshold t (match: d < t; d <= t with --inclusive).", gt=0)
+    metric: str = param("angular", "angular acos(cos)/pi, euclidean, or cosine 1 - cos.",
+                        choices=("angular", "euclidean", "cosine"))
+    inclusive: bool = param(False, "Match d <= t instead of d < t.")
+    window: str = param("60s", "Window size on ts, e.g. 60s, 5m.", duration=True)
+    slide: str | None = param(None, "Sliding windows: a slide <= window (default: tumbling).", duration=True)
+    workers: int = param(5, "Workers P (space partitions).", ge=1, le=4096)
+    algorithm: str = param("s3j", "s3j, or the clusterjoin baseline.", choices=("s3j", "clusterjoin"))
+    virtual_partitions: int = param(500, "ClusterJoin's virtual partitions V.", ge=1, le=100_000)
+    seed: int = param(42, "Seed of the random space-partition centroids.", ge=0)
+    exact_distances: bool = param(False, "Also compute the distance of inner x inner pairs.", state=False)
 
     def __post_init__(self) -> None:
         s = "s3j"
-        _check(self.metric in ("angular", "euclidean", "cosine"), s, "metric", self.metric,
-               "angular, euclidean or cosine")
+        check_fields(self, s)
         hi = {"angular": 1.0, "cosine": 2.0}.get(self.metric, math.inf)
-        _check(isinstance(self.threshold, (int, float)) and 0 < self.threshold <= hi,
-               s, "threshold", self.threshold, f"0 < threshold <= {hi} for metric {self.metric}")
-        for key in ("window", "slide"):
-            v = getattr(self, key)
-            if v is not None:
-                try:
-                    ok = parse_duration(v) > 0
-                except ValueError:
-                    ok = False
-                _check(ok, s, key, v, "a positive duration such as 60s, 5m, 1h")
+        _check(0 < self.threshold <= hi, s, "threshold", self.threshold,
+               f"0 < threshold <= {hi} for metric {self.metric}")
         if self.slide is not None:
             _check(parse_duration(self.slide) <= parse_duration(self.window), s, "slide", self.slide,
                    f"a duration <= window ({self.window})")
-        _check(self.workers >= 1, s, "workers", self.workers, "an integer >= 1")
-        _check(self.algorithm in ("s3j", "clusterjoin"), s, "algorithm", self.algorithm, "s3j or clusterjoin")
-        _check(self.virtual_partitions >= 1, s, "virtual_partitions", self.virtual_partitions, "an integer >= 1")
+        _check(self.right is None or self.left is None or not _same_path(self.right, self.left), s, "right",
+               self.right, "a stream other than the left one (omit --right for a self-join)")
+        for k in ("left", "right"):
+            other = getattr(self, k)
+            _check(self.output is None or other is None or not _same_path(self.output, other), s, "output",
+                   self.output, f"a path other than the {k} stream (it would be overwritten)")
 
 
 @dataclass(frozen=True)
 class GenerateConfig:
-    rows: int = 10000
-    seed: int = 42
-    dim: int = 8
-    dist: str = "uniform"
-    rate: float = 100.0
-    alpha: float = 1.2
-    domain: int = 1000
+    kind: str = param("vectors", "What to generate.", choices=("sets", "vectors", "ineq", "keys"), flag="")
+    out: str | None = param(None, "Delta table path to (over)write.", io=True, required=True,
+                            dag_default="{warehouse}/generated/vectors")
+    rows: int = param(10000, "Number of records.", ge=0, le=1_000_000_000)
+    seed: int = param(42, "Random seed (same seed, same table).", ge=0)
+    dim: int = param(8, "Vector dimension.", ge=1, le=4096)
+    dist: str = param("uniform", "Distribution (vectors: uniform, gaussian, skewed, pareto, clustered; "
+                                 "ineq: uniform, pareto).",
+                      choices=("uniform", "gaussian", "skewed", "pareto", "clustered"))
+    rate: float = param(100.0, "Rows per second of ts.", gt=0)
+    alpha: float = param(1.2, "Zipf exponent of the key distribution.", gt=0, le=10)
+    domain: int = param(1000, "Number of distinct keys K.", ge=1)
 
     def __post_init__(self) -> None:
-        s = "generate"
-        _check(self.rows >= 0, s, "rows", self.rows, "an integer >= 0")
-        _check(self.dim >= 1, s, "dim", self.dim, "an integer >= 1")
-        _check(self.rate > 0, s, "rate", self.rate, "a number > 0 (rows per second)")
-        _check(self.alpha > 0, s, "alpha", self.alpha, "a number > 0")
-        _check(self.domain >= 1, s, "domain", self.domain, "an integer >= 1")
+        check_fields(self, "generate")
+        if self.kind == "ineq":
+            _check(self.dist in ("uniform", "pareto"), "generate", "dist", self.dist, "uniform or pareto for ineq")
 
 
 T = TypeVar("T")

@@ -1,0 +1,1 @@
+"""simjoin_generate: synthetic input tables (sets, vectors, ineq, keys) in Delta."""

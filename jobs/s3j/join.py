@@ -1,0 +1,39 @@
+"""S3J stage 4, similarity computation (Section 7.7): rows routed by worker, joined in tasks.
+
+New members are joined with each other and with the earlier members of the same worksets
+kept in the join state (so a window spanning units reports each pair exactly once). Pairs and
+the per-(window, worker) counters go to ``<output>_work/joined``; ``publish`` appends the
+pairs to the output once the gate has passed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from jobs.s3j.common import S3JRun, micros, open_unit, read_state
+from simjoin.contracts import Role, RowKind
+from simjoin.spark.metric import join_worksets_df
+
+MEMBER_COLS = ["w", "we", "partition", "workset_id", "worker", "side", "id", "vector", "role", "is_new"]
+
+
+def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
+    u = open_unit(spark, run_)
+    if u is None:
+        return {"unit": None}
+    new = u.work("members").where(F.col("kind") == int(RowKind.MEMBER)).select(*MEMBER_COLS)
+    members = new
+    js = read_state(spark, run_.join_state, u.id)
+    if js is not None:
+        keys = new.where("is_new").select("w", "partition", "workset_id").distinct()
+        old = (js.where(F.col("role") != int(Role.BUFFER))
+               .select(micros("window_start").alias("w"), micros("window_end").alias("we"), "partition",
+                       "workset_id", "worker", "side", "id", "vector", "role", F.lit(False).alias("is_new"))
+               .join(keys, ["w", "partition", "workset_id"], "left_semi"))
+        members = new.unionByName(old)
+    path = u.write_work(join_worksets_df(members, run_.params(u.dim)), "joined")
+    n = (u.work("joined").where(F.col("kind") == int(RowKind.STATS)).agg(F.sum("results")).first()[0])  # type: ignore
+    return {"unit": u.id, "joined": path, "pairs": int(n or 0)}

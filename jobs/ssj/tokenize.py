@@ -1,0 +1,68 @@
+"""Stage 1: tokenize + length statistics. Bad rows (null/empty text, no tokens, null or duplicate
+id) go to the quarantine table with a reason; good rows become integer-token records.
+
+The input is read and tokenized once (cached); one shuffle profiles it (token frequencies,
+lengths per partition, repeated ids, bad rows), and one narrow pass encodes the records.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.ssj.common import SSJRun
+from simjoin.log import get_logger
+from simjoin.spark import delta
+from simjoin.spark import setsim as S
+from simjoin.spark.session import small_frame
+
+log = get_logger("simjoin.ssj")
+QUARANTINE_SCHEMA = "side int, id long, text string, reason string, stage string, run_id string"
+
+
+def run(spark: SparkSession, job: SSJRun) -> dict[str, int]:
+    """Write the tokens, lengths and quarantine tables; keep the records (persisted) and the
+    length statistics for the later stages of this process."""
+    from simjoin.quality.gates import preload
+
+    preload()  # Great Expectations imports in the background while Spark tokenizes
+    cfg = job.cfg
+    sides = [(0, job.input)] + ([(1, job.right)] if job.right else [])
+    prepared: DataFrame | None = None
+    for side, path in sides:
+        df = delta.read_table(spark, path)
+        S.check_input_columns(df, cfg.id_col, cfg.text_col, f"input {path}")
+        one = S.prepare(S.select_input(df, cfg.id_col, cfg.text_col, side), cfg.qgram)
+        prepared = one if prepared is None else prepared.unionByName(one)
+    assert prepared is not None
+    prepared = prepared.cache()
+    prof = S.profile(prepared)
+    if prof.duplicates:
+        log.info("ssj tokenize: %d ids occur more than once; keeping the first row of each", len(prof.duplicates))
+        first = prepared
+        prepared = S.drop_duplicates(first, prof.duplicates).cache()
+        prof = S.profile(prepared)
+        first.unpersist()
+    n_in = prof.good + prof.bad
+    log.info("quality %s: %d rows in, %d good, %d quarantined", " + ".join(p for _, p in sides), n_in,
+             prof.good, prof.bad)
+    if prof.bad:
+        bad = (prepared.filter(F.col("reason") != "").select("side", "id", "text", "reason")
+               .withColumn("stage", F.lit("tokenize")).withColumn("run_id", F.lit(job.run_id)))
+    else:  # nothing to quarantine: still replace this run's partition, without a scan
+        bad = small_frame(spark, [], QUARANTINE_SCHEMA)
+    delta.overwrite_partition(bad, job.tables.quarantine, job.part)
+    length_rows = [{"length": int(a), "count": int(c)} for a, c in zip(prof.lengths, prof.counts)]
+    lengths = small_frame(spark, [(r["length"], r["count"], job.run_id) for r in length_rows],
+                          "length int, count long, run_id string")
+    delta.overwrite_partition(lengths, job.tables.lengths, job.part)
+    records = S.encode(prepared, prof).persist()
+    # materialize once here, before a writer thread and the next stage both read it
+    n = records.count()
+    if n != prof.good:
+        raise AssertionError(f"ssj tokenize lost rows: {n} records encoded, {prof.good} good rows")
+    delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
+    job.keep("records", records)
+    job.keep("length_rows", length_rows)
+    log.info("ssj tokenize: %d records in, %d tokenized, %d quarantined", n_in, prof.good, prof.bad)
+    return {"records_in": n_in, "records": prof.good, "quarantined": prof.bad}

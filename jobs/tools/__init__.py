@@ -1,0 +1,1 @@
+"""Tools that are not pipeline stages: the demo and the JVM class-data cache."""

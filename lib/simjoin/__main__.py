@@ -1,0 +1,5 @@
+"""``python -m simjoin``: the ``simjoin`` command."""
+
+from simjoin.cli import main
+
+main()

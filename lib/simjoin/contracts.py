@@ -1,0 +1,64 @@
+"""The output contract every pipeline shares (DESIGN.md, "Contracts the outside world sees").
+
+- Pair orientation: a self-join reports ``left_id < right_id``; an R-S join reports
+  ``(left, right)`` as given (:func:`orient_pairs`).
+- Row kinds: Spark tasks that return several kinds of rows in one Arrow stream (pairs beside
+  their counters, members beside new centroids) tag each row with one :class:`RowKind`. A value
+  means one thing everywhere.
+- Stats tables: the columns every stats table carries (:data:`STATS_COMMON`), and the
+  ``pipeline`` column that tells ``simjoin report`` which plots to draw.
+
+Pure Python + numpy: importable from every layer.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "RowKind",
+    "Role",
+    "orient_pairs",
+    "PAIR_ID_COLUMNS",
+    "STATS_COMMON",
+    "STATS_COMMON_SCHEMA",
+]
+
+
+class RowKind(IntEnum):
+    """What a row of a multi-kind task output is (column ``kind``, a byte)."""
+
+    PAIR = 0  # a result pair
+    STATS = 1  # one counter row of a task (per unit / per window and worker)
+    MEMBER = 2  # a workset member (S3J formulation)
+    CENTROID = 3  # the centroid of a newly opened workset (S3J formulation)
+    COUNTER = 4  # per (partition, window) centroid-distance counter (S3J formulation)
+
+
+class Role(IntEnum):
+    """S3J roles of a record in a workset (Section 7) and the state-only buffer role."""
+
+    INNER = 0
+    OUTLIER = 1
+    OUTER = 2
+    BUFFER = 3  # a physical outer copy kept for worksets opened later in the same window
+
+
+PAIR_ID_COLUMNS = ("left_id", "right_id")
+
+#: Columns every stats table has, whatever the pipeline: which pipeline wrote the row (what
+#: ``simjoin report`` dispatches on) and the seconds the row's work took.
+STATS_COMMON = ("pipeline", "seconds")
+STATS_COMMON_SCHEMA = "pipeline string, seconds double"
+
+
+def orient_pairs(left: npt.ArrayLike, right: npt.ArrayLike, self_join: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Self-join: (min, max) of each pair; R-S join: unchanged."""
+    a = np.asarray(left, dtype=np.int64)
+    b = np.asarray(right, dtype=np.int64)
+    if not self_join:
+        return a, b
+    return np.minimum(a, b), np.maximum(a, b)

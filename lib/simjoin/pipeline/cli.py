@@ -1,0 +1,111 @@
+"""One CLI registrar: a pipeline spec -> its ``simjoin <name>`` command (click).
+
+Every config field becomes an option (``--threshold``, ``--id-col``...; a field's ``flag``
+renames it): its type, choices and help come from the field, and its default stays None so that
+``conf/<section>.yaml`` and ``SIMJOIN_<SECTION>_<KEY>`` apply. The values are validated by the
+same ``load_config`` as the DAG's. A field whose ``flag`` is ``""`` selects a sub-command
+(``simjoin generate vectors``). Batch pipelines get ``--run-id``, stream pipelines ``--reset``.
+
+Every error - a bad flag, a bad input, an error raised inside Spark or a streaming micro-batch -
+reaches the user as one line ``error: ...`` on stderr and exit code 2 (user error) or 1.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import click
+
+from simjoin.pipeline.spec import PipelineSpec, resolve
+
+__all__ = ["commands", "MASTER_HELP"]
+
+MASTER_HELP = "Spark master (overrides SIMJOIN_SPARK_MASTER and conf/spark.yaml)."
+
+
+def _options(spec: PipelineSpec, skip: str | None = None) -> list[click.Option]:
+    opts: list[click.Option] = []
+    for f in spec.fields():
+        m = f.metadata
+        if f.name == skip or m.get("flag") == "":
+            continue
+        tp, _ = spec.field_type(f.name)
+        flag = m.get("flag") or "--" + f.name.replace("_", "-")
+        default = f.default
+        help_ = (m.get("help") or "") + ("" if m.get("required") or default is None else f" [default: {default}]")
+        if tp is bool:
+            opts.append(click.Option([f"{flag}/--no-{flag[2:]}", f.name], default=None, help=help_))
+            continue
+        ctype: Any = click.Choice([str(c) for c in m["choices"]]) if m.get("choices") else {
+            int: click.INT, float: click.FLOAT, str: click.STRING}[tp]
+        opts.append(click.Option([flag, f.name], type=ctype, default=None, required=bool(m.get("required")),
+                                 help=help_))
+    opts.append(click.Option(["--master"], default=None, help=MASTER_HELP))
+    if spec.run_type == "batch":
+        opts.append(click.Option(["--run-id", "run_id"], default="cli",
+                                 help="Partition of every output table this run replaces."))
+    if spec.run_type == "stream":
+        opts.append(click.Option(["--reset"], is_flag=True, default=False,
+                                 help="First remove the output with its state, work, stats, quarantine and "
+                                      "checkpoint, then join every input again."))
+    return opts
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    click.echo(f"error: {msg}", err=True)
+    raise SystemExit(code)
+
+
+def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
+    """Validate, run every stage in this process, print the summary line; errors -> one line."""
+    from simjoin.config import ConfigError
+    from simjoin.pipeline.runner import one_line, run_pipeline
+
+    t0 = time.perf_counter()
+    master = values.pop("master", None)
+    run_id = values.pop("run_id", "cli")
+    reset = bool(values.pop("reset", False))
+    try:
+        run = spec.make_run(values, run_id=run_id, reset=reset)
+    except (ConfigError, ValueError) as e:
+        _fail(str(e))
+    try:
+        from simjoin.config import SparkConfig, load_config
+        from simjoin.spark.session import get_spark
+
+        spark = get_spark(load_config(SparkConfig, "spark", {"master": master}))
+        results = run_pipeline(spark, run)  # type: ignore[possibly-undefined]
+        line = resolve(spec.summary)(run, results) if spec.summary else f"{spec.name}: done"  # type: ignore
+    except (ConfigError, ValueError, FileNotFoundError) as e:
+        _fail(one_line(e))
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except Exception as e:  # Spark, Delta, a streaming batch: one line, the log above has the rest
+        from simjoin.log import get_logger
+
+        get_logger("simjoin.cli").debug("command failed", exc_info=True)
+        code = 2 if type(e).__name__ in ("GateFailed", "CheckpointMismatch", "AnalysisException") else 1
+        _fail(one_line(e), code)
+    sys.stderr.flush()
+    click.echo(f"{line} in {time.perf_counter() - t0:.1f}s")  # type: ignore[possibly-undefined]
+    sys.stdout.flush()
+
+
+def commands(spec: PipelineSpec) -> click.Command:
+    """The click command (or group of sub-commands) of one pipeline."""
+    selector = next((f for f in spec.fields() if f.metadata.get("flag") == ""), None)
+    name = spec.cli_name or spec.name
+    if selector is None:
+        return click.Command(name, params=_options(spec), help=spec.doc.split("\n\n")[0],
+                             callback=lambda **kw: execute(spec, kw))
+    group = click.Group(name, help=spec.doc.split("\n\n")[0], no_args_is_help=True)
+    for choice in selector.metadata["choices"]:
+        def cb(_choice: str = choice, **kw: Any) -> None:
+            execute(spec, {selector.name: _choice, **kw})
+
+        group.add_command(click.Command(str(choice), params=_options(spec, skip=selector.name),
+                                        help=f"{spec.doc.split(chr(10))[0]} ({selector.name} {choice}).",
+                                        callback=cb))
+    return group

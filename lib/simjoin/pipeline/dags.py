@@ -1,0 +1,119 @@
+"""One DAG factory: a pipeline spec -> its Airflow DAG (cf. Airflow's
+``dynamic_stakeholder_dag_generator`` example, where one function builds many DAGs).
+
+- **Params** come from the config dataclass: type, enum, bounds and description per field;
+  defaults from ``conf/<section>.yaml`` and the environment, table paths under the warehouse.
+  The cross-field rules (e.g. an angular threshold <= 1, ``right`` != ``left``) run in every
+  task through the same ``load_config`` as the CLI; a violation fails the task at once with one
+  line and is not retried.
+- **Tasks:** one per stage, in the spec's order, each one call of
+  :func:`simjoin.pipeline.runner.run_task`; retries from the spec.
+- **Assets:** a stage's ``outlets`` name tables; their Assets are the tables at the DAG's
+  default paths (``file://<path>``), announced when the stage succeeds. Stream pipelines
+  announce their pairs only from ``publish``, after the gate.
+- **Schedule:** the spec's, overridden by ``SIMJOIN_<NAME>_SCHEDULE``: ``none``, a cron
+  expression, or ``asset`` (run when the input table's Asset is updated).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+from simjoin.pipeline.registry import get_spec
+from simjoin.pipeline.spec import PipelineSpec
+
+__all__ = ["build_dag", "dag_params", "warehouse"]
+
+
+def warehouse() -> str:
+    return os.path.abspath(os.environ.get("SIMJOIN_WAREHOUSE", "warehouse"))
+
+
+def _defaults(spec: PipelineSpec) -> dict[str, Any]:
+    from dataclasses import fields
+
+    cfg = spec.load({f.name: f.metadata["dag_default"].format(warehouse=warehouse())
+                     for f in spec.fields() if f.metadata.get("dag_default")})
+    return {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+
+
+def dag_params(spec: PipelineSpec) -> dict[str, Any]:
+    """``{name: Param}`` for every config field, derived from its type and ``param`` metadata."""
+    from airflow.sdk import Param
+
+    defaults = _defaults(spec)
+    out: dict[str, Any] = {}
+    for f in spec.fields():
+        m = f.metadata
+        tp, optional = spec.field_type(f.name)
+        js = {int: "integer", float: "number", bool: "boolean", str: "string"}[tp]
+        kw: dict[str, Any] = {"type": [js, "null"] if optional else js, "description": m.get("help") or None}
+        if m.get("choices"):
+            kw["enum"] = list(m["choices"]) + ([None] if optional else [])
+        for key, js_key in (("gt", "exclusiveMinimum"), ("ge", "minimum"), ("le", "maximum"),
+                            ("lt", "exclusiveMaximum")):
+            if m.get(key) is not None:
+                kw[js_key] = m[key]
+        if m.get("duration"):
+            kw["pattern"] = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h)?$"
+        if m.get("io") and not optional:
+            kw["minLength"] = 1
+        out[f.name] = Param(defaults[f.name], **{k: v for k, v in kw.items() if v is not None})
+    return out
+
+
+def _schedule(spec: PipelineSpec, defaults: dict[str, Any]) -> Any:
+    from airflow.sdk import Asset
+
+    raw = os.environ.get(f"SIMJOIN_{spec.name.upper()}_SCHEDULE", spec.schedule or "none").strip()
+    if raw.lower() in ("", "none", "null"):
+        return None
+    if raw.lower() == "asset":
+        if not spec.trigger_input:
+            raise ValueError(f"SIMJOIN_{spec.name.upper()}_SCHEDULE=asset: pipeline {spec.name} has no input table")
+        return [Asset(uri=_uri(defaults[spec.trigger_input]))]
+    return raw
+
+
+def _uri(path: str) -> str:
+    return path if "://" in path else f"file://{os.path.abspath(path)}"
+
+
+def build_dag(pipeline: str | PipelineSpec) -> Any:
+    """The DAG ``simjoin_<name>`` of a pipeline."""
+    from airflow.sdk import DAG, Asset, task
+
+    spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
+    defaults = _defaults(spec)
+    run = spec.make_run(defaults)
+    paths = run.table_paths()
+    stages = " -> ".join(s.name for s in spec.stages)
+    doc = f"{spec.doc}\n\nStages: {stages}. Built from the pipeline spec `{spec.name}` (simjoin.pipeline)."
+    with DAG(
+        dag_id=f"simjoin_{spec.name}",
+        schedule=_schedule(spec, defaults),
+        start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        catchup=False,
+        max_active_runs=spec.max_active_runs,
+        tags=["simjoin", spec.name, spec.run_type, *spec.tags],
+        default_args={"retries": spec.retries, "retry_delay": dt.timedelta(seconds=30)},
+        doc_md=doc,
+        params=dag_params(spec),
+    ) as dag:
+        prev = None
+        for st in spec.stages:
+            outlets = [Asset(uri=_uri(paths[k])) for k in st.outlets]
+
+            @task(task_id=st.name, outlets=outlets, doc_md=st.doc or None)
+            def _stage(params: Any = None, run_id: Any = None, _name: str = st.name) -> dict[str, Any]:
+                from simjoin.pipeline.runner import run_task
+
+                return run_task(spec.name, _name, dict(params), run_id)
+
+            t = _stage()
+            if prev is not None:
+                prev >> t
+            prev = t
+    return dag

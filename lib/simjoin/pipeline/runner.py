@@ -1,0 +1,174 @@
+"""The one task entry (:func:`run_stage`) and the in-process runner the CLI uses (:func:`run_pipeline`).
+
+Both run the very stage functions a spec names, with one signature, ``fn(spark, run) -> dict``.
+In one process the stages hand DataFrames to each other through ``run.frames``; in Airflow each
+task reads its inputs from Delta. Before the first stage of a run, the overwrite guard refuses
+an output path equal to an input, or holding a Delta table of another schema.
+
+Fault injection for the reliability tests: ``SIMJOIN_FAULTS="s3j.gate,s3j.stats"`` makes those
+stages raise :class:`InjectedFault` right after their body ran (its writes done).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import nullcontext
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from simjoin.config import ConfigError
+from simjoin.log import get_logger, stage as log_stage
+from simjoin.pipeline.registry import get_spec
+from simjoin.pipeline.spec import PipelineSpec, Run
+
+__all__ = ["run_stage", "run_task", "run_pipeline", "guard_outputs", "InjectedFault", "one_line",
+           "VALIDATION_ERRORS"]
+
+log = get_logger("simjoin.pipeline")
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a stage listed in ``SIMJOIN_FAULTS`` (tests of retries and replays)."""
+
+
+def _faults() -> set[str]:
+    return {f.strip() for f in os.environ.get("SIMJOIN_FAULTS", "").split(",") if f.strip()}
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items() if not _is_frame(x)}
+    if isinstance(v, (list, tuple, set)):
+        return [_jsonable(x) for x in (sorted(v) if isinstance(v, set) else v)]
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return str(v)
+
+
+def _is_frame(v: Any) -> bool:
+    return type(v).__name__ == "DataFrame"
+
+
+def guard_outputs(spark: Any, run: Run) -> None:
+    """Refuse, before anything is written, an output that is an input or holds a foreign table."""
+    from simjoin.spark import delta
+
+    inputs = [_norm(p) for p in run.inputs()]
+    paths = run.table_paths()
+    for key, cols in run.spec.output_columns.items():
+        path = paths[key]
+        if _norm(path) in inputs:
+            raise ValueError(f"output {path} is also an input of this run: allowed an output path that is "
+                             "not an input (it would be overwritten)")
+        if delta.table_exists(spark, path):
+            have = delta.read_table(spark, path).columns
+            if set(have) != set(cols):
+                raise ValueError(f"{path} holds a Delta table with columns {have}, not a simjoin {run.pipeline} "
+                                 f"{key} table ({', '.join(cols)}): allowed a new path or one written by "
+                                 f"simjoin {run.pipeline}")
+
+
+def _norm(p: str) -> str:
+    return p if "://" in p else os.path.normpath(os.path.abspath(p.rstrip("/")))
+
+
+def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], run_id: str = "cli",
+              spark: Any = None) -> dict[str, Any]:
+    """One stage of one run from (DAG) params: validate them, run the stage, return an XCom dict."""
+    spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
+    st = spec.stage(stage)
+    run = spec.make_run(params, run_id)
+    if spark is None:
+        from simjoin.spark.session import get_spark
+
+        spark = get_spark()
+    if spec.stages[0].name == st.name:
+        guard_outputs(spark, run)
+    with log_stage(f"{spec.name} {st.name}", log):
+        out = st.function()(spark, run) or {}
+    if f"{spec.name}.{st.name}" in _faults():
+        raise InjectedFault(f"injected fault after stage {spec.name}.{st.name} (SIMJOIN_FAULTS)")
+    return _jsonable(out)  # type: ignore[no-any-return]
+
+
+#: Errors a user causes with bad params or inputs: retrying cannot help.
+VALIDATION_ERRORS: tuple[type[BaseException], ...] = (ConfigError, ValueError, FileNotFoundError)
+
+
+def run_task(pipeline: str, stage: str, params: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """Airflow's task body: a validation error fails the task at once (no retry), with one line."""
+    try:
+        return run_stage(pipeline, stage, params, run_id)
+    except VALIDATION_ERRORS as e:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(one_line(e)) from e
+
+
+def one_line(e: BaseException) -> str:
+    """The first meaningful line of an error, with Spark's wrapping removed."""
+    msg = str(e).strip() or type(e).__name__
+    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
+    # A Python error raised in a Spark task ends with "<Type>: <message>" on its own line.
+    for ln in reversed(lines):
+        for tag in ("ValueError: ", "ConfigError: ", "FileNotFoundError: ", "CheckpointMismatch: ",
+                    "GateFailed: ", "AssertionError: "):
+            if ln.startswith(tag) and len(lines) > 1:
+                return ln[len(tag):][:800]
+    first = lines[0] if lines else msg
+    if isinstance(e, (ValueError, FileNotFoundError)) or type(e).__name__ in ("GateFailed",):
+        return (msg if type(e).__name__ == "GateFailed" else first)[:2000]
+    return f"{type(e).__name__}: {first}"[:800]
+
+
+def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
+    """Every stage of ``run``'s pipeline in this process, in order; returns the merged results
+    (``results[stage]``) and ``seconds``. Background gates run beside the following stages and
+    must pass before a publishing stage. A stream pipeline that resumed an open unit runs
+    again, so that what arrived since is joined too."""
+    from simjoin.spark import delta
+
+    spec = run.spec
+    t0 = time.perf_counter()
+    results: dict[str, Any] = {"rounds": []}
+    guard_outputs(spark, run)
+    if run.reset:
+        reset = getattr(run, "reset_tables", None)
+        if reset is None:
+            raise ValueError(f"--reset: pipeline {spec.name} has no state to reset")
+        results["reset"] = reset(spark)
+    for _round in range(2):
+        done: dict[str, Any] = {}
+        try:
+            # Stage tables of a batch run are written by background jobs (never read back in-process);
+            # a stream's engine reads its own tables back, so it writes synchronously.
+            writes = delta.background_writes() if spec.run_type == "batch" else nullcontext()
+            with writes, ThreadPoolExecutor(1, thread_name_prefix="gate") as pool:
+                pending: list[tuple[str, Future[Any]]] = []
+                for st in spec.stages:
+                    fn = st.function()
+                    if st.publishes:
+                        for name, fut in pending:
+                            done[name] = fut.result()
+                        pending.clear()
+                    if st.background:
+                        pending.append((st.name, pool.submit(_timed, spec, st.name, fn, spark, run)))
+                        continue
+                    done[st.name] = _timed(spec, st.name, fn, spark, run)
+                for name, fut in pending:
+                    done[name] = fut.result()
+        finally:
+            run.frames.clear()
+            spark.catalog.clearCache()
+        results["rounds"].append(done)
+        first = done.get(spec.stages[0].name) or {}
+        if not (isinstance(first, dict) and first.get("resumed")):
+            break
+    results["seconds"] = time.perf_counter() - t0
+    return results
+
+
+def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run) -> Any:
+    with log_stage(f"{spec.name} {name}", log):
+        return fn(spark, run)

@@ -1,0 +1,180 @@
+"""The pipeline spec: one declarative object per pipeline (DESIGN.md, "Pipelines are declared once").
+
+A :class:`PipelineSpec` names the pipeline, its config dataclass (every parameter with its
+default, bounds and cross-field rules, written once with :func:`simjoin.config.param`), its
+run type and its ordered :class:`Stage` s. From it alone come the Airflow DAG
+(:mod:`simjoin.pipeline.dags`), the CLI command (:mod:`simjoin.pipeline.cli`), the one task
+entry and the in-process runner (:mod:`simjoin.pipeline.runner`).
+
+Stage functions are named by dotted path (``"jobs.s3j.join:run"``) so that reading a spec -
+which the CLI and the DAG processor do - imports neither Spark nor the stages.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from simjoin.config import ConfigError, field_type, fingerprint, load_config
+
+__all__ = ["Stage", "PipelineSpec", "Run", "RunType", "resolve"]
+
+RunType = Literal["batch", "stream", "tool"]
+
+
+def resolve(ref: str) -> Any:
+    """``"package.module:attr"`` -> the object."""
+    mod, _, attr = ref.partition(":")
+    obj = importlib.import_module(mod)
+    return getattr(obj, attr or "run")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One retryable step: ``fn(spark, run) -> dict`` reads Delta, calls ``simjoin``, writes Delta.
+
+    ``reads``/``writes`` name the run's tables (keys of ``Run.tables``), ``outlets`` the tables
+    announced as Airflow Assets when the stage succeeds. A ``gate`` checks data and writes
+    nothing; a ``background`` gate may run beside the following stages in one process, but must
+    pass before any ``publishes`` stage runs. ``per_unit``: a stream stage that works on the
+    engine's open unit (all but ingest).
+    """
+
+    name: str
+    fn: str
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    outlets: tuple[str, ...] = ()
+    gate: bool = False
+    background: bool = False
+    publishes: bool = False
+    doc: str = ""
+
+    def function(self) -> Callable[[Any, Run], dict[str, Any]]:
+        return resolve(self.fn)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    name: str
+    config: type
+    run_type: RunType
+    stages: tuple[Stage, ...]
+    doc: str
+    section: str = ""
+    #: The run object stages receive; a subclass of :class:`Run` with the pipeline's helpers.
+    run_class: str = "simjoin.pipeline.spec:Run"
+    #: ``fn(run, results) -> str``: the CLI's one-line summary.
+    summary: str = ""
+    #: Tables (``Run.tables`` keys) -> expected column names, checked by the overwrite guard.
+    output_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Airflow: retries per task, a schedule (None, a cron string or "asset"), tags.
+    retries: int = 2
+    schedule: str | None = None
+    tags: tuple[str, ...] = ()
+    #: The config field whose table the DAG's Asset schedule listens to.
+    trigger_input: str | None = None
+    #: The CLI command path, e.g. ("generate",) for a sub-group; default: the name.
+    cli_group: str | None = None
+    cli_name: str | None = None
+    #: Extra CLI-only flags the runner understands: "reset" for stream pipelines.
+    cli_extras: tuple[str, ...] = ()
+    max_active_runs: int = 1
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+            raise ValueError(f"invalid pipeline name {self.name!r}: allowed lower-case letters, digits and _")
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names) or not names:
+            raise ValueError(f"pipeline {self.name}: stage names must be unique and non-empty, got {names}")
+        if self.run_type not in ("batch", "stream", "tool"):
+            raise ValueError(f"pipeline {self.name}: invalid run_type {self.run_type!r}: allowed batch, stream, tool")
+
+    @property
+    def config_section(self) -> str:
+        return self.section or self.name
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise ValueError(f"invalid stage {name!r} of pipeline {self.name}: allowed "
+                         f"{', '.join(s.name for s in self.stages)}")
+
+    def fields(self) -> list[Any]:
+        return [f for f in fields(self.config) if f.metadata]
+
+    def field_type(self, name: str) -> tuple[type, bool]:
+        return field_type(self.config, name)  # type: ignore[no-any-return]
+
+    def load(self, values: dict[str, Any] | None = None) -> Any:
+        """The validated config: defaults < conf/<section>.yaml < env < ``values`` (Nones ignored).
+        The one validation path of the CLI, the DAG and YAML."""
+        known = {f.name for f in fields(self.config)}
+        vals = {k: v for k, v in (values or {}).items() if k in known}
+        return load_config(self.config, self.config_section, vals)
+
+    def make_run(self, values: dict[str, Any] | None = None, run_id: str = "cli", **extra: Any) -> Run:
+        cfg = self.load(values)
+        cls = resolve(self.run_class)
+        return cls(self, cfg, run_id=sanitize_run_id(run_id), **extra)  # type: ignore[no-any-return]
+
+
+def sanitize_run_id(run_id: str) -> str:
+    """An Airflow run id (``manual__2026-01-01T00:00:00+00:00``) as a partition value."""
+    return re.sub(r"[^A-Za-z0-9_.:+\-]", "_", str(run_id))
+
+
+@dataclass
+class Run:
+    """One run of a pipeline: its spec, validated config and run id, plus the DataFrames stages
+    hand each other when they run in one process (``frames``; empty in Airflow tasks, where each
+    stage reads its inputs from Delta)."""
+
+    spec: PipelineSpec
+    cfg: Any
+    run_id: str = "cli"
+    reset: bool = False
+    frames: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for f in self.spec.fields():
+            if f.metadata.get("required") and not getattr(self.cfg, f.name):
+                flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+                raise ConfigError(f"{self.spec.config_section}.{f.name}", getattr(self.cfg, f.name),
+                                  f"a Delta table path ({flag} is required)")
+
+    @property
+    def pipeline(self) -> str:
+        return self.spec.name
+
+    def fingerprint(self, extra: str = "") -> str:
+        return fingerprint(self.cfg, extra)
+
+    def keep(self, name: str, df: Any) -> Any:
+        """Hand a DataFrame to later stages of this process; returns it."""
+        self.frames[name] = df
+        return df
+
+    def frame(self, name: str, load: Callable[[], Any]) -> Any:
+        """The DataFrame an earlier stage of this process kept, else ``load()`` (read from Delta)."""
+        if name in self.frames:
+            return self.frames[name]
+        return load()
+
+    @property
+    def tables(self) -> Any:
+        """Pipeline subclasses map table keys to paths."""
+        return {}
+
+    def table_paths(self) -> dict[str, str]:
+        t = self.tables
+        return dict(t) if isinstance(t, dict) else dict(t.paths())
+
+    def inputs(self) -> list[str]:
+        """Input table paths (never to be overwritten)."""
+        return [getattr(self.cfg, f.name) for f in self.spec.fields()
+                if f.metadata.get("io") and getattr(self.cfg, f.name) and f.name not in ("output", "out")]

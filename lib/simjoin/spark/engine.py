@@ -1,0 +1,558 @@
+"""The micro-batch engine under every stream pipeline (DESIGN.md, "How streams become micro-batches").
+
+A stream is an append-only Delta table (``id``, ``ts``, payload). A run of a stream pipeline
+goes ``ingest -> stages -> gate -> publish`` over one *unit*:
+
+- **ingest** (:meth:`MicroBatchEngine.ingest`) reads what arrived since the last run with
+  Structured Streaming (``availableNow``, checkpoint ``<output>_checkpoint``). Each micro-batch
+  is checked (the schema before any cast; per row: a null or unreadable ``id``/``ts``, a ``ts``
+  more than ``max_future`` past the current time), bad rows go to ``<output>_quarantine`` with
+  their reason, the pipeline's ``prepare`` hook applies its own rules and windows, and the good
+  rows are staged in ``<output>_work/records`` tagged with the unit. A unit is numbered
+  ``last committed + 1`` and never changes: if a staged unit is still open (a run failed after
+  ingest), ingest consumes nothing and the run finishes that unit first.
+- the pipeline's stages read :meth:`open_unit` and write ``<output>_work/<name>`` tables tagged
+  with the unit (:meth:`write_work` / :meth:`work`), so any stage can be rerun.
+- **publish** (:meth:`publish`), after the gate, appends every piece (pairs, stats, state)
+  with ``txnAppId = <pipeline>/<piece>/<checkpoint id>`` and ``txnVersion = unit``, then the
+  progress row that marks the unit committed. A publish rerun after a crash skips what Delta
+  already committed: published rows are never repeated or lost.
+
+**Replay contract.** Every write is idempotent per (checkpoint, unit) or per (checkpoint,
+micro-batch); stages only read state committed by earlier units. **Identity.** The checkpoint
+holds ``simjoin.json`` with a random id that every progress row records. A deleted or foreign
+checkpoint, or a config whose fingerprint differs from the state's, is refused with one line
+naming ``--reset``, which clears the output, its state, work, stats, quarantine and checkpoint
+together. **Watermark.** The minimum over the stream's sides of the largest committed ``ts``;
+quarantined rows (e.g. future ones) never move it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from simjoin.log import get_logger
+from simjoin.spark import delta
+
+__all__ = [
+    "StreamTables",
+    "Progress",
+    "Unit",
+    "BatchInfo",
+    "Prepared",
+    "MicroBatchEngine",
+    "CheckpointMismatch",
+    "StaleUnit",
+    "QUARANTINE_SCHEMA",
+    "assign_windows",
+    "assign_count_windows",
+    "stream_schema_check",
+]
+
+log = get_logger("simjoin.engine")
+UTC = dt.UTC
+IDENTITY_FILE = "simjoin.json"
+QUARANTINE_SCHEMA = ("side byte, id long, ts timestamp, ts_raw string, row string, reason string, stage string, "
+                     "unit long, batch string")
+INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+NUMERIC = (*INTEGRAL, T.FloatType, T.DoubleType, T.DecimalType)
+
+
+class CheckpointMismatch(ValueError):
+    """The checkpoint does not belong to the output's state (deleted, foreign or stale)."""
+
+
+class StaleUnit(RuntimeError):
+    """A work table holds another unit than the open one: the previous stage must run again."""
+
+
+@dataclass(frozen=True)
+class StreamTables:
+    """Every table of a stream pipeline, beside its output."""
+
+    output: str
+
+    @property
+    def checkpoint(self) -> str:
+        return f"{self.output}_checkpoint"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.output}_stats"
+
+    @property
+    def quarantine(self) -> str:
+        return f"{self.output}_quarantine"
+
+    @property
+    def state_dir(self) -> str:
+        return f"{self.output}_state"
+
+    @property
+    def work_dir(self) -> str:
+        return f"{self.output}_work"
+
+    def state(self, name: str) -> str:
+        return f"{self.state_dir}/{name}"
+
+    def work(self, name: str) -> str:
+        return f"{self.work_dir}/{name}"
+
+    @property
+    def progress(self) -> str:
+        return self.state("progress")
+
+    @property
+    def records(self) -> str:
+        return self.work("records")
+
+    def paths(self) -> dict[str, str]:
+        return {"output": self.output, "stats": self.stats, "quarantine": self.quarantine,
+                "state": self.state_dir, "work": self.work_dir, "checkpoint": self.checkpoint}
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the committed units say: the last one, the watermark, the state's identity."""
+
+    last_unit: int
+    watermark: dt.datetime | None
+    max_ts: dict[int, dt.datetime]
+    checkpoint_id: str | None
+    fingerprint: str | None
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Unit:
+    unit: int
+    records: DataFrame
+    checkpoint_id: str
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What a pipeline's ``prepare`` hook knows about the micro-batch it prepares."""
+
+    unit: int
+    batch_id: int
+    progress: Progress
+    checkpoint_id: str
+
+
+@dataclass
+class Prepared:
+    """A ``prepare`` hook's answer: rows to stage, rows to quarantine (with ``reason``) and
+    metadata to keep with the unit (e.g. the vector dimension)."""
+
+    staged: DataFrame
+    bad: DataFrame | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+Prepare = Callable[[DataFrame, BatchInfo], Prepared]
+
+
+def _local(path: str) -> str | None:
+    if "://" in path and not path.startswith("file://"):
+        return None
+    return os.path.abspath(path.removeprefix("file://"))
+
+
+def stream_schema_check(schema: T.StructType, path: str, ts_unit: str | None,
+                        payload: dict[str, Callable[[T.DataType], bool]], payload_text: str) -> None:
+    """The input schema, checked before any cast: ``id`` an integer type; ``ts`` a timestamp, a
+    string (parsed per row) or a number with a declared unit; the payload columns' types."""
+    types = {f.name: f.dataType for f in schema.fields}
+    want = f"allowed id <integer>, ts timestamp, {payload_text}"
+    missing = [c for c in ("id", "ts", *payload) if c not in types]
+    if missing:
+        raise ValueError(f"input {path} lacks columns {missing} (has {list(types)}): {want}")
+    if not isinstance(types["id"], INTEGRAL):
+        raise ValueError(f"input {path}: id is {types['id'].simpleString()}: allowed an integer type "
+                         "(tinyint, smallint, int, bigint)")
+    ts = types["ts"]
+    if isinstance(ts, NUMERIC):
+        if ts_unit is None:
+            raise ValueError(f"input {path}: ts is {ts.simpleString()}: pass --ts-unit s|ms|us to say its unit "
+                             "(or store a timestamp)")
+    elif not isinstance(ts, (T.TimestampType, T.TimestampNTZType, T.StringType, T.DateType)):
+        raise ValueError(f"input {path}: ts is {ts.simpleString()}: allowed timestamp, a string, or a number "
+                         "with --ts-unit s|ms|us")
+    for c, ok in payload.items():
+        if not ok(types[c]):
+            raise ValueError(f"input {path}: {c} is {types[c].simpleString()}: {want}")
+
+
+def _ts_expr(dtype: T.DataType, ts_unit: str | None) -> Column:
+    c = F.col("ts")
+    if isinstance(dtype, (T.TimestampType, T.TimestampNTZType, T.DateType)):
+        return c.cast("timestamp")
+    if isinstance(dtype, T.StringType):
+        return F.try_to_timestamp(c)
+    # a number with a unit; beyond ±3e11 s (year ~11,000) it is unreadable rather than an overflow
+    scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6}[ts_unit or "s"]
+    secs = c.cast("double") * F.lit(scale)
+    ok = secs.isNotNull() & ~F.isnan(secs) & (F.abs(secs) < F.lit(3e11))
+    return F.when(ok, F.timestamp_micros(F.round(secs * F.lit(1e6)).cast("long")))
+
+
+class MicroBatchEngine:
+    """One stream pipeline's engine over its tables (see the module docstring)."""
+
+    def __init__(self, spark: SparkSession, pipeline: str, tables: StreamTables, sources: Sequence[str],
+                 fingerprint: str, ts_unit: str | None = None, max_future_s: float = 3600.0) -> None:
+        self.spark = spark
+        self.pipeline = pipeline
+        self.tables = tables
+        self.sources = list(sources)
+        self.fingerprint = fingerprint
+        self.ts_unit = ts_unit
+        self.max_future_s = float(max_future_s)
+
+    # ----------------------------------------------------------------- identity and progress
+
+    def checkpoint_id(self) -> str | None:
+        p = _local(self.tables.checkpoint)
+        if p is None:
+            raise ValueError(f"checkpoint {self.tables.checkpoint}: only local paths are supported")
+        f = os.path.join(p, IDENTITY_FILE)
+        if not os.path.exists(f):
+            return None
+        return str(json.loads(open(f).read())["id"])
+
+    def _checkpoint_consumed(self) -> bool:
+        p = _local(self.tables.checkpoint)
+        commits = os.path.join(p or "", "commits")
+        return os.path.isdir(commits) and any(not n.startswith(".") for n in os.listdir(commits))
+
+    def _new_checkpoint_id(self) -> str:
+        p = _local(self.tables.checkpoint)
+        assert p is not None
+        os.makedirs(p, exist_ok=True)
+        ident = uuid.uuid4().hex
+        tmp = os.path.join(p, IDENTITY_FILE + ".tmp")
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps({"id": ident, "output": self.tables.output, "pipeline": self.pipeline}))
+        os.replace(tmp, os.path.join(p, IDENTITY_FILE))
+        return ident
+
+    def _reset_hint(self) -> str:
+        return (f"run again with --reset to clear {self.tables.output} with its state, work, stats, "
+                "quarantine and checkpoint together (every input is then joined again)")
+
+    def progress(self) -> Progress:
+        path = self.tables.progress
+        if not delta.table_exists(self.spark, path):
+            return Progress(-1, None, {}, None, None, {})
+        rows = delta.read_table(self.spark, path).collect()
+        if not rows:
+            return Progress(-1, None, {}, None, None, {})
+        last = max(rows, key=lambda r: r["unit"])
+        marks: dict[int, dt.datetime] = {}
+        for r in rows:
+            if r["max_ts"] is not None:
+                s = int(r["side"])
+                marks[s] = max(marks[s], r["max_ts"]) if s in marks else r["max_ts"]
+        wm = min(marks.values()) if len(marks) == len(self.sources) else None
+        return Progress(int(last["unit"]), wm, marks, last["checkpoint_id"], last["fingerprint"],
+                        json.loads(last["meta"] or "{}"))
+
+    def verify(self, prog: Progress | None = None) -> str:
+        """The checkpoint's identity, after checking it and the config against the state.
+        Creates the identity of a fresh output."""
+        prog = prog if prog is not None else self.progress()
+        ident = self.checkpoint_id()
+        if prog.checkpoint_id is not None:
+            if ident is None:
+                raise CheckpointMismatch(
+                    f"checkpoint {self.tables.checkpoint} is missing, but {self.tables.output} holds "
+                    f"{prog.last_unit + 1} committed units: {self._reset_hint()}")
+            if ident != prog.checkpoint_id:
+                raise CheckpointMismatch(
+                    f"checkpoint {self.tables.checkpoint} ({ident}) is not the one {self.tables.output} was "
+                    f"written with ({prog.checkpoint_id}): {self._reset_hint()}")
+            if prog.fingerprint != self.fingerprint:
+                raise CheckpointMismatch(
+                    f"{self.tables.output} holds state of another configuration ({prog.fingerprint}); this run "
+                    f"is ({self.fingerprint}): use the same settings, a new --output, or {self._reset_hint()}")
+            return ident
+        if ident is None:
+            if self._checkpoint_consumed():
+                raise CheckpointMismatch(f"checkpoint {self.tables.checkpoint} has no identity: "
+                                         f"{self._reset_hint()}")
+            if delta.table_exists(self.spark, self.tables.output):
+                raise CheckpointMismatch(
+                    f"{self.tables.output} already holds a table but no stream state: {self._reset_hint()}")
+            return self._new_checkpoint_id()
+        if self._checkpoint_consumed() and not delta.table_exists(self.spark, self.tables.records):
+            raise CheckpointMismatch(
+                f"checkpoint {self.tables.checkpoint} has consumed input that {self.tables.output} never "
+                f"committed: {self._reset_hint()}")
+        return ident
+
+    def write_id(self, piece: str, checkpoint_id: str) -> str:
+        return f"{self.pipeline}/{piece}/{checkpoint_id}"
+
+    def reset(self) -> list[str]:
+        """Remove the output and every table and folder beside it that the engine owns."""
+        removed = []
+        for p in self.tables.paths().values():
+            loc = _local(p)
+            if loc is None:
+                raise ValueError(f"--reset: {p} is not a local path; remove it with your storage tools")
+            if os.path.exists(loc):
+                shutil.rmtree(loc)
+                removed.append(p)
+        log.info("%s: reset removed %s", self.pipeline, ", ".join(removed) or "nothing")
+        return removed
+
+    # ----------------------------------------------------------------- units and work tables
+
+    def open_unit(self) -> Unit | None:
+        """The staged unit not yet committed, checked against the checkpoint and the config."""
+        prog = self.progress()
+        ident = self.verify(prog)
+        if not delta.table_exists(self.spark, self.tables.records):
+            return None
+        recs = delta.read_table(self.spark, self.tables.records).where(F.col("unit") > prog.last_unit)
+        row = recs.agg(F.min("unit").alias("u"), F.max("unit").alias("v"),
+                       F.collect_set("fingerprint").alias("fp"),
+                       F.collect_set("checkpoint_id").alias("ck")).first()
+        if row is None or row["u"] is None:
+            return None
+        if row["u"] != row["v"]:
+            raise RuntimeError(f"{self.tables.records} holds several open units {row['u']}..{row['v']}: "
+                               f"{self._reset_hint()}")
+        if list(row["fp"]) != [self.fingerprint]:
+            raise CheckpointMismatch(
+                f"unit {row['u']} was staged with another configuration ({', '.join(row['fp'])}); this run is "
+                f"({self.fingerprint}): rerun with the same settings, or {self._reset_hint()}")
+        if list(row["ck"]) != [ident]:
+            raise CheckpointMismatch(f"unit {row['u']} was staged under another checkpoint: {self._reset_hint()}")
+        return Unit(int(row["u"]), recs.drop("fingerprint", "checkpoint_id"), ident)
+
+    def write_work(self, df: DataFrame, name: str, unit: int) -> str:
+        path = self.tables.work(name)
+        delta.overwrite(df.withColumn("unit", F.lit(unit).cast("long")), path)
+        return path
+
+    def work(self, name: str, unit: int) -> DataFrame:
+        """A work table of the open unit; refuses one left by another unit."""
+        path = self.tables.work(name)
+        if not delta.table_exists(self.spark, path):
+            raise StaleUnit(f"no {name} table at {path}: run the previous stage first")
+        df = delta.read_table(self.spark, path)
+        got = df.select(F.max("unit")).first()[0]  # type: ignore[index]
+        if got is not None and int(got) != unit:
+            raise StaleUnit(f"{path} holds unit {got}, expected {unit}: rerun the previous stage")
+        return df.drop("unit")
+
+    # ----------------------------------------------------------------- ingest
+
+    def _read(self, k: int, path: str, payload: dict[str, Callable[[T.DataType], bool]],
+              payload_text: str, casts: dict[str, str]) -> DataFrame:
+        if not delta.table_exists(self.spark, path):
+            raise FileNotFoundError(f"no Delta table at {path!r}")
+        src = self.spark.readStream.format("delta").load(delta._abs(path))
+        stream_schema_check(src.schema, path, self.ts_unit, payload, payload_text)
+        ts_type = src.schema["ts"].dataType
+        cols = [F.col("id").cast("long").alias("id"), _ts_expr(ts_type, self.ts_unit).alias("ts"),
+                F.col("ts").cast("string").alias("ts_raw")]
+        cols += [F.col(c).cast(casts[c]).alias(c) if c in casts else F.col(c) for c in payload]
+        return src.select(*cols, F.lit(k).cast("byte").alias("side"))
+
+    def ingest(self, prepare: Prepare, payload: dict[str, Callable[[T.DataType], bool]], payload_text: str,
+               casts: dict[str, str] | None = None, max_files_per_trigger: int | None = None) -> dict[str, Any]:
+        """Stage what arrived since the last run as one new unit (or resume the open one)."""
+        prog = self.progress()
+        ident = self.verify(prog)
+        open_ = self.open_unit()
+        if open_ is not None:
+            log.info("%s: unit %d is still open; finishing it before reading new input", self.pipeline,
+                     open_.unit)
+            return {"unit": open_.unit, "resumed": True, "batches": [], "rows": 0, "staged": 0, "quarantined": 0}
+        unit = prog.last_unit + 1
+        parts = [self._read(k, p, payload, payload_text, casts or {}) for k, p in enumerate(self.sources)]
+        stream = parts[0]
+        for p in parts[1:]:
+            stream = stream.unionByName(p)
+        totals = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0}
+        errors: list[BaseException] = []
+
+        def on_batch(batch: DataFrame, batch_id: int) -> None:
+            try:
+                info = self._stage_batch(batch, int(batch_id), BatchInfo(unit, int(batch_id), prog, ident), prepare)
+            except BaseException as e:  # Spark reports only the Python side's last line: keep the cause
+                log.exception("%s: micro-batch %d failed", self.pipeline, batch_id)
+                errors.append(e)
+                raise
+            totals["batches"].append(int(batch_id))  # type: ignore[attr-defined]
+            for k in ("rows", "staged", "quarantined"):
+                totals[k] += info[k]  # type: ignore[operator]
+
+        writer = stream.writeStream.foreachBatch(on_batch).option(
+            "checkpointLocation", delta._abs(self.tables.checkpoint)).trigger(availableNow=True)
+        if max_files_per_trigger:
+            writer = writer.option("maxFilesPerTrigger", int(max_files_per_trigger))
+        q = writer.queryName(f"simjoin_{self.pipeline}_{ident[:8]}").start()
+        try:
+            q.awaitTermination()
+        except Exception:
+            if errors:
+                raise errors[0] from None
+            raise
+        staged = totals["staged"]
+        return {"unit": unit if staged else None, "resumed": False, **totals}
+
+    def _stage_batch(self, batch: DataFrame, batch_id: int, info: BatchInfo, prepare: Prepare) -> dict[str, int]:
+        now = dt.datetime.now(UTC)
+        bound = now + dt.timedelta(seconds=self.max_future_s)
+        reason = (
+            F.when(F.col("id").isNull(), F.lit("null id"))
+            .when(F.col("ts_raw").isNull(), F.lit("null ts"))
+            .when(F.col("ts").isNull(), F.concat(F.lit("unreadable ts "), F.col("ts_raw"),
+                                                   F.lit(f" (ts unit {self.ts_unit})" if self.ts_unit else "")))
+            .when(F.col("ts") > F.lit(bound), F.concat(
+                F.lit("future: ts "), F.col("ts").cast("string"),
+                F.lit(f" is more than {self.max_future_s:g}s past the current time {now.isoformat()}")))
+            .otherwise(F.lit("")))
+        tagged = batch.withColumn("reason", reason).cache()
+        n_rows = tagged.count()
+        good = tagged.where(F.col("reason") == "").drop("reason")
+        bad = tagged.where(F.col("reason") != "")
+        prep = prepare(good, info)
+        quarantine = [bad]
+        if prep.bad is not None:
+            quarantine.append(prep.bad)
+        batch_key = f"{info.checkpoint_id}-{batch_id}"
+        payload = [c for c in batch.columns if c not in ("id", "ts", "ts_raw", "side")]
+
+        def to_q(df: DataFrame) -> DataFrame:
+            return df.select(F.col("side").cast("byte"), F.col("id").cast("long"), F.col("ts").cast("timestamp"),
+                             F.col("ts_raw").cast("string"),
+                             F.to_json(F.struct(*[F.col(c) for c in payload])).alias("row") if payload
+                             else F.lit(None).cast("string").alias("row"),
+                             "reason", F.lit("ingest").alias("stage"), F.lit(info.unit).cast("long").alias("unit"),
+                             F.lit(batch_key).alias("batch"))
+
+        qdf = to_q(quarantine[0])
+        for extra in quarantine[1:]:
+            qdf = qdf.unionByName(to_q(extra))
+        qdf = qdf.cache()
+        n_bad = qdf.count()
+        if n_bad or delta.table_exists(self.spark, self.tables.quarantine):
+            delta.overwrite_partition(qdf, self.tables.quarantine, {"batch": batch_key})
+        staged = (prep.staged.withColumn("unit", F.lit(info.unit).cast("long"))
+                  .withColumn("batch_id", F.lit(batch_id).cast("long"))
+                  .withColumn("meta", F.lit(json.dumps(prep.meta, sort_keys=True)))
+                  .withColumn("fingerprint", F.lit(self.fingerprint))
+                  .withColumn("checkpoint_id", F.lit(info.checkpoint_id))).cache()
+        n_staged = staged.count()
+        if n_staged:
+            delta.append_idempotent(staged, self.tables.records, self.write_id("records", info.checkpoint_id),
+                                    batch_id)
+        staged.unpersist()
+        qdf.unpersist()
+        tagged.unpersist()
+        log.info("%s ingest micro-batch %d -> unit %d: %d rows, %d staged, %d quarantined", self.pipeline,
+                 batch_id, info.unit, n_rows, n_staged, n_bad)
+        return {"rows": n_rows, "staged": n_staged, "quarantined": n_bad}
+
+    # ----------------------------------------------------------------- publish
+
+    def _marker(self, unit: int) -> str:
+        base = _local(self.tables.work_dir)
+        assert base is not None
+        return os.path.join(base, "_publishing", f"{self.checkpoint_id()}-{unit}")
+
+    def publishing(self, unit: int) -> bool:
+        """Whether publishing of ``unit`` began (its gate passed before)."""
+        return os.path.exists(self._marker(unit))
+
+    def publish(self, unit: Unit, pieces: Sequence[tuple[str, DataFrame, str]],
+                meta: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Append each ``(piece, df, path)`` once per (checkpoint, unit), then commit the unit.
+        Only called after the unit's gate passed."""
+        marker = self._marker(unit.unit)
+        os.makedirs(os.path.dirname(marker), exist_ok=True)
+        open(marker, "w").close()
+        for piece, df, path in pieces:
+            delta.append_idempotent(df, path, self.write_id(piece, unit.checkpoint_id), unit.unit)
+        prog = self.progress()
+        marks = {int(r["side"]): r["m"] for r in unit.records.groupBy("side").agg(F.max("ts").alias("m")).collect()}
+        for s, m in prog.max_ts.items():
+            marks[s] = max(marks[s], m) if s in marks else m
+        meta_row = unit.records.select("meta").first()
+        m = {**prog.meta, **json.loads(meta_row["meta"] if meta_row else "{}"), **(meta or {})}
+        rows = [(unit.unit, int(s), mt, self.fingerprint, unit.checkpoint_id, json.dumps(m, sort_keys=True))
+                for s, mt in sorted(marks.items())]
+        from simjoin.spark.session import small_frame
+
+        prow = small_frame(self.spark, rows, "unit long, side byte, max_ts timestamp, fingerprint string, "
+                                             "checkpoint_id string, meta string")
+        delta.append_idempotent(prow, self.tables.progress, self.write_id("progress", unit.checkpoint_id),
+                                unit.unit)
+        wm = min(marks.values()) if len(marks) == len(self.sources) else None
+        # housekeeping: committed units' staged rows are no longer needed
+        self.delete(self.tables.records, f"unit <= {unit.unit}")
+        log.info("%s: unit %d published (%s), watermark %s", self.pipeline, unit.unit,
+                 ", ".join(p for p, _, _ in pieces), wm)
+        return {"unit": unit.unit, "watermark": None if wm is None else wm.isoformat()}
+
+    def delete(self, path: str, cond: str) -> None:
+        from delta.tables import DeltaTable
+
+        if delta.table_exists(self.spark, path):
+            DeltaTable.forPath(self.spark, delta._abs(path)).delete(cond)
+
+    def expire(self, path: str, watermark: dt.datetime | None, column: str = "window_end") -> None:
+        """Drop state rows whose window ended at or before the watermark."""
+        if watermark is not None:
+            self.delete(path, f"{column} <= timestamp'{watermark.astimezone(UTC).isoformat()}'")
+
+
+def assign_windows(df: DataFrame, size_s: float, slide_s: float | None = None, ts_col: str = "ts") -> DataFrame:
+    """Time-based tumbling (``slide`` None or equal to ``size``) or sliding windows on ``ts``.
+
+    Adds ``window_start`` and ``window_end``; with sliding windows a row appears once per window
+    that contains it (start <= ts < end).
+    """
+    if size_s <= 0:
+        raise ValueError(f"invalid window size {size_s}s: allowed > 0")
+    slide_s = slide_s or size_s
+    if not 0 < slide_s <= size_s:
+        raise ValueError(f"invalid slide {slide_s}s: allowed 0 < slide <= window ({size_s}s)")
+    w = F.window(F.col(ts_col), f"{round(size_s * 1e6)} microseconds", f"{round(slide_s * 1e6)} microseconds")
+    return df.withColumn("_w", w).select(
+        "*", F.col("_w.start").alias("window_start"), F.col("_w.end").alias("window_end")).drop("_w")
+
+
+def assign_count_windows(df: DataFrame, size: int, slide: int | None = None, order: Sequence[str] = ("ts", "id"),
+                         offset: int = 0) -> DataFrame:
+    """Count-based windows: the i-th row (by ``order``, counting from ``offset``) belongs to
+    windows k with k*slide <= i < k*slide + size. Adds ``window_id`` (and ``row_index``)."""
+    if size < 1:
+        raise ValueError(f"invalid count window {size}: allowed >= 1")
+    slide = slide or size
+    if not 1 <= slide <= size:
+        raise ValueError(f"invalid count slide {slide}: allowed 1 <= slide <= window ({size})")
+    from pyspark.sql import Window
+
+    idx = F.row_number().over(Window.orderBy(*order)) - 1 + F.lit(offset)
+    d = df.withColumn("row_index", idx)
+    first = F.greatest(F.lit(0), F.floor((F.col("row_index") - size) / slide) + 1)
+    last = F.floor(F.col("row_index") / slide)
+    return d.withColumn("window_id", F.explode(F.sequence(first.cast("long"), last.cast("long"))))
