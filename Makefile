@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m jobs.demo
+	$(BIN)/python -m jobs.tools.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests

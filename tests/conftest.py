@@ -48,3 +48,4 @@ def airflow_db():
     subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,
                    capture_output=True, env=dict(os.environ))
     return os.environ["AIRFLOW_HOME"]
+

@@ -8,8 +8,9 @@ from simjoin.config import S3JConfig
 from simjoin.pipeline.spec import PipelineSpec, Stage
 
 
-def summary(run: Any, results: dict[str, Any]) -> str:
-    tot = {"pairs": 0, "records": 0, "copies": 0, "computations": 0, "rows": 0, "quarantined": 0}
+def totals(results: dict[str, Any]) -> dict[str, Any]:
+    """Counts over every unit a run processed (``run_pipeline``'s results)."""
+    tot: dict[str, Any] = {"pairs": 0, "records": 0, "copies": 0, "computations": 0, "rows": 0, "quarantined": 0}
     batches: list[int] = []
     windows: set[Any] = set()
     for r in results["rounds"]:
@@ -20,6 +21,12 @@ def summary(run: Any, results: dict[str, Any]) -> str:
         for k in ("pairs", "records", "copies", "computations"):
             tot[k] += int(st.get(k, 0))
         windows.update(st.get("windows", []))
+    return {**tot, "batches": batches, "windows": windows}
+
+
+def summary(run: Any, results: dict[str, Any]) -> str:
+    tot = totals(results)
+    batches, windows = tot["batches"], tot["windows"]
     dup = tot["copies"] / tot["records"] if tot["records"] else 0.0
     comp = tot["computations"] / max(tot["pairs"], 1)
     return (f"s3j {run.cfg.algorithm}: {tot['pairs']} pairs, {len(windows)} windows, duplication ratio {dup:.3f}, "

@@ -12,8 +12,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from simjoin.pipeline.spec import resolve
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:
@@ -46,23 +49,36 @@ def main() -> None:
     # every DAG run keeps its own run_id partition: count this run's pairs
     from pyspark.sql import functions as F
 
-    from jobs.ssj import sanitize_run_id
+    from simjoin.pipeline.spec import sanitize_run_id
 
     n_pairs = delta.read_table(spark, pairs).filter(F.col("run_id") == sanitize_run_id(run.run_id)).count()
     written = [sets, pairs] + [f"{pairs}_{s}" for s in ("tokens", "lengths", "plan", "stats", "quarantine")]
-    extra = ""
-    try:
-        from jobs import s3j
-    except ImportError:
-        s3j = None  # type: ignore[assignment]
-    if s3j is not None and hasattr(s3j, "demo"):
-        extra = "; " + s3j.demo(spark, f"{warehouse}/demo")
+    extra = "; " + s3j_demo(spark, f"{warehouse}/demo")
     rel = [os.path.relpath(p, ROOT) for p in written]
     import logging
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark.stop()
     print(f"demo: ssj found {n_pairs} pairs in {time.perf_counter() - t0:.0f}s; tables: {', '.join(rel)}{extra}")
+
+
+def s3j_demo(spark: Any, warehouse: str) -> str:
+    """Small two-stream S3J demo: 2 x 1,500 uniform 2-D vectors over 3 windows of 10 s, run by
+    the in-process runner exactly as `simjoin s3j` runs it."""
+    from simjoin.pipeline import get_spec
+    from simjoin.pipeline.runner import run_pipeline
+
+    base = f"{warehouse.rstrip('/')}/s3j_demo"
+    left, right, out = f"{base}/left", f"{base}/right", f"{base}/pairs"
+    gen = get_spec("generate")
+    for path, seed in ((left, 1), (right, 2)):
+        run_pipeline(spark, gen.make_run({"kind": "vectors", "out": path, "rows": 1500, "dim": 2, "dist": "uniform",
+                                          "rate": 50.0, "seed": seed}))
+    s3j = get_spec("s3j")
+    run = s3j.make_run({"left": left, "right": right, "output": out, "threshold": 0.02, "metric": "euclidean",
+                        "window": "10s", "workers": 3}, reset=True)
+    line = resolve(s3j.summary)(run, run_pipeline(spark, run))
+    return f"s3j demo: {line}; stats {out}_stats, quarantine {out}_quarantine, state {out}_state"
 
 
 if __name__ == "__main__":

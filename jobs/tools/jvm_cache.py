@@ -45,11 +45,11 @@ def record(force: bool = False) -> tuple[Path, bool]:
 
 
 def _workload(spark: SparkSession, work: Path) -> None:
-    from jobs import generate, s3j, ssj
-    from jobs.ssj_common import SSJRun
-    from simjoin.config import GenerateConfig, SSJConfig
+    from jobs.tools.demo import s3j_demo
+    from simjoin.pipeline import get_spec
+    from simjoin.pipeline.runner import run_pipeline
 
     sets = str(work / "sets")
-    generate.run(spark, "sets", sets, GenerateConfig(rows=3000, seed=1))
-    ssj.run(spark, SSJRun(sets, str(work / "pairs"), SSJConfig(threshold=0.7)))
-    s3j.demo(spark, str(work))
+    run_pipeline(spark, get_spec("generate").make_run({"kind": "sets", "out": sets, "rows": 3000, "seed": 1}))
+    run_pipeline(spark, get_spec("ssj").make_run({"input": sets, "output": str(work / "pairs"), "threshold": 0.7}))
+    s3j_demo(spark, str(work))

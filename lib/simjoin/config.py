@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field, fields, replace
@@ -85,6 +86,8 @@ def param(
     le: float | None = None,
     lt: float | None = None,
     duration: bool = False,
+    pattern: str | None = None,
+    allowed: str | None = None,
     flag: str | None = None,
     io: bool = False,
     required: bool = False,
@@ -97,9 +100,11 @@ def param(
     ``io``: a table path (not in YAML defaults or the state fingerprint); ``required``: the CLI
     and the DAG must give it; ``dag_default``: its DAG default under the warehouse, e.g.
     ``"{warehouse}/s3j/left"``; ``state=False``: not part of the persisted-state fingerprint;
-    ``duration``: a positive duration such as ``60s``.
+    ``duration``: a positive duration such as ``60s``; ``pattern``: a regular expression the
+    whole value must match, described by ``allowed``.
     """
     meta = {"help": help, "choices": choices, "gt": gt, "ge": ge, "le": le, "lt": lt, "duration": duration,
+            "pattern": pattern, "allowed": allowed,
             "flag": flag, "io": io, "required": required, "dag_default": dag_default, "state": state and not io}
     return field(default=default, metadata=meta)
 
@@ -157,6 +162,9 @@ def check_fields(cfg: Any, section: str) -> None:
             except ValueError:
                 ok = False
             _check(ok, section, f.name, v, "a positive duration such as 60s, 5m, 1h")
+        if m["pattern"] is not None:
+            _check(isinstance(v, str) and re.fullmatch(m["pattern"], v) is not None, section, f.name, v,
+                   m["allowed"] or f"a value matching {m['pattern']}")
         if m["io"] and v is not None:
             _check(isinstance(v, str) and bool(v.strip()), section, f.name, v, "a Delta table path")
 
@@ -176,7 +184,8 @@ class SSJConfig:
     right: str | None = param(None, "Second input for an R-S join.", io=True)
     threshold: float = param(0.8, "Similarity threshold θ, 0 < θ <= 1.", gt=0, le=1)
     similarity: str = param("jaccard", "Similarity function.", choices=("jaccard", "cosine", "dice"))
-    tokenizer: str = param("word", "word | qgram:N")
+    tokenizer: str = param("word", "word | qgram:N", pattern=r"word|qgram:[1-9][0-9]*",
+                           allowed="word or qgram:N with N >= 1")
     id_col: str = param("id", "Id column of the input.")
     text_col: str = param("text", "Text column of the input.")
     workers: int | None = param(None, "Nodes n (default: the optimizer's search).", ge=1)
@@ -187,7 +196,6 @@ class SSJConfig:
     def __post_init__(self) -> None:
         s = "ssj"
         check_fields(self, s)
-        _check(_tokenizer_ok(self.tokenizer), s, "tokenizer", self.tokenizer, "word or qgram:N with N >= 1")
         _check(bool(self.id_col), s, "id_col", self.id_col, "a column name")
         _check(bool(self.text_col), s, "text_col", self.text_col, "a column name")
         _check(self.right is None or self.right != self.input, s, "right", self.right,
@@ -207,15 +215,6 @@ def _same_path(a: str, b: str) -> bool:
 
     norm = lambda p: p if ":" in p else os.path.normpath(os.path.abspath(p))  # noqa: E731
     return norm(a.rstrip("/")) == norm(b.rstrip("/"))
-
-
-def _tokenizer_ok(tok: str) -> bool:
-    if tok == "word":
-        return True
-    if tok.startswith("qgram:"):
-        q = tok.split(":", 1)[1]
-        return q.isdigit() and int(q) >= 1
-    return False
 
 
 def parse_duration(text: str) -> float:

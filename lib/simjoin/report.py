@@ -11,24 +11,31 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["render", "is_ssj_stats", "is_s3j_stats", "render_ssj_stats", "render_s3j_stats"]
+__all__ = ["render", "RENDERERS", "render_ssj_stats", "render_s3j_stats"]
 
 
 def render(pdf: Any, out: str, title: str = "stats") -> list[str]:
-    """Render whichever kind of stats table ``pdf`` (pandas) is; returns the PNG paths."""
+    """Render a stats table ``pdf`` (pandas) by its ``pipeline`` column (the output contract's
+    common stats column, ``simjoin.contracts.STATS_COMMON``); returns the PNG paths."""
+    from simjoin.contracts import STATS_COMMON
+
     cols = list(pdf.columns)
-    if is_ssj_stats(cols):
-        files = render_ssj_stats(pdf, out, title)
-        _index(out, title, files, pdf.to_html(index=False, float_format="%.3f"))
-        return files
-    if is_s3j_stats(cols):
-        return render_s3j_stats(pdf, out, title)
-    raise ValueError(f"{title}: not a simjoin stats table (columns {cols}); allowed: the <output>_stats "
-                     "table of simjoin ssj or simjoin s3j")
+    missing = [c for c in STATS_COMMON if c not in cols]
+    if missing:
+        raise ValueError(f"{title}: not a simjoin stats table (no {', '.join(missing)} column; columns {cols}); "
+                         f"allowed: the <output>_stats table of a simjoin pipeline")
+    files: list[str] = []
+    for name in sorted(pdf["pipeline"].dropna().unique()):
+        if name not in RENDERERS:
+            raise ValueError(f"{title}: no plots for pipeline {name!r}: allowed {', '.join(sorted(RENDERERS))}")
+        files += RENDERERS[name](pdf[pdf["pipeline"] == name], out, title)
+    return files
 
 
-def is_s3j_stats(columns: list[str]) -> bool:
-    return {"level", "algorithm", "window_start"} <= set(columns)
+def _render_ssj(pdf: Any, out: str, title: str) -> list[str]:
+    files = render_ssj_stats(pdf, out, title)
+    _index(out, title, files, pdf.to_html(index=False, float_format="%.3f"))
+    return files
 
 
 def _index(out: str, title: str, files: list[str], table_html: str) -> None:
@@ -36,10 +43,6 @@ def _index(out: str, title: str, files: list[str], table_html: str) -> None:
     with open(os.path.join(out, "index.html"), "w") as fh:
         fh.write(f"<html><head><title>{title}</title></head><body><h1>{title}</h1>{body}"
                  f"<h2>table</h2>{table_html}</body></html>")
-
-
-def is_ssj_stats(columns: list[str]) -> bool:
-    return {"unit", "est_cost", "candidates", "wall_seconds"} <= set(columns)
 
 
 def render_ssj_stats(pdf: Any, out: str, title: str = "ssj stats") -> list[str]:
@@ -142,3 +145,7 @@ def render_s3j_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
         plt.close(fig)
     _index(out, title, files, win.drop(columns=["worker"], errors="ignore").to_html(index=False, float_format="%.3f"))
     return files
+
+
+#: Plots per pipeline; a new pipeline adds its renderer here.
+RENDERERS = {"ssj": _render_ssj, "s3j": render_s3j_stats}

@@ -61,9 +61,9 @@ def test_dag_run_matches_brute_force_and_reruns_idempotently(dag, spark, tmp_pat
     assert stats.num_rows == 4 and sum(stats.column("results").to_pylist()) == 3
 
     # a retried task runs again under the same run id: it replaces its partition, never appends
-    from jobs.ssj import task as ssj_task
+    from simjoin.pipeline.runner import run_stage
 
-    for stage in ("join", "gate_pairs", "publish"):
-        ssj_task(stage, conf, run_id)
+    for stage in ("tokenize", "gate_tokens", "optimize", "join", "gate_pairs", "publish"):
+        run_stage("ssj", stage, conf, run_id)
     assert pairs_of(run_id) == sorted(ref)
     assert DeltaTable(out + "_stats").to_pyarrow_table().num_rows == 4

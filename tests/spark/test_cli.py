@@ -1,10 +1,10 @@
 """The `simjoin` CLI in-process (the session fixture's Spark is reused): generate, show, history."""
 
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
-from simjoin.cli import _register_pipelines, app
+from simjoin.cli import cli_group
 
-_register_pipelines()
+app = cli_group()
 runner = CliRunner()
 
 

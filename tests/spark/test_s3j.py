@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from jobs import s3j as job
-from jobs.s3j_common import S3JRun
-from simjoin.config import S3JConfig
+from simjoin.contracts import RowKind
 from simjoin.core.metric import brute_force_join, pairwise
 from simjoin.spark import delta
+from tests.helpers import run_s3j
 from simjoin.spark.metric import (
     JoinParams,
     clusterjoin_members_df,
@@ -53,8 +52,8 @@ def _pairs(spark, path):
 def test_reference_stream_26263_pairs(spark, tmp_path, algorithm):
     ids, secs, X = _reference()
     _write(spark, str(tmp_path / "ref"), ids, secs, X)
-    cfg = S3JConfig(threshold=0.05, metric="angular", window="60s", algorithm=algorithm)
-    s = job.run(spark, S3JRun(str(tmp_path / "ref"), str(tmp_path / "out"), cfg))
+    s = run_s3j(spark, str(tmp_path / "ref"), str(tmp_path / "out"), threshold=0.05, metric="angular",
+                window="60s", algorithm=algorithm)
     got = delta.read_table(spark, str(tmp_path / "out"))
     assert s.pairs == 26263 and got.count() == 26263 and len(s.windows) == 1
     truth = {tuple(sorted(map(int, ln.split(","))))
@@ -106,9 +105,9 @@ def test_transforms_match_brute_force(spark, dim, metric, inclusive, two, algori
     p = JoinParams(metric, t, inclusive, 3, algorithm, 40, 42, False, not two, dim)
     copies = space_partition_df(df, p)
     members = (clusterjoin_members_df(copies, p) if algorithm == "clusterjoin"
-               else formulate_worksets_df(copies, None, None, p).where("kind = 0").drop("kind", "n"))
+               else formulate_worksets_df(copies, None, None, p).where(f"kind = {int(RowKind.MEMBER)}").drop("kind", "n"))
     out = join_worksets_df(members, p).collect()
-    got = [(r.w // 60_000_000, r.left_id, r.right_id) for r in out if r.kind == 0]
+    got = [(r.w // 60_000_000, r.left_id, r.right_id) for r in out if r.kind == RowKind.PAIR]
     assert len(got) == len(set(got)), "duplicate pairs"
     ref = set()
     for w in range(3):
@@ -116,7 +115,7 @@ def test_transforms_match_brute_force(spark, dim, metric, inclusive, two, algori
         L, R, _ = brute_force_join(X[m], ids[m], side[m] if two else None, metric, t, inclusive)
         ref |= {(w, int(a), int(b)) for a, b in zip(L, R)}
     assert set(got) == ref and len(ref) > 0
-    stats = [r for r in out if r.kind == 1]
+    stats = [r for r in out if r.kind == RowKind.STATS]
     assert sum(r.results for r in stats) == len(ref)
 
 
@@ -132,12 +131,11 @@ def test_pipeline_two_streams_sliding_windows_across_microbatches(spark, tmp_pat
     h = n // 2  # first half of each stream now, second half later
     _write(spark, left, idl[:h], tl[:h], XL[:h])
     _write(spark, right, idr[:h], tr[:h], XR[:h])
-    cfg = S3JConfig(threshold=0.25, metric="euclidean", window="60s", slide="30s", workers=3)
-    run = S3JRun(left, out, cfg, right=right)
-    s1 = job.run(spark, run)
+    cfg = dict(threshold=0.25, metric="euclidean", window="60s", slide="30s", workers=3)
+    s1 = run_s3j(spark, left, out, right=right, **cfg)
     _write(spark, left, idl[h:], tl[h:], XL[h:], mode="append")
     _write(spark, right, idr[h:], tr[h:], XR[h:], mode="append")
-    s2 = job.run(spark, run)
+    s2 = run_s3j(spark, left, out, right=right, **cfg)
     got = [(r.left_id, r.right_id, r.window_start) for r in delta.read_table(spark, out).collect()]
     assert len(got) == len(set(got)), "a pair reported twice"
     ref = set()
@@ -152,9 +150,9 @@ def test_pipeline_two_streams_sliding_windows_across_microbatches(spark, tmp_pat
     assert {(a, b, w.replace(tzinfo=None)) for a, b, w in got} == ref
     assert s1.pairs + s2.pairs == len(ref) and s1.pairs > 0 and s2.pairs > 0
     # the second run joined new records against the first run's records (state rows > 0)
-    st = delta.read_table(spark, out + "_stats").where("level = 'window' AND batch_id = 1")
+    st = delta.read_table(spark, out + "_stats").where("level = 'window' AND unit = 1")
     assert st.agg(F.sum("state_rows")).first()[0] > 0
-    assert job.run(spark, run).pairs == 0  # nothing new: nothing joined, nothing written
+    assert run_s3j(spark, left, out, right=right, **cfg).pairs == 0  # nothing new: nothing joined, nothing written
 
 
 def test_quarantine_bad_vectors(spark, tmp_path):
@@ -165,7 +163,7 @@ def test_quarantine_bad_vectors(spark, tmp_path):
     ]
     src, out = str(tmp_path / "in"), str(tmp_path / "o")
     spark.createDataFrame(rows, SCHEMA).write.format("delta").save(src)
-    s = job.run(spark, S3JRun(src, out, S3JConfig(threshold=0.05, metric="angular", window="60s", workers=2)))
+    s = run_s3j(spark, src, out, threshold=0.05, metric="angular", window="60s", workers=2)
     q = {r.id: r.reason for r in delta.read_table(spark, out + "_quarantine").collect()}
     assert set(q) == {1, 3, 4, 5, 6, 7} and s.quarantined == 6
     assert "zero vector" in q[3] and "dimension 3, expected 2" in q[4] and "NaN or inf" in q[5]

@@ -4,11 +4,10 @@ import random
 
 import pytest
 
-from jobs import ssj
-from jobs.ssj_common import SSJRun
 from simjoin.config import ConfigError, SSJConfig
 from simjoin.core.setsim import brute_force_pairs
 from simjoin.spark import delta
+from tests.helpers import run_ssj
 
 
 def _words(text):
@@ -63,8 +62,7 @@ def _run(spark, tmp_path, rows, theta, right=None, **kw):
         rpath = str(tmp_path / "right")
         delta.overwrite(spark.createDataFrame(right, "id long, text string"), rpath)
     out = str(tmp_path / "pairs")
-    job = SSJRun(input=src, output=out, cfg=SSJConfig(threshold=theta, **kw), right=rpath)
-    res = ssj.run(spark, job)
+    res = run_ssj(spark, input=src, output=out, threshold=theta, right=rpath, **kw)
     got = {(r.left_id, r.right_id): r.similarity for r in delta.read_table(spark, out).collect()}
     n = delta.read_table(spark, out).count()
     assert n == len(got), "duplicate pairs"
@@ -129,12 +127,11 @@ def test_bad_input_fails_early_with_clear_message(spark, tmp_path):
     src = str(tmp_path / "in")
     delta.overwrite(spark.createDataFrame([(1, "a")], "key long, body string"), src)
     with pytest.raises(ValueError, match="column 'id' not found"):
-        ssj.run(spark, SSJRun(input=src, output=str(tmp_path / "o"), cfg=SSJConfig(threshold=0.5)))
+        run_ssj(spark, input=src, output=str(tmp_path / "o"), threshold=0.5)
     with pytest.raises(ConfigError, match=r"ssj.threshold=1.2: allowed 0 < threshold <= 1"):
         SSJConfig(threshold=1.2)
     with pytest.raises(FileNotFoundError, match="no Delta table"):
-        ssj.run(spark, SSJRun(input=str(tmp_path / "missing"), output=str(tmp_path / "o"),
-                              cfg=SSJConfig(threshold=0.5)))
+        run_ssj(spark, input=str(tmp_path / "missing"), output=str(tmp_path / "o"), threshold=0.5)
 
 
 def test_rerun_same_run_id_replaces_not_appends(spark, tmp_path):

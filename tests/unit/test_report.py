@@ -12,7 +12,8 @@ def test_ssj_stats_plots(tmp_path):
     df = pd.DataFrame({
         "unit": [0, 1, 2, 3], "node": [0, 0, 1, 1], "modgroup": [0, 1, 0, 1], "est_cost": [10.0, 10.0, 4.0, 4.0],
         "candidates": [120, 100, 40, 30], "wall_seconds": [1.2, 1.0, 0.4, 0.3], "records_indexed": [50, 50, 20, 20],
-        "records_probed": [25, 25, 10, 10], "results": [3, 2, 1, 0], "run_id": ["r"] * 4})
+        "records_probed": [25, 25, 10, 10], "results": [3, 2, 1, 0], "run_id": ["r"] * 4,
+        "pipeline": ["ssj"] * 4, "seconds": [1.2, 1.0, 0.4, 0.3]})
     files = render(df, str(tmp_path), "ssj")
     assert [f.rsplit("/", 1)[1] for f in files] == ["ssj_r_slice_costs.png", "ssj_r_unit_seconds.png",
                                                     "ssj_r_records.png"]
@@ -24,11 +25,11 @@ def test_s3j_stats_plots(tmp_path):
     w = [dt.datetime(2026, 1, 1, 0, m) for m in (0, 1)]
     rows = []
     for ws in w:
-        rows.append({"level": "window", "algorithm": "s3j", "window_start": ws, "worker": None, "load": None,
+        rows.append({"pipeline": "s3j", "seconds": 0.5, "level": "window", "algorithm": "s3j", "window_start": ws, "worker": None, "load": None,
                      "records": 100, "copies": 190, "distance_computations": 50, "result_pairs": 30,
                      "latency_p50_s": 0.1, "latency_p99_s": 0.3, "latency_max_s": 0.4})
         for k in range(3):
-            rows.append({"level": "worker", "algorithm": "s3j", "window_start": ws, "worker": k, "load": 10.0 * (k + 1),
+            rows.append({"pipeline": "s3j", "seconds": 0.2, "level": "worker", "algorithm": "s3j", "window_start": ws, "worker": k, "load": 10.0 * (k + 1),
                          "records": 30, "copies": 60, "distance_computations": 15, "result_pairs": 10,
                          "latency_p50_s": None, "latency_p99_s": None, "latency_max_s": None})
     files = render(pd.DataFrame(rows), str(tmp_path), "s3j")

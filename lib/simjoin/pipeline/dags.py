@@ -58,6 +58,8 @@ def dag_params(spec: PipelineSpec) -> dict[str, Any]:
                 kw[js_key] = m[key]
         if m.get("duration"):
             kw["pattern"] = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h)?$"
+        if m.get("pattern"):
+            kw["pattern"] = f"^({m['pattern']})$"
         if m.get("io") and not optional:
             kw["minLength"] = 1
         out[f.name] = Param(defaults[f.name], **{k: v for k, v in kw.items() if v is not None})

@@ -1,0 +1,38 @@
+"""Helpers for tests: run a pipeline in this process as its CLI command does."""
+
+
+def run_named(spark, name: str, reset: bool = False, run_id: str = "cli", **values):
+    """Run a pipeline in this process, as its CLI command does; returns (run, results)."""
+    from simjoin.pipeline import get_spec
+    from simjoin.pipeline.runner import run_pipeline
+
+    run = get_spec(name).make_run(values, run_id=run_id, reset=reset)
+    return run, run_pipeline(spark, run)
+
+
+class S3JResult:
+    def __init__(self, results):
+        from jobs.s3j.spec import totals
+
+        t = totals(results)
+        self.pairs, self.windows, self.quarantined = t["pairs"], t["windows"], t["quarantined"]
+        self.results = results
+
+
+def run_s3j(spark, left, output, right=None, **cfg):
+    """``simjoin s3j`` in this process; returns the totals (pairs, windows, quarantined)."""
+    _, res = run_named(spark, "s3j", left=left, right=right, output=output, **cfg)
+    return S3JResult(res)
+
+
+class SSJResult:
+    def __init__(self, results):
+        r = results["rounds"][-1]
+        self.pairs, self.records = r["publish"]["pairs"], r["tokenize"]["records"]
+        self.quarantined, self.results = r["tokenize"]["quarantined"], results
+
+
+def run_ssj(spark, **values):
+    """``simjoin ssj`` in this process; returns pairs, records and quarantined."""
+    _, res = run_named(spark, "ssj", **values)
+    return SSJResult(res)
