@@ -104,8 +104,8 @@ class OpenUnit:
     def records(self) -> Any:
         return self.unit.records
 
-    def work(self, name: str) -> Any:
-        return self.engine.work(name, self.id)
+    def work(self, name: str, keep_unit: bool = False) -> Any:
+        return self.engine.work(name, self.id, keep_unit)
 
     def write_work(self, df: Any, name: str) -> str:
         return self.engine.write_work(df, name, self.id)  # type: ignore[no-any-return]

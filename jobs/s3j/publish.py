@@ -27,7 +27,7 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
                        F.col("partition").cast("int"), F.col("workset_id").cast("long"), F.col("worker").cast("int"),
                        "side", "id", "vector", F.col("role").cast("byte"), unit_col]
     state = members.where(F.col("kind") == int(RowKind.MEMBER)).select(*cols)
-    pieces = [("pairs", staged_pairs(u), run_.output), ("stats", u.work("stats"), run_.tables.stats)]
+    pieces = [("pairs", staged_pairs(u), run_.output), ("stats", u.work("stats", keep_unit=True), run_.tables.stats)]
     if run_.cfg.algorithm == "s3j":
         buf = u.work("copies").where("is_outer").select(
             "w", "we", "partition", F.lit(0).cast("long").alias("workset_id"), F.lit(-1).alias("worker"),

@@ -20,7 +20,8 @@ from simjoin.core.metric import comparisons_ratio, imbalance
 from simjoin.spark.session import small_frame
 
 STATS_SCHEMA = (
-    STATS_COMMON_SCHEMA + ", level string, algorithm string, unit long, window_start timestamp, worker int, records long, "
+    STATS_COMMON_SCHEMA + ", level string, algorithm string, unit long, window_start timestamp, worker int, "
+    "records long, "
     "space_copies long, inner long, outlier long, outer long, copies long, state_rows long, duplication_ratio double, "
     "worksets long, new_worksets long, distance_computations long, centroid_distance_computations long, "
     "shortcut_pairs long, result_pairs long, comparisons_ratio double, load double, load_imbalance double, "

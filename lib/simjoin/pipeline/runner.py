@@ -6,7 +6,7 @@ task reads its inputs from Delta. Before the first stage of a run, the overwrite
 an output path equal to an input, or holding a Delta table of another schema.
 
 Fault injection for the reliability tests: ``SIMJOIN_FAULTS="s3j.gate,s3j.stats"`` makes those
-stages raise :class:`InjectedFault` right after their body ran (its writes done).
+stages raise :class:`simjoin.faults.InjectedFault` right after their body ran (its writes done).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from simjoin.config import ConfigError
+from simjoin.faults import InjectedFault, maybe_fail
 from simjoin.log import get_logger, stage as log_stage
 from simjoin.pipeline.registry import get_spec
 from simjoin.pipeline.spec import PipelineSpec, Run
@@ -26,14 +27,6 @@ __all__ = ["run_stage", "run_task", "run_pipeline", "guard_outputs", "InjectedFa
            "VALIDATION_ERRORS"]
 
 log = get_logger("simjoin.pipeline")
-
-
-class InjectedFault(RuntimeError):
-    """Raised by a stage listed in ``SIMJOIN_FAULTS`` (tests of retries and replays)."""
-
-
-def _faults() -> set[str]:
-    return {f.strip() for f in os.environ.get("SIMJOIN_FAULTS", "").split(",") if f.strip()}
 
 
 def _jsonable(v: Any) -> Any:
@@ -87,8 +80,7 @@ def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], 
         guard_outputs(spark, run)
     with log_stage(f"{spec.name} {st.name}", log):
         out = st.function()(spark, run) or {}
-    if f"{spec.name}.{st.name}" in _faults():
-        raise InjectedFault(f"injected fault after stage {spec.name}.{st.name} (SIMJOIN_FAULTS)")
+    maybe_fail(f"{spec.name}.{st.name}")
     return _jsonable(out)  # type: ignore[no-any-return]
 
 

@@ -42,6 +42,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from simjoin.faults import maybe_fail
 from simjoin.log import get_logger
 from simjoin.spark import delta
 
@@ -349,8 +350,9 @@ class MicroBatchEngine:
         delta.overwrite(df.withColumn("unit", F.lit(unit).cast("long")), path)
         return path
 
-    def work(self, name: str, unit: int) -> DataFrame:
-        """A work table of the open unit; refuses one left by another unit."""
+    def work(self, name: str, unit: int, keep_unit: bool = False) -> DataFrame:
+        """A work table of the open unit (without its ``unit`` tag unless ``keep_unit``);
+        refuses one left by another unit."""
         path = self.tables.work(name)
         if not delta.table_exists(self.spark, path):
             raise StaleUnit(f"no {name} table at {path}: run the previous stage first")
@@ -358,7 +360,7 @@ class MicroBatchEngine:
         got = df.select(F.max("unit")).first()[0]  # type: ignore[index]
         if got is not None and int(got) != unit:
             raise StaleUnit(f"{path} holds unit {got}, expected {unit}: rerun the previous stage")
-        return df.drop("unit")
+        return df if keep_unit else df.drop("unit")
 
     # ----------------------------------------------------------------- ingest
 
@@ -489,8 +491,10 @@ class MicroBatchEngine:
         marker = self._marker(unit.unit)
         os.makedirs(os.path.dirname(marker), exist_ok=True)
         open(marker, "w").close()
-        for piece, df, path in pieces:
+        for k, (piece, df, path) in enumerate(pieces):
             delta.append_idempotent(df, path, self.write_id(piece, unit.checkpoint_id), unit.unit)
+            if k == 0:
+                maybe_fail(f"{self.pipeline}.publish.mid")
         prog = self.progress()
         marks = {int(r["side"]): r["m"] for r in unit.records.groupBy("side").agg(F.max("ts").alias("m")).collect()}
         for s, m in prog.max_ts.items():

@@ -1,25 +1,30 @@
 """Spark adapters for the S3J metric-space streaming join (Siachamis et al., DEBS'23).
 
 Every kernel of ``simjoin.core.metric`` runs inside Spark tasks on Arrow batches - no
-per-row Python UDFs:
+per-row Python UDFs. This module converts Arrow <-> numpy, routes rows and calls the core;
+the algorithm rules live in the core:
 
 * Section 6, space partitioning: ``space_partition_df`` - ``mapInArrow``; each record is
   routed to its home partition and its Criterion-1 outer partitions (S3J: one centroid
   per worker; ClusterJoin: V virtual partitions dealt round-robin, Section 9.4).
 * Section 7 steps 1-5, workset formulation: ``formulate_worksets_df`` -
-  ``groupBy(partition).applyInArrow``; the core's sequential formulation runs per space
-  partition, windows in ascending order, starting from the persisted workset centroids
-  (join state is cleared at window end, centroids persist). Physical outer copies of a
-  window seen in an earlier micro-batch are kept in a buffer and routed to the worksets
-  opened later (the paper's buffering), so a window spanning micro-batches stays exact.
+  ``groupBy(partition).applyInArrow``; each task runs the core's micro-batch driver
+  ``core.metric.formulate_partition_microbatch`` (windows ascending, arrival order,
+  persisted centroids, new worksets on worker ``partition % P``, buffered physical outer
+  copies of earlier micro-batches routed to newly opened worksets - see its docstring for
+  the buffering's known limitation).
 * Section 7.7, similarity computation: ``join_worksets_df`` - rows routed by worker,
-  ``groupBy(worker).applyInArrow``. New rows are joined with each other by
-  ``core.metric.join_worksets`` and with the window's earlier rows of the same workset
-  (the Delta join state) by ``cross_join`` with the same role rules (everything but
-  outer x outer; inner x inner emitted without a computation). Every matching pair meets
-  in exactly one workset, in exactly one micro-batch: exact and duplicate-free.
+  ``groupBy(worker).applyInArrow``; per window the task runs the core's
+  ``core.metric.join_worker_window`` (new rows x new rows, new rows x the window's
+  earlier rows of the same workset from the Delta join state, the Definition 5 load and
+  the counters) - the same function the single-process ``s3j_join_window`` runs. Every
+  matching pair meets in exactly one workset, in exactly one micro-batch: exact and
+  duplicate-free.
 
 Windows travel through the tasks as ``w`` / ``we`` (start / end in epoch microseconds).
+Multi-kind task outputs tag rows with ``simjoin.contracts.RowKind`` in a byte column
+``kind``: formulation rows are ``MEMBER`` / ``CENTROID`` / ``COUNTER``, join rows ``PAIR`` /
+``STATS``.
 """
 
 from __future__ import annotations
@@ -35,20 +40,16 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from simjoin.contracts import Role, RowKind
 from simjoin.core.metric import (
-    INNER,
     OUTER,
     OUTLIER,
     check_threshold,
-    formulate_partition_worksets,
-    join_worksets,
-    matches,
-    pairwise,
+    formulate_partition_microbatch,
+    join_worker_window,
     partition_bounds,
     random_centroids,
     space_partition,
-    workset_key,
-    workset_load,
 )
 
 __all__ = [
@@ -59,7 +60,6 @@ __all__ = [
     "MEMBER_SCHEMA",
     "JoinParams",
     "S3JTables",
-    "cross_join",
     "clusterjoin_members_df",
     "formulate_worksets_df",
     "join_worksets_df",
@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 # Role of a buffered physical outer copy in the join state (not a workset member).
-BUFFER = 3
+BUFFER = Role.BUFFER
 
 # Space-partition copies: one row per (record, window, partition).
 COPY_SCHEMA = (
@@ -79,9 +79,9 @@ MEMBER_SCHEMA = (
     "w long, we long, partition int, workset_id long, worker int, side byte, id long, "
     "vector array<double>, role byte, is_new boolean"
 )
-# Output of the formulation task: kind 0 member, 1 new centroid, 2 counters.
+# Output of the formulation task: kind RowKind.MEMBER, CENTROID (new worksets) or COUNTER.
 FORM_SCHEMA = MEMBER_SCHEMA + ", kind byte, n long"
-# Output of the join task: kind 0 pair, 1 per-(window, worker) counters.
+# Output of the join task: kind RowKind.PAIR or STATS (per-(window, worker) counters).
 JOIN_OUT_SCHEMA = (
     "kind byte, w long, worker int, left_id long, right_id long, distance double, "
     "n_inner long, n_outlier long, n_outer long, s_inner long, s_outlier long, s_outer long, "
@@ -218,7 +218,7 @@ def clusterjoin_members_df(copies: DataFrame, p: JoinParams) -> DataFrame:
 
 
 def _member_batch(w: int, we: int, part: int, ws: np.ndarray, worker: np.ndarray, side: np.ndarray,
-                  ids: np.ndarray, X: np.ndarray, role: np.ndarray, is_new: bool, kind: int = 0,
+                  ids: np.ndarray, X: np.ndarray, role: np.ndarray, is_new: bool, kind: RowKind = RowKind.MEMBER,
                   n: int = 0) -> pa.RecordBatch:
     m = int(ws.shape[0])
     return pa.RecordBatch.from_arrays(
@@ -227,12 +227,18 @@ def _member_batch(w: int, we: int, part: int, ws: np.ndarray, worker: np.ndarray
             pa.array(np.full(m, part, np.int32)), pa.array(ws.astype(np.int64)),
             pa.array(worker.astype(np.int32)), pa.array(side.astype(np.int8)),
             pa.array(ids.astype(np.int64)), _vectors(X), pa.array(role.astype(np.int8)),
-            pa.array(np.full(m, is_new)), pa.array(np.full(m, kind, np.int8)),
+            pa.array(np.full(m, is_new)), pa.array(np.full(m, int(kind), np.int8)),
             pa.array(np.full(m, n, np.int64)),
         ],
         names=["w", "we", "partition", "workset_id", "worker", "side", "id", "vector", "role",
                "is_new", "kind", "n"],
     )
+
+
+# Sources of the rows in the formulation task's input (column ``source``, not ``kind``).
+_SOURCE_COPY = 0  # this micro-batch's space-partition copies
+_SOURCE_CENTROID = 1  # persisted workset centroids
+_SOURCE_BUFFERED = 2  # buffered physical outer copies of earlier micro-batches
 
 
 def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, buffered: DataFrame | None,
@@ -242,23 +248,23 @@ def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, buffer
     copies: this micro-batch's copies (``COPY_SCHEMA``); centroids: the persisted workset
     centroids (``partition, workset_id, vector, worker``); buffered: physical outer copies
     of still-open windows from earlier micro-batches (``w, we, partition, side, id, vector``).
-    Out: kind 0 workset members (is_new False for buffered copies routed to new worksets),
-    kind 1 centroids of new worksets (role = -1), kind 2 one counter row per (partition,
-    window) with the centroid distance computations in ``n``.
+    Out, per (partition, window): ``RowKind.MEMBER`` workset members (is_new False for
+    buffered copies routed to new worksets), ``RowKind.CENTROID`` centroids of new worksets
+    (role = -1), ``RowKind.COUNTER`` one row with the centroid distance computations in ``n``.
     """
-    parts = [copies.select(F.lit(0).cast("byte").alias("kind"), "w", "we", "ts", "partition",
+    parts = [copies.select(F.lit(_SOURCE_COPY).cast("byte").alias("source"), "w", "we", "ts", "partition",
                            F.lit(None).cast("long").alias("workset_id"), F.lit(None).cast("int").alias("worker"),
                            "side", "id", "vector", "is_outer")]
     if centroids is not None:
         parts.append(centroids.select(
-            F.lit(1).cast("byte").alias("kind"), F.lit(None).cast("long").alias("w"),
+            F.lit(_SOURCE_CENTROID).cast("byte").alias("source"), F.lit(None).cast("long").alias("w"),
             F.lit(None).cast("long").alias("we"), F.lit(None).cast("long").alias("ts"),
             F.col("partition").cast("int"), F.col("workset_id").cast("long"), F.col("worker").cast("int"),
             F.lit(None).cast("byte").alias("side"), F.lit(None).cast("long").alias("id"), "vector",
             F.lit(None).cast("boolean").alias("is_outer")))
     if buffered is not None:
         parts.append(buffered.select(
-            F.lit(2).cast("byte").alias("kind"), "w", "we", F.lit(None).cast("long").alias("ts"),
+            F.lit(_SOURCE_BUFFERED).cast("byte").alias("source"), "w", "we", F.lit(None).cast("long").alias("ts"),
             F.col("partition").cast("int"), F.lit(None).cast("long").alias("workset_id"),
             F.lit(None).cast("int").alias("worker"), "side", "id", "vector",
             F.lit(True).alias("is_outer")))
@@ -269,68 +275,43 @@ def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, buffer
     dim = p.dim
 
     def fn(t: pa.Table) -> pa.Table:
-        out: list[pa.RecordBatch] = []
         if t.num_rows == 0:
             return pa.Table.from_batches([], schema=_FORM_ARROW)
-        kind = _np(t, "kind", np.int8)
+        source = _np(t, "source", np.int8)
         part = int(t.column("partition")[0].as_py())
-        bounds = partition_bounds(p.metric, p.threshold, dim, p.inclusive)
-        cen = t.filter(pa.array(kind == 1))
-        ids = _np(cen, "workset_id", np.int64)
-        order = np.argsort(ids, kind="stable")
-        ids = ids[order]
-        C = to_matrix(cen.column("vector"), dim)[order]
-        workers = _np(cen, "worker", np.int64)[order]
-        new = t.filter(pa.array(kind == 0))
-        buf = t.filter(pa.array(kind == 2))
-        w_new = _np(new, "w", np.int64)
-        w_buf = _np(buf, "w", np.int64)
-        we_new = _np(new, "we", np.int64)
-        for w in np.unique(w_new):
-            sel = np.flatnonzero(w_new == w)
-            we = int(we_new[sel[0]])
-            # Arrival order inside the window: (ts, side, id).
-            sub = new.take(pa.array(sel))
-            o = np.lexsort((_np(sub, "id", np.int64), _np(sub, "side", np.int8), _np(sub, "ts", np.int64)))
-            sub = sub.take(pa.array(o))
-            X = to_matrix(sub.column("vector"), dim)
-            sd = _np(sub, "side", np.int8)
-            rid = _np(sub, "id", np.int64)
-            res = formulate_partition_worksets(
-                X, _np(sub, "is_outer", bool), p.metric, p.threshold, p.inclusive,
-                workset_id=ids if ids.size else None, centroid=C if ids.size else None, bounds=bounds,
-                # A window may span micro-batches: later members need the full 2t outer sets.
-                prune_outer=False)
-            k_new = res.new_workset_id.shape[0]
+        cen = t.filter(pa.array(source == _SOURCE_CENTROID))
+        new = t.filter(pa.array(source == _SOURCE_COPY))
+        buf = t.filter(pa.array(source == _SOURCE_BUFFERED))
+        X = to_matrix(new.column("vector"), dim)
+        Xb = to_matrix(buf.column("vector"), dim)
+        w_new, we_new = _np(new, "w", np.int64), _np(new, "we", np.int64)
+        sd, rid = _np(new, "side", np.int8), _np(new, "id", np.int64)
+        sd_b, rid_b = _np(buf, "side", np.int8), _np(buf, "id", np.int64)
+        windows = formulate_partition_microbatch(
+            w_new, _np(new, "ts", np.int64), sd, rid, X, _np(new, "is_outer", bool),
+            p.metric, p.threshold, p.inclusive, partition=part, n_workers=P,
+            workset_id=_np(cen, "workset_id", np.int64), centroid=to_matrix(cen.column("vector"), dim),
+            worker=_np(cen, "worker", np.int64), buffered_window=_np(buf, "w", np.int64), buffered=Xb,
+            bounds=partition_bounds(p.metric, p.threshold, dim, p.inclusive),
+            # A window may span micro-batches: later members need the full 2t outer sets.
+            prune_outer=False)
+        out: list[pa.RecordBatch] = []
+        for w, res in windows:
+            we = int(we_new[np.flatnonzero(w_new == w)[0]])
+            r = res.record
+            out.append(_member_batch(w, we, part, res.workset_id, res.worker, sd[r], rid[r], X[r], res.role, True))
+            k_new = res.n_new_worksets
             if k_new:
-                ids = np.concatenate([ids, res.new_workset_id])
-                C = np.concatenate([C, res.new_centroid])
-                # Section 7.5: a new workset starts on the worker owning its partition.
-                workers = np.concatenate([workers, np.full(k_new, part % P, np.int64)])
-            wmap = dict(zip(ids.tolist(), workers.tolist()))
-            wk = np.array([wmap[int(g)] for g in res.workset_id], dtype=np.int64)
-            out.append(_member_batch(int(w), we, part, res.workset_id, wk, sd[res.record], rid[res.record],
-                                     X[res.record], res.role, True))
-            comps = res.centroid_distance_computations
-            if k_new:
-                out.append(_member_batch(int(w), we, part, res.new_workset_id, np.full(k_new, part % P),
-                                         np.zeros(k_new), np.zeros(k_new), res.new_centroid, np.full(k_new, -1),
-                                         True, kind=1))
-                # Buffered physical outer copies of earlier micro-batches meet the new worksets.
-                bsel = np.flatnonzero(w_buf == w)
-                if bsel.size:
-                    bt = buf.take(pa.array(bsel))
-                    Xb = to_matrix(bt.column("vector"), dim)
-                    D = pairwise(bounds.space, Xb, res.new_centroid)
-                    comps += int(D.size)
-                    r, g = np.nonzero(bounds.outer_radius >= D)
-                    if r.size:
-                        gid = res.new_workset_id[g]
-                        out.append(_member_batch(int(w), we, part, gid, np.full(r.size, part % P),
-                                                 _np(bt, "side", np.int8)[r], _np(bt, "id", np.int64)[r], Xb[r],
-                                                 np.full(r.size, OUTER), False))
-            out.append(_member_batch(int(w), we, part, np.zeros(1), np.full(1, part % P), np.zeros(1), np.zeros(1),
-                                     np.zeros((1, dim)), np.full(1, -1), True, kind=2, n=comps))
+                out.append(_member_batch(w, we, part, res.new_workset_id, res.new_worker, np.zeros(k_new),
+                                         np.zeros(k_new), res.new_centroid, np.full(k_new, -1), True,
+                                         kind=RowKind.CENTROID))
+            b = res.buffered_record
+            if b.size:
+                out.append(_member_batch(w, we, part, res.buffered_workset_id, res.buffered_worker, sd_b[b],
+                                         rid_b[b], Xb[b], np.full(b.size, OUTER), False))
+            out.append(_member_batch(w, we, part, np.zeros(1), np.full(1, part % P), np.zeros(1), np.zeros(1),
+                                     np.zeros((1, dim)), np.full(1, -1), True, kind=RowKind.COUNTER,
+                                     n=res.centroid_distance_computations))
         return pa.Table.from_batches(out, schema=_FORM_ARROW) if out else pa.Table.from_batches([], schema=_FORM_ARROW)
 
     return df.groupBy("partition").applyInArrow(fn, FORM_SCHEMA)
@@ -344,87 +325,6 @@ _FORM_ARROW = pa.schema([
 
 
 # --------------------------------------------------------------------------- Section 7.7
-
-
-@dataclass
-class CrossResult:
-    left_id: np.ndarray
-    right_id: np.ndarray
-    distance: np.ndarray
-    computations: int
-    shortcut: int
-
-
-def cross_join(
-    p: JoinParams,
-    Xn: np.ndarray, idn: np.ndarray, rn: np.ndarray, sn: np.ndarray, kn: np.ndarray,
-    Xo: np.ndarray, ido: np.ndarray, ro: np.ndarray, so: np.ndarray, ko: np.ndarray,
-) -> CrossResult:
-    """New rows x the window's earlier rows of the same workset (key ``kn`` / ``ko``).
-
-    Role rules of Section 7.7 for a pair of members of one workset: every role combination
-    but outer x outer meets; inner x inner is emitted without a computation. Two streams:
-    left x right only. Distances come from the core's one kernel (``pairwise``).
-    """
-    Ls: list[np.ndarray] = []
-    Rs: list[np.ndarray] = []
-    Ds: list[np.ndarray] = []
-    comps = 0
-    short = 0
-    if Xn.shape[0] == 0 or Xo.shape[0] == 0:
-        z = np.zeros(0, np.int64)
-        return CrossResult(z, z.copy(), np.zeros(0), 0, 0)
-    on = np.lexsort((sn, rn, kn))
-    oo = np.lexsort((so, ro, ko))
-    common = np.intersect1d(kn, ko)
-    n_lo, n_hi = np.searchsorted(kn[on], common, "left"), np.searchsorted(kn[on], common, "right")
-    o_lo, o_hi = np.searchsorted(ko[oo], common, "left"), np.searchsorted(ko[oo], common, "right")
-    side_pairs = [(None, None)] if p.self_join else [(0, 1), (1, 0)]
-    for g in range(common.shape[0]):
-        a_all = on[n_lo[g]:n_hi[g]]
-        b_all = oo[o_lo[g]:o_hi[g]]
-        for ra in (INNER, OUTLIER, OUTER):
-            a_r = a_all[rn[a_all] == ra]
-            if a_r.size == 0:
-                continue
-            for rb in (INNER, OUTLIER, OUTER):
-                if ra == OUTER and rb == OUTER:
-                    continue
-                b_r = b_all[ro[b_all] == rb]
-                if b_r.size == 0:
-                    continue
-                for sa, sb in side_pairs:
-                    a = a_r if sa is None else a_r[sn[a_r] == sa]
-                    b = b_r if sb is None else b_r[so[b_r] == sb]
-                    if a.size == 0 or b.size == 0:
-                        continue
-                    ia = np.repeat(a, b.size)
-                    ib = np.tile(b, a.size)
-                    if ra == INNER and rb == INNER:
-                        if p.exact_distances:
-                            d = pairwise(p.metric, Xn[a], Xo[b]).reshape(-1)
-                        else:
-                            d = np.full(ia.size, np.nan)
-                        short += ia.size
-                        keep = np.ones(ia.size, bool)
-                    else:
-                        d = pairwise(p.metric, Xn[a], Xo[b]).reshape(-1)
-                        comps += d.size
-                        keep = matches(d, p.threshold, p.inclusive)
-                    if not keep.any():
-                        continue
-                    left, right = idn[ia[keep]], ido[ib[keep]]
-                    if p.self_join:
-                        left, right = np.minimum(left, right), np.maximum(left, right)
-                    elif sa == 1:
-                        left, right = right, left
-                    Ls.append(left)
-                    Rs.append(right)
-                    Ds.append(d[keep])
-    z = np.zeros(0, np.int64)
-    return CrossResult(
-        np.concatenate(Ls) if Ls else z, np.concatenate(Rs) if Rs else z.copy(),
-        np.concatenate(Ds) if Ds else np.zeros(0), comps, short)
 
 
 _JOIN_ARROW_FIELDS = [
@@ -441,8 +341,9 @@ def _pairs_batch(w: int, worker: int, L: np.ndarray, R: np.ndarray, D: np.ndarra
     n = L.shape[0]
     nulls = {name: pa.nulls(n, tp) for name, tp in _JOIN_ARROW_FIELDS[6:]}
     return pa.RecordBatch.from_arrays(
-        [pa.array(np.zeros(n, np.int8)), pa.array(np.full(n, w, np.int64)), pa.array(np.full(n, worker, np.int32)),
-         pa.array(L), pa.array(R), pa.array(D, mask=np.isnan(D)), *nulls.values()],
+        [pa.array(np.full(n, int(RowKind.PAIR), np.int8)), pa.array(np.full(n, w, np.int64)),
+         pa.array(np.full(n, worker, np.int32)), pa.array(L), pa.array(R), pa.array(D, mask=np.isnan(D)),
+         *nulls.values()],
         schema=_JOIN_ARROW)
 
 
@@ -450,8 +351,11 @@ def join_worksets_df(members: DataFrame, p: JoinParams) -> DataFrame:
     """Section 7.7 join, one task per worker (``JOIN_OUT_SCHEMA`` out).
 
     members: rows of ``MEMBER_SCHEMA``; is_new False rows are the window's earlier members
-    of the same worksets (join state) - they are only paired with new rows.
+    of the same worksets (join state) - they are only paired with new rows. Out, per
+    (window, worker): ``RowKind.PAIR`` rows, then one ``RowKind.STATS`` row.
     """
+    # ClusterJoin always verifies (no inner sets, so nothing is shortcut anyway).
+    exact = p.exact_distances or p.algorithm == "clusterjoin"
 
     def fn(t: pa.Table) -> pa.Table:
         if t.num_rows == 0:
@@ -462,43 +366,17 @@ def join_worksets_df(members: DataFrame, p: JoinParams) -> DataFrame:
         for w in np.unique(wcol):
             t0 = time.perf_counter()
             sub = t.filter(pa.array(wcol == w))
-            isn = _np(sub, "is_new", bool)
-            X = to_matrix(sub.column("vector"), p.dim)
-            ids = _np(sub, "id", np.int64)
-            role = _np(sub, "role", np.int8)
-            side = _np(sub, "side", np.int8)
-            part = _np(sub, "partition", np.int64)
-            ws = _np(sub, "workset_id", np.int64)
-            key = workset_key(part, ws)
-            n, o = np.flatnonzero(isn), np.flatnonzero(~isn)
-            jr = join_worksets(X[n], ids[n], role[n], part[n], ws[n], p.metric, p.threshold, p.inclusive,
-                               side=None if p.self_join else side[n],
-                               exact_distances=p.exact_distances or p.algorithm == "clusterjoin")
-            if jr.shortcut_violations:
-                raise AssertionError(f"{jr.shortcut_violations} inner x inner pairs failed verification")
-            cr = cross_join(p, X[n], ids[n], role[n], side[n], key[n], X[o], ids[o], role[o], side[o], key[o])
-            L = np.concatenate([jr.left_id, cr.left_id])
-            R = np.concatenate([jr.right_id, cr.right_id])
-            D = np.concatenate([jr.distance, cr.distance])
-            # Load (Definition 5) per workset: new counts this micro-batch, state counts before it.
-            jkey = workset_key(jr.partition, jr.workset_id)
-            uk, inv = np.unique(key, return_inverse=True)
-            cnt_new = np.zeros((uk.size, 3), np.int64)
-            cnt_old = np.zeros((uk.size, 3), np.int64)
-            np.add.at(cnt_new, (inv[n], role[n].astype(np.int64)), 1)
-            np.add.at(cnt_old, (inv[o], role[o].astype(np.int64)), 1)
-            has_new = np.isin(uk, jkey)
-            load = workset_load(cnt_new[:, INNER], cnt_new[:, OUTLIER], cnt_new[:, OUTER],
-                                cnt_old[:, INNER], cnt_old[:, OUTLIER], cnt_old[:, OUTER])[has_new]
+            jw = join_worker_window(
+                to_matrix(sub.column("vector"), p.dim), _np(sub, "id", np.int64), _np(sub, "role", np.int8),
+                _np(sub, "partition", np.int64), _np(sub, "workset_id", np.int64), _np(sub, "is_new", bool),
+                p.metric, p.threshold, p.inclusive,
+                side=None if p.self_join else _np(sub, "side", np.int8), exact_distances=exact)
             secs = time.perf_counter() - t0
-            out.append(_pairs_batch(int(w), worker, L, R, D))
+            out.append(_pairs_batch(int(w), worker, jw.left_id, jw.right_id, jw.distance))
             stats = [
-                np.int8(1), int(w), worker, None, None, None,
-                int(cnt_new[:, INNER].sum()), int(cnt_new[:, OUTLIER].sum()), int(cnt_new[:, OUTER].sum()),
-                int(cnt_old[has_new, INNER].sum()), int(cnt_old[has_new, OUTLIER].sum()),
-                int(cnt_old[has_new, OUTER].sum()), int(has_new.sum()),
-                int(jr.computations.sum()) + cr.computations, int(jr.shortcut_pairs.sum()) + cr.shortcut,
-                int(L.shape[0]), float(load.sum()), secs,
+                np.int8(RowKind.STATS), int(w), worker, None, None, None,
+                jw.n_inner, jw.n_outlier, jw.n_outer, jw.state_inner, jw.state_outlier, jw.state_outer,
+                jw.worksets, jw.computations, jw.shortcut_pairs, jw.result_pairs, jw.load, secs,
             ]
             out.append(pa.RecordBatch.from_arrays(
                 [pa.array([v], tp) for v, (_, tp) in zip(stats, _JOIN_ARROW_FIELDS)], schema=_JOIN_ARROW))

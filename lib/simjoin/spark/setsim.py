@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from simjoin.contracts import RowKind
 from simjoin.core.setsim import Plan, PlanUnit, ppjoin
 from simjoin.spark.session import small_frame
 from simjoin.spark.tokenizer import tokenize as tokenize_arrow
@@ -412,7 +413,7 @@ def route_to_units(records: DataFrame, plan: Plan) -> DataFrame:
 
 
 UNIT_RESULT_SCHEMA = (
-    "row_type string, unit int, left_id long, right_id long, similarity double, "
+    "kind byte, unit int, left_id long, right_id long, similarity double, "
     "records_indexed long, records_probed long, candidates long, verified long, results long, "
     "wall_seconds double, task_partition int"
 )
@@ -456,7 +457,7 @@ def _unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Itera
             a, b = np.minimum(a, b), np.maximum(a, b)
         n = a.size
         yield pa.RecordBatch.from_pydict({
-            "row_type": pa.array(["pair"] * n, pa.string()), "unit": pa.array(np.full(n, u, np.int32)),
+            "kind": pa.array(np.full(n, int(RowKind.PAIR), np.int8)), "unit": pa.array(np.full(n, u, np.int32)),
             "left_id": pa.array(a, pa.int64()), "right_id": pa.array(b, pa.int64()),
             "similarity": pa.array(sim, pa.float64()),
             **{k: pa.nulls(n, pa.int64()) for k in ("records_indexed", "records_probed", "candidates",
@@ -464,8 +465,9 @@ def _unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Itera
             "wall_seconds": pa.nulls(n, pa.float64()), "task_partition": pa.nulls(n, pa.int32()),
         })
         yield pa.RecordBatch.from_pydict({
-            "row_type": ["stats"], "unit": pa.array([u], pa.int32()), "left_id": pa.nulls(1, pa.int64()),
-            "right_id": pa.nulls(1, pa.int64()), "similarity": pa.nulls(1, pa.float64()),
+            "kind": pa.array([int(RowKind.STATS)], pa.int8()), "unit": pa.array([u], pa.int32()),
+            "left_id": pa.nulls(1, pa.int64()), "right_id": pa.nulls(1, pa.int64()),
+            "similarity": pa.nulls(1, pa.float64()),
             "records_indexed": [st.indexed], "records_probed": [st.probed], "candidates": [st.candidates],
             "verified": [st.verified], "results": [st.results],
             "wall_seconds": [time.perf_counter() - t0], "task_partition": pa.array([partition], pa.int32()),
@@ -473,7 +475,8 @@ def _unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Itera
 
 
 def join_units(routed: DataFrame, plan: Plan, rs: bool) -> DataFrame:
-    """One local PPJoin per unit. Rows of ``UNIT_RESULT_SCHEMA``: pairs and one stats row per unit."""
+    """One local PPJoin per unit. Rows of ``UNIT_RESULT_SCHEMA``: pairs (``kind`` = ``RowKind.PAIR``)
+    and one stats row per unit (``RowKind.STATS``)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext

@@ -2,7 +2,8 @@
 
 ``distance`` kernels and float-safe bounds (Sec. 3, 7.6), ``partitioning``
 space partitions (Sec. 6), ``worksets`` workset formulation (Sec. 7.1-7.5),
-``join`` similarity computations and the window driver (Sec. 7.7),
+``join`` similarity computations, the per-worker window join and the window driver (Sec. 7.7),
+``microbatch`` workset formulation of a space partition over a micro-batch (Sec. 7),
 ``load`` workset load, balancer and statistics (Sec. 8, 9.1),
 ``clusterjoin`` the baseline (Sec. 9.4), ``bruteforce`` the exact reference.
 """
@@ -31,9 +32,13 @@ from .distance import (
 )
 from .join import (
     CopyInfo,
+    CrossJoinResult,
     MultiWindowResult,
     S3JWindowResult,
+    WorkerWindowJoin,
     WorksetJoinResult,
+    cross_join,
+    join_worker_window,
     join_worksets,
     s3j_join_window,
     s3j_join_windows,
@@ -49,6 +54,7 @@ from .load import (
     worker_loads,
     workset_load,
 )
+from .microbatch import MicroBatchWindow, formulate_partition_microbatch
 from .partitioning import SpacePartitioning, random_centroids, routes_outer, space_partition
 from .worksets import (
     INNER,
@@ -57,8 +63,10 @@ from .worksets import (
     ROLE_NAMES,
     CentroidState,
     PartitionWorksets,
+    WindowWorksets,
     WorksetFormulation,
     WorksetRows,
+    formulate_partition_window,
     formulate_partition_worksets,
     formulate_worksets,
     workset_key,
@@ -75,12 +83,16 @@ __all__ = [
     "CentroidState",
     "ClusterJoinResult",
     "CopyInfo",
+    "CrossJoinResult",
+    "MicroBatchWindow",
     "MultiWindowResult",
     "PartitionBounds",
     "PartitionWorksets",
     "S3JWindowResult",
     "SpacePartitioning",
     "WindowStats",
+    "WindowWorksets",
+    "WorkerWindowJoin",
     "WorksetFormulation",
     "WorksetJoinResult",
     "WorksetRows",
@@ -93,9 +105,13 @@ __all__ = [
     "check_vectors",
     "clusterjoin_window",
     "comparisons_ratio",
+    "cross_join",
+    "formulate_partition_microbatch",
+    "formulate_partition_window",
     "formulate_partition_worksets",
     "formulate_worksets",
     "imbalance",
+    "join_worker_window",
     "join_worksets",
     "matches",
     "needs_rebalance",

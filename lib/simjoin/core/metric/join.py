@@ -25,6 +25,16 @@ API:
 
 * ``join_worksets(X, ids, role, partition, workset_id, metric, t,
   inclusive=False, *, side=None, exact_distances=False) -> WorksetJoinResult``
+* ``cross_join(X_new, id_new, role_new, key_new, X_old, id_old, role_old, key_old,
+  metric, t, inclusive=False, *, side_new=None, side_old=None, exact_distances=False)
+  -> CrossJoinResult``: a window's new members x its earlier members of the same
+  workset (the join state of a window spanning micro-batches), same role rules;
+* ``join_worker_window(X, ids, role, partition, workset_id, is_new, metric, t,
+  inclusive=False, *, side=None, exact_distances=False) -> WorkerWindowJoin``:
+  one worker's join for one window - new rows with each other (``join_worksets``),
+  new x earlier rows (``cross_join``), the Definition 5 load per workset and the
+  worker's counters. Both the Spark tasks (``simjoin.spark.metric``) and
+  ``s3j_join_window`` (all rows new) call it;
 * ``s3j_join_window(X, ids, side, metric, t, inclusive=False, n_workers=5,
   seed=42, centroid_state=None, exact_distances=False, *, space_centroids=None)
   -> S3JWindowResult(left_id, right_id, distance, stats, centroid_state, copies)``
@@ -33,6 +43,15 @@ API:
 * ``s3j_join_windows(X, ids, window, side, metric, t, ...) -> MultiWindowResult``:
   windows joined in ascending order carrying the centroid state; pairs across
   windows are never produced.
+
+The single-process driver and the Spark tasks share their code path: per space
+partition ``worksets.formulate_partition_window`` (the Spark task drives it over the
+windows of a micro-batch, ``microbatch.formulate_partition_microbatch``), per worker
+``join_worker_window``. One difference is kept on purpose, as a parameter: this driver
+holds every record of a window in one call, so it cuts outer sets to t + member radius
+(``prune_outer=True``); the Spark tasks keep the paper's 2t outer sets
+(``prune_outer=False``) because a window may span micro-batches. Pairs are the same;
+copies and distance computations differ.
 """
 
 from __future__ import annotations
@@ -44,7 +63,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from .distance import METRIC_CODES, _dist, check_threshold, check_vectors, row_norms
+from .distance import METRIC_CODES, _dist, check_threshold, check_vectors, matches, pairwise, row_norms
 from .load import WindowStats, workset_load
 from .partitioning import SpacePartitioning, random_centroids, space_partition
 from .worksets import (
@@ -59,10 +78,14 @@ from .worksets import (
 
 __all__ = [
     "CopyInfo",
+    "CrossJoinResult",
     "MultiWindowResult",
     "S3JWindowResult",
+    "WorkerWindowJoin",
     "WorksetJoinResult",
     "check_ids_side",
+    "cross_join",
+    "join_worker_window",
     "join_worksets",
     "s3j_join_window",
     "s3j_join_windows",
@@ -345,6 +368,271 @@ def join_worksets(
     )
 
 
+@dataclass(frozen=True)
+class CrossJoinResult:
+    """Pairs of ``cross_join`` (distance NaN for inner x inner pairs unless exact_distances),
+    the distance computations made and the pairs emitted without one (inner x inner)."""
+
+    left_id: IntArray
+    right_id: IntArray
+    distance: FloatArray
+    computations: int
+    shortcut_pairs: int
+
+
+def cross_join(
+    X_new: npt.ArrayLike,
+    id_new: npt.ArrayLike,
+    role_new: npt.ArrayLike,
+    key_new: npt.ArrayLike,
+    X_old: npt.ArrayLike,
+    id_old: npt.ArrayLike,
+    role_old: npt.ArrayLike,
+    key_old: npt.ArrayLike,
+    metric: str,
+    t: float,
+    inclusive: bool = False,
+    *,
+    side_new: npt.ArrayLike | None = None,
+    side_old: npt.ArrayLike | None = None,
+    exact_distances: bool = False,
+) -> CrossJoinResult:
+    """New members x the window's earlier members of the same workset (Section 7.7 role rules).
+
+    A window that spans micro-batches keeps its members in a join state; the members of a
+    later micro-batch (``*_new``) meet the state's members (``*_old``) of the same workset
+    (``key_*`` from ``workset_key``). Every role combination but outer x outer meets, in
+    both directions (new inner x old outer as well as new outer x old inner); inner x inner
+    is emitted without a computation. Pairs among the new members are ``join_worksets``'
+    job, pairs among the old ones were reported by an earlier micro-batch.
+
+    side_new / side_old: None for a self-join (each pair as (smaller id, larger id)), else
+    0 (left) / 1 (right) per row: only left x right meets, reported as (left id, right id).
+    Distances come from the core's one kernel (``pairwise``), so they are bit for bit those
+    of the brute force.
+    """
+    if (side_new is None) != (side_old is None):
+        raise ValueError("side_new and side_old must both be given (two streams) or both be None (self-join)")
+    self_join = side_new is None
+    Xn = np.asarray(X_new, dtype=np.float64)
+    Xo = np.asarray(X_old, dtype=np.float64)
+    idn = np.asarray(id_new, dtype=np.int64).reshape(-1)
+    ido = np.asarray(id_old, dtype=np.int64).reshape(-1)
+    rn = np.asarray(role_new).reshape(-1)
+    ro = np.asarray(role_old).reshape(-1)
+    kn = np.asarray(key_new, dtype=np.int64).reshape(-1)
+    ko = np.asarray(key_old, dtype=np.int64).reshape(-1)
+    sn = np.zeros(idn.shape[0], np.int8) if side_new is None else np.asarray(side_new).reshape(-1)
+    so = np.zeros(ido.shape[0], np.int8) if side_old is None else np.asarray(side_old).reshape(-1)
+    for name, arr, n in (("id_new", idn, Xn.shape[0]), ("role_new", rn, Xn.shape[0]), ("key_new", kn, Xn.shape[0]),
+                         ("side_new", sn, Xn.shape[0]), ("id_old", ido, Xo.shape[0]),
+                         ("role_old", ro, Xo.shape[0]), ("key_old", ko, Xo.shape[0]),
+                         ("side_old", so, Xo.shape[0])):
+        if arr.shape[0] != n:
+            raise ValueError(f"{name} has {arr.shape[0]} entries, expected {n} (one per row)")
+    Ls: list[IntArray] = []
+    Rs: list[IntArray] = []
+    Ds: list[FloatArray] = []
+    comps = 0
+    short = 0
+    if Xn.shape[0] == 0 or Xo.shape[0] == 0:
+        z = np.zeros(0, np.int64)
+        return CrossJoinResult(z, z.copy(), np.zeros(0), 0, 0)
+    on = np.lexsort((sn, rn, kn))
+    oo = np.lexsort((so, ro, ko))
+    common = np.intersect1d(kn, ko)
+    n_lo, n_hi = np.searchsorted(kn[on], common, "left"), np.searchsorted(kn[on], common, "right")
+    o_lo, o_hi = np.searchsorted(ko[oo], common, "left"), np.searchsorted(ko[oo], common, "right")
+    side_pairs: list[tuple[int | None, int | None]] = [(None, None)] if self_join else [(0, 1), (1, 0)]
+    for g in range(common.shape[0]):
+        a_all = on[n_lo[g] : n_hi[g]]
+        b_all = oo[o_lo[g] : o_hi[g]]
+        for ra in (INNER, OUTLIER, OUTER):
+            a_r = a_all[rn[a_all] == ra]
+            if a_r.size == 0:
+                continue
+            for rb in (INNER, OUTLIER, OUTER):
+                if ra == OUTER and rb == OUTER:
+                    continue
+                b_r = b_all[ro[b_all] == rb]
+                if b_r.size == 0:
+                    continue
+                for sa, sb in side_pairs:
+                    a = a_r if sa is None else a_r[sn[a_r] == sa]
+                    b = b_r if sb is None else b_r[so[b_r] == sb]
+                    if a.size == 0 or b.size == 0:
+                        continue
+                    ia = np.repeat(a, b.size)
+                    ib = np.tile(b, a.size)
+                    if ra == INNER and rb == INNER:
+                        # Both within t/2 (minus a rounding margin) of one centroid: a match.
+                        if exact_distances:
+                            d = pairwise(metric, Xn[a], Xo[b]).reshape(-1)
+                        else:
+                            d = np.full(ia.size, np.nan)
+                        short += ia.size
+                        keep = np.ones(ia.size, bool)
+                    else:
+                        d = pairwise(metric, Xn[a], Xo[b]).reshape(-1)
+                        comps += d.size
+                        keep = matches(d, t, inclusive)
+                    if not keep.any():
+                        continue
+                    left, right = idn[ia[keep]], ido[ib[keep]]
+                    if self_join:
+                        left, right = np.minimum(left, right), np.maximum(left, right)
+                    elif sa == 1:
+                        left, right = right, left
+                    Ls.append(left)
+                    Rs.append(right)
+                    Ds.append(d[keep])
+    z = np.zeros(0, np.int64)
+    return CrossJoinResult(
+        np.concatenate(Ls) if Ls else z,
+        np.concatenate(Rs) if Rs else z.copy(),
+        np.concatenate(Ds) if Ds else np.zeros(0),
+        comps,
+        short,
+    )
+
+
+@dataclass(frozen=True)
+class WorkerWindowJoin:
+    """One worker's join of one window (``join_worker_window``).
+
+    left_id/right_id/distance: the new result pairs (new x new, then new x state).
+    n_*: new rows by role; state_*: join-state rows (earlier micro-batches) of the worksets
+    that have new rows; worksets: worksets with new rows; computations / shortcut_pairs:
+    distance computations and pairs emitted without one; load: Definition 5 summed over the
+    worksets with new rows.
+    """
+
+    left_id: IntArray
+    right_id: IntArray
+    distance: FloatArray
+    n_inner: int
+    n_outlier: int
+    n_outer: int
+    state_inner: int
+    state_outlier: int
+    state_outer: int
+    worksets: int
+    computations: int
+    shortcut_pairs: int
+    load: float
+
+    @property
+    def result_pairs(self) -> int:
+        return int(self.left_id.shape[0])
+
+    @property
+    def rows(self) -> int:
+        return self.n_inner + self.n_outlier + self.n_outer
+
+
+def join_worker_window(
+    X: npt.ArrayLike,
+    ids: npt.ArrayLike,
+    role: npt.ArrayLike,
+    partition: npt.ArrayLike,
+    workset_id: npt.ArrayLike,
+    is_new: npt.ArrayLike,
+    metric: str,
+    t: float,
+    inclusive: bool = False,
+    *,
+    side: npt.ArrayLike | None = None,
+    exact_distances: bool = False,
+) -> WorkerWindowJoin:
+    """Section 7.7 join of one worker's rows of one window (one row per (record, workset)).
+
+    is_new False marks the window's members from earlier micro-batches (the join state):
+    they only meet new rows (``cross_join``); new rows meet each other (``join_worksets``).
+    Every matching pair of the window meets in exactly one workset in exactly one
+    micro-batch. With every row new (one window joined in one go, ``s3j_join_window``) this
+    is ``join_worksets`` plus the worker's counters. side: None for a self-join, else 0/1
+    per row. Raises ``AssertionError`` if an inner x inner shortcut pair fails verification
+    (only checked with exact_distances).
+    """
+    Xv = np.asarray(X, dtype=np.float64)
+    id_arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+    rl = np.asarray(role).reshape(-1)
+    part = np.asarray(partition, dtype=np.int64).reshape(-1)
+    ws = np.asarray(workset_id, dtype=np.int64).reshape(-1)
+    isn = np.asarray(is_new, dtype=bool).reshape(-1)
+    sd = None if side is None else np.asarray(side).reshape(-1)
+    m = Xv.shape[0]
+    for name, arr in (("ids", id_arr), ("role", rl), ("partition", part), ("workset_id", ws), ("is_new", isn)):
+        if arr.shape[0] != m:
+            raise ValueError(f"{name} has {arr.shape[0]} entries, X has {m} rows")
+    key = workset_key(part, ws)
+    n, o = np.flatnonzero(isn), np.flatnonzero(~isn)
+    jr = join_worksets(
+        Xv[n],
+        id_arr[n],
+        rl[n],
+        part[n],
+        ws[n],
+        metric,
+        t,
+        inclusive,
+        side=None if sd is None else sd[n],
+        exact_distances=exact_distances,
+    )
+    if jr.shortcut_violations:
+        raise AssertionError(f"{jr.shortcut_violations} inner x inner pairs failed verification")
+    cr = cross_join(
+        Xv[n],
+        id_arr[n],
+        rl[n],
+        key[n],
+        Xv[o],
+        id_arr[o],
+        rl[o],
+        key[o],
+        metric,
+        t,
+        inclusive,
+        side_new=None if sd is None else sd[n],
+        side_old=None if sd is None else sd[o],
+        exact_distances=exact_distances,
+    )
+    L = np.concatenate([jr.left_id, cr.left_id])
+    R = np.concatenate([jr.right_id, cr.right_id])
+    D = np.concatenate([jr.distance, cr.distance])
+    # Load (Definition 5) per workset: new counts this micro-batch, state counts before it.
+    jkey = workset_key(jr.partition, jr.workset_id)
+    uk, inv = np.unique(key, return_inverse=True)
+    cnt_new = np.zeros((uk.size, 3), np.int64)
+    cnt_old = np.zeros((uk.size, 3), np.int64)
+    np.add.at(cnt_new, (inv[n], rl[n].astype(np.int64)), 1)
+    np.add.at(cnt_old, (inv[o], rl[o].astype(np.int64)), 1)
+    has_new = np.isin(uk, jkey)
+    load = workset_load(
+        cnt_new[:, INNER],
+        cnt_new[:, OUTLIER],
+        cnt_new[:, OUTER],
+        cnt_old[:, INNER],
+        cnt_old[:, OUTLIER],
+        cnt_old[:, OUTER],
+    )[has_new]
+    return WorkerWindowJoin(
+        left_id=L,
+        right_id=R,
+        distance=D,
+        n_inner=int(cnt_new[:, INNER].sum()),
+        n_outlier=int(cnt_new[:, OUTLIER].sum()),
+        n_outer=int(cnt_new[:, OUTER].sum()),
+        state_inner=int(cnt_old[has_new, INNER].sum()),
+        state_outlier=int(cnt_old[has_new, OUTLIER].sum()),
+        state_outer=int(cnt_old[has_new, OUTER].sum()),
+        worksets=int(has_new.sum()),
+        computations=int(jr.computations.sum()) + cr.computations,
+        shortcut_pairs=int(jr.shortcut_pairs.sum()) + cr.shortcut_pairs,
+        load=float(load.sum()),
+    )
+
+
 class CopyInfo(NamedTuple):
     """Where every record went: space partition copies and workset rows."""
 
@@ -420,29 +708,29 @@ def s3j_join_window(
         rw = rows.for_worker(w)
         if len(rw) == 0:
             continue
-        jr = join_worksets(
+        # The Spark join task's body, with every row new (a window joined in one go).
+        jw = join_worker_window(
             Xv[rw.record],
             id_arr[rw.record],
             rw.role,
             rw.partition,
             rw.workset_id,
+            np.ones(len(rw), dtype=bool),
             metric,
             t,
             inclusive,
             side=None if sd is None else sd[rw.record],
             exact_distances=exact_distances,
         )
-        if jr.shortcut_violations:
-            raise AssertionError(f"{jr.shortcut_violations} inner x inner pairs failed verification")
-        Ls.append(jr.left_id)
-        Rs.append(jr.right_id)
-        Ds.append(jr.distance)
-        w_comp[w] = jr.computations.sum()
-        w_short[w] = jr.shortcut_pairs.sum()
-        w_res[w] = jr.result_pairs.sum()
-        w_ws[w] = jr.workset_id.shape[0]
-        w_load[w] = jr.load.sum()
-        w_role[w] = rw.role_counts()
+        Ls.append(jw.left_id)
+        Rs.append(jw.right_id)
+        Ds.append(jw.distance)
+        w_comp[w] = jw.computations
+        w_short[w] = jw.shortcut_pairs
+        w_res[w] = jw.result_pairs
+        w_ws[w] = jw.worksets
+        w_load[w] = jw.load
+        w_role[w] = (jw.n_inner, jw.n_outlier, jw.n_outer)
     z = np.zeros(0, np.int64)
     L = np.concatenate(Ls) if Ls else z
     R = np.concatenate(Rs) if Rs else z.copy()

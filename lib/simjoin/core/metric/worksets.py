@@ -42,6 +42,15 @@ found: results are unchanged, while the duplication ratio (average copies of a
 record at the join, Section 9.1) and the distance computations (outer x member
 comparisons that cannot match) drop. A window formulated
 piecewise (Spark micro-batches) uses ``prune_outer=False``.
+
+``formulate_partition_window`` is the one step both drivers share: one space
+partition, one window - formulate (above), give each new workset its worker
+(Section 7.5: the worker owning the partition, ``partition % n_workers``), look up
+every member's worker, and route buffered physical outer copies (seen in earlier
+micro-batches) to the worksets it opened. ``formulate_worksets`` runs it per
+partition for a whole window (the single-process driver, pruned outer sets);
+``microbatch.formulate_partition_microbatch`` runs it per window for one partition
+of a micro-batch (the Spark task, full 2t outer sets).
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ from .distance import (
     _dist,
     check_threshold,
     check_vectors,
+    pairwise,
     pairwise_blocks,
     partition_bounds,
     row_norms,
@@ -73,8 +83,10 @@ __all__ = [
     "ROLE_NAMES",
     "CentroidState",
     "PartitionWorksets",
+    "WindowWorksets",
     "WorksetFormulation",
     "WorksetRows",
+    "formulate_partition_window",
     "formulate_partition_worksets",
     "formulate_worksets",
     "workset_key",
@@ -371,6 +383,135 @@ def formulate_partition_worksets(
 
 
 @dataclass(frozen=True)
+class WindowWorksets:
+    """One space partition's worksets for one window, routed to workers.
+
+    record, workset_id, worker, role: one row per (record, workset) membership
+    (``formulate_partition_worksets``), record indexing the step's input rows.
+    new_workset_id / new_centroid / new_worker: worksets opened by this step.
+    buffered_record / buffered_workset_id / buffered_worker: buffered physical outer
+    copies (indexing the ``buffered`` input) routed to the outer sets of the new worksets
+    (role ``OUTER``). centroid_distance_computations: formulation plus buffer routing.
+    """
+
+    record: IntArray
+    workset_id: IntArray
+    worker: IntArray
+    role: npt.NDArray[np.int8]
+    new_workset_id: IntArray
+    new_centroid: FloatArray
+    new_worker: IntArray
+    buffered_record: IntArray
+    buffered_workset_id: IntArray
+    buffered_worker: IntArray
+    centroid_distance_computations: int
+
+    @property
+    def n_new_worksets(self) -> int:
+        return int(self.new_workset_id.shape[0])
+
+
+def formulate_partition_window(
+    X: npt.ArrayLike,
+    is_outer: npt.ArrayLike,
+    metric: str,
+    t: float,
+    inclusive: bool = False,
+    *,
+    partition: int,
+    n_workers: int,
+    workset_id: npt.ArrayLike | None = None,
+    centroid: npt.ArrayLike | None = None,
+    worker: npt.ArrayLike | None = None,
+    buffered: npt.ArrayLike | None = None,
+    bounds: PartitionBounds | None = None,
+    max_block_elements: int = DEFAULT_BLOCK_ELEMENTS,
+    prune_outer: bool = True,
+) -> WindowWorksets:
+    """Steps 1-5 for one space partition and one window, with workers (Section 7.5).
+
+    X / is_outer: the partition's rows of the window in arrival order (see
+    ``formulate_partition_worksets``). workset_id / centroid / worker: the partition's
+    worksets so far (ids unique, any order; worker defaults to ``partition % n_workers``).
+    A new workset starts on worker ``partition % n_workers``.
+
+    buffered: (b, d) physical outer copies of this window from earlier micro-batches (the
+    paper's buffering). Each goes to the outer set of every workset *opened by this step*
+    within ``bounds.outer_radius`` (2t) of its centroid; the ``b x k_new`` centroid
+    distances count as computations. Known limitation (kept as is, tracked separately):
+    worksets that did not exist when the copies were buffered but were opened before this
+    step - e.g. by an earlier window of the same micro-batch - do not receive them.
+
+    prune_outer: as in ``formulate_partition_worksets`` (needs the whole window in one
+    call; micro-batches pass False). Buffered copies always use the full 2t radius.
+    """
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+    t = check_threshold(metric, t)
+    Xv = check_vectors(X, metric)
+    d = Xv.shape[1]
+    if bounds is None:
+        bounds = partition_bounds(metric, t, d, inclusive)
+    ids0 = np.zeros(0, np.int64) if workset_id is None else np.asarray(workset_id, dtype=np.int64).reshape(-1)
+    home_worker = int(partition) % n_workers
+    if worker is None:
+        wk0 = np.full(ids0.shape[0], home_worker, np.int64)
+    else:
+        wk0 = np.asarray(worker, dtype=np.int64).reshape(-1)
+    if wk0.shape[0] != ids0.shape[0]:
+        raise ValueError(f"worker has {wk0.shape[0]} entries, workset_id has {ids0.shape[0]}")
+    C0 = np.zeros((0, d)) if centroid is None else np.asarray(centroid, dtype=np.float64)
+    if not ids0.size:
+        C0 = np.zeros((0, d))
+    elif C0.ndim != 2 or C0.shape != (ids0.shape[0], d):
+        raise ValueError(f"centroid has shape {C0.shape}, expected ({ids0.shape[0]}, {d}) for the given workset ids")
+    order = np.argsort(ids0, kind="stable")
+    ids0, C0, wk0 = ids0[order], C0[order], wk0[order]
+    res = formulate_partition_worksets(
+        Xv,
+        is_outer,
+        metric,
+        t,
+        inclusive,
+        workset_id=ids0 if ids0.size else None,
+        centroid=C0 if ids0.size else None,
+        bounds=bounds,
+        max_block_elements=max_block_elements,
+        prune_outer=prune_outer,
+    )
+    k_new = res.new_workset_id.shape[0]
+    new_worker = np.full(k_new, home_worker, np.int64)
+    ids_all = np.concatenate([ids0, res.new_workset_id])
+    wk_all = np.concatenate([wk0, new_worker])
+    # ids_all is sorted (new ids follow the old ones); the last of equal ids wins.
+    pos = np.searchsorted(ids_all, res.workset_id, side="right") - 1
+    if res.workset_id.size and (pos.min() < 0 or np.any(ids_all[np.maximum(pos, 0)] != res.workset_id)):
+        raise KeyError(f"partition {partition}: a member's workset is unknown")
+    comps = res.centroid_distance_computations
+    z = np.zeros(0, np.int64)
+    b_rec, b_ws = z, z.copy()
+    if k_new and buffered is not None and np.size(buffered):
+        Xb = np.asarray(buffered, dtype=np.float64).reshape(-1, d)
+        D = pairwise(bounds.space, Xb, res.new_centroid)
+        comps += int(D.size)
+        r, g = np.nonzero(bounds.outer_radius >= D)
+        b_rec, b_ws = r.astype(np.int64), res.new_workset_id[g]
+    return WindowWorksets(
+        record=res.record,
+        workset_id=res.workset_id,
+        worker=wk_all[pos].astype(np.int64),
+        role=res.role,
+        new_workset_id=res.new_workset_id,
+        new_centroid=res.new_centroid,
+        new_worker=new_worker,
+        buffered_record=b_rec,
+        buffered_workset_id=b_ws,
+        buffered_worker=np.full(b_rec.shape[0], home_worker, np.int64),
+        centroid_distance_computations=int(comps),
+    )
+
+
+@dataclass(frozen=True)
 class WorksetRows:
     """Records routed to worksets: one row per (record, workset) membership.
 
@@ -443,8 +584,8 @@ def formulate_worksets(
             f"{space.n_partitions} space partitions (was n_workers changed?)"
         )
     bounds = partition_bounds(metric, t, d, inclusive)
-    recs, parts, wss, roles = [], [], [], []
-    new_p, new_w, new_c = [], [], []
+    recs, parts, wss, wks, roles = [], [], [], [], []
+    new_p, new_w, new_c, new_k = [], [], [], []
     comps = 0
     starts = np.searchsorted(space.partition, np.arange(space.n_partitions + 1))
     for p in range(space.n_partitions):
@@ -453,14 +594,18 @@ def formulate_worksets(
         ids0, C0 = state.for_partition(p)
         if rec_p.size == 0:
             continue
-        res = formulate_partition_worksets(
+        # One worker per space partition: worker p (n_workers = n_partitions).
+        res = formulate_partition_window(
             Xv[rec_p],
             space.is_outer[sl],
             metric,
             t,
             inclusive,
+            partition=p,
+            n_workers=space.n_partitions,
             workset_id=ids0,
             centroid=C0,
+            worker=state.worker[state.partition == p],
             bounds=bounds,
             max_block_elements=max_block_elements,
             prune_outer=prune_outer,
@@ -468,10 +613,12 @@ def formulate_worksets(
         recs.append(rec_p[res.record])
         parts.append(np.full(res.record.shape[0], p, dtype=np.int64))
         wss.append(res.workset_id)
+        wks.append(res.worker)
         roles.append(res.role)
         new_p.append(np.full(res.new_workset_id.shape[0], p, dtype=np.int64))
         new_w.append(res.new_workset_id)
         new_c.append(res.new_centroid)
+        new_k.append(res.new_worker)
         comps += res.centroid_distance_computations
     n_new = int(sum(a.shape[0] for a in new_w))
     if n_new:
@@ -479,13 +626,13 @@ def formulate_worksets(
             np.concatenate([state.partition, *new_p]),
             np.concatenate([state.workset_id, *new_w]),
             np.concatenate([state.centroid.reshape(-1, d), *new_c]),
-            np.concatenate([state.worker, *new_p]),
+            np.concatenate([state.worker, *new_k]),
         )
     z = np.zeros(0, dtype=np.int64)
     record = np.concatenate(recs) if recs else z
     partition = np.concatenate(parts) if parts else z
     workset_id = np.concatenate(wss) if wss else z
     role = np.concatenate(roles).astype(np.int8) if roles else np.zeros(0, np.int8)
-    worker = state.lookup_worker(partition, workset_id) if record.size else z
+    worker = np.concatenate(wks) if wks else z
     rows = WorksetRows(record, partition, workset_id, worker, role)
     return WorksetFormulation(rows, state, n_new, comps)
