@@ -140,3 +140,11 @@ def test_overwrite_guards(spark, tmp_path):
 def test_bad_flags_are_one_line(tmp_path, flag, needle):
     code, line = _cli("--left", str(tmp_path / "l"), "--output", str(tmp_path / "o"), *flag)
     assert code == 2 and line.startswith("error: ") and needle in line, line
+
+
+def test_error_inside_a_streaming_batch_is_one_line(spark, tmp_path, monkeypatch):
+    src = str(tmp_path / "in")
+    _write(spark, src, [(1, T0, [0.1, 0.2])], "id long, ts timestamp, vector array<double>")
+    monkeypatch.setenv("SIMJOIN_FAULTS", "s3j.ingest.batch")
+    code, line = _cli("--left", src, "--output", str(tmp_path / "o"), *ARGS)
+    assert code == 1 and line == "error: InjectedFault: injected fault at s3j.ingest.batch (SIMJOIN_FAULTS)", line

@@ -25,8 +25,8 @@ __all__ = ["commands", "MASTER_HELP"]
 MASTER_HELP = "Spark master (overrides SIMJOIN_SPARK_MASTER and conf/spark.yaml)."
 
 
-def _options(spec: PipelineSpec, skip: str | None = None) -> list[click.Option]:
-    opts: list[click.Option] = []
+def _options(spec: PipelineSpec, skip: str | None = None) -> list[click.Parameter]:
+    opts: list[click.Parameter] = []
     for f in spec.fields():
         m = f.metadata
         if f.name == skip or m.get("flag") == "":

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Any
 
 from simjoin.config import ConfigError
 from simjoin.faults import InjectedFault, maybe_fail
-from simjoin.log import get_logger, stage as log_stage
+from simjoin.log import get_logger
+from simjoin.log import stage as log_stage
 from simjoin.pipeline.registry import get_spec
 from simjoin.pipeline.spec import PipelineSpec, Run
 

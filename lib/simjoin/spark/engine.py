@@ -420,6 +420,7 @@ class MicroBatchEngine:
         return {"unit": unit if staged else None, "resumed": False, **totals}
 
     def _stage_batch(self, batch: DataFrame, batch_id: int, info: BatchInfo, prepare: Prepare) -> dict[str, int]:
+        maybe_fail(f"{self.pipeline}.ingest.batch")
         now = dt.datetime.now(UTC)
         bound = now + dt.timedelta(seconds=self.max_future_s)
         reason = (
@@ -496,12 +497,13 @@ class MicroBatchEngine:
             if k == 0:
                 maybe_fail(f"{self.pipeline}.publish.mid")
         prog = self.progress()
-        marks = {int(r["side"]): r["m"] for r in unit.records.groupBy("side").agg(F.max("ts").alias("m")).collect()}
-        for s, m in prog.max_ts.items():
-            marks[s] = max(marks[s], m) if s in marks else m
-        meta_row = unit.records.select("meta").first()
-        m = {**prog.meta, **json.loads(meta_row["meta"] if meta_row else "{}"), **(meta or {})}
-        rows = [(unit.unit, int(s), mt, self.fingerprint, unit.checkpoint_id, json.dumps(m, sort_keys=True))
+        got = unit.records.groupBy("side").agg(F.max("ts").alias("m"), F.first("meta").alias("meta")).collect()
+        marks = {int(r["side"]): r["m"] for r in got}
+        for s, mt in prog.max_ts.items():
+            marks[s] = max(marks[s], mt) if s in marks else mt
+        staged_meta = json.loads(got[0]["meta"]) if got and got[0]["meta"] else {}
+        meta_all = {**prog.meta, **staged_meta, **(meta or {})}
+        rows = [(unit.unit, int(s), mt, self.fingerprint, unit.checkpoint_id, json.dumps(meta_all, sort_keys=True))
                 for s, mt in sorted(marks.items())]
         from simjoin.spark.session import small_frame
 

@@ -63,6 +63,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from simjoin.contracts import orient_pairs
+
 from .distance import METRIC_CODES, _dist, check_threshold, check_vectors, matches, pairwise, row_norms
 from .load import WindowStats, workset_load
 from .partitioning import SpacePartitioning, random_centroids, space_partition
@@ -479,10 +481,9 @@ def cross_join(
                     if not keep.any():
                         continue
                     left, right = idn[ia[keep]], ido[ib[keep]]
-                    if self_join:
-                        left, right = np.minimum(left, right), np.maximum(left, right)
-                    elif sa == 1:
+                    if not self_join and sa == 1:
                         left, right = right, left
+                    left, right = orient_pairs(left, right, self_join)
                     Ls.append(left)
                     Rs.append(right)
                     Ds.append(d[keep])
