@@ -112,7 +112,17 @@ class OpenUnit:
 
 
 def open_unit(spark: Any, run: S3JRun) -> OpenUnit | None:
-    """The engine's open unit with its vector dimension, or None when nothing is staged."""
+    """The engine's open unit with its vector dimension, or None when nothing is staged. Stages
+    of one process share it (``run.frames``; cleared when the run's stages are done)."""
+    if "open_unit" in run.frames:
+        return run.frames["open_unit"]  # type: ignore[no-any-return]
+    u = _open_unit(spark, run)
+    if u is not None:
+        run.keep("open_unit", u)
+    return u
+
+
+def _open_unit(spark: Any, run: S3JRun) -> OpenUnit | None:
     eng = run.engine(spark)
     unit = eng.open_unit()
     if unit is None:

@@ -3,7 +3,7 @@
 ``SIMJOIN_FAULTS="s3j.gate,s3j.publish.mid"`` names fault points; :func:`maybe_fail` raises
 :class:`InjectedFault` at a listed point. Stage points (``<pipeline>.<stage>``) fire right after
 the stage's body ran; ``<pipeline>.publish.mid`` fires inside the engine's publish, after the
-first piece was appended and before the unit is committed.
+pieces were appended and before the unit is committed.
 """
 
 from __future__ import annotations

@@ -492,10 +492,15 @@ class MicroBatchEngine:
         marker = self._marker(unit.unit)
         os.makedirs(os.path.dirname(marker), exist_ok=True)
         open(marker, "w").close()
-        for k, (piece, df, path) in enumerate(pieces):
-            delta.append_idempotent(df, path, self.write_id(piece, unit.checkpoint_id), unit.unit)
-            if k == 0:
-                maybe_fail(f"{self.pipeline}.publish.mid")
+        # the pieces go to different tables: append them as concurrent Spark jobs
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max(1, min(4, len(pieces))), thread_name_prefix="publish") as pool:
+            futures = [pool.submit(delta.append_idempotent, df, path, self.write_id(piece, unit.checkpoint_id),
+                                   unit.unit) for piece, df, path in pieces]
+        for f in futures:
+            f.result()
+        maybe_fail(f"{self.pipeline}.publish.mid")
         prog = self.progress()
         got = unit.records.groupBy("side").agg(F.max("ts").alias("m"), F.first("meta").alias("meta")).collect()
         marks = {int(r["side"]): r["m"] for r in got}
