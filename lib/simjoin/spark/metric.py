@@ -59,7 +59,6 @@ __all__ = [
     "JOIN_OUT_SCHEMA",
     "MEMBER_SCHEMA",
     "JoinParams",
-    "S3JTables",
     "clusterjoin_members_df",
     "formulate_worksets_df",
     "join_worksets_df",
@@ -87,41 +86,6 @@ JOIN_OUT_SCHEMA = (
     "n_inner long, n_outlier long, n_outer long, s_inner long, s_outlier long, s_outer long, "
     "worksets long, computations long, shortcut long, results long, load double, seconds double"
 )
-
-
-@dataclass(frozen=True)
-class S3JTables:
-    """Every Delta table of one S3J output (paths derive from ``output``)."""
-
-    output: str
-
-    @property
-    def checkpoint(self) -> str:
-        return f"{self.output}_checkpoint"
-
-    @property
-    def quarantine(self) -> str:
-        return f"{self.output}_quarantine"
-
-    @property
-    def stats(self) -> str:
-        return f"{self.output}_stats"
-
-    @property
-    def join_state(self) -> str:
-        return f"{self.output}_state/join"
-
-    @property
-    def centroids(self) -> str:
-        return f"{self.output}_state/centroids"
-
-    @property
-    def progress(self) -> str:
-        return f"{self.output}_state/progress"
-
-    def work(self, name: str) -> str:
-        """Intermediate tables between stages (records, copies, members, task_stats)."""
-        return f"{self.output}_work/{name}"
 
 
 @dataclass(frozen=True)
