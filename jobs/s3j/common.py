@@ -37,7 +37,7 @@ class S3JRun(Run):
 
     @property
     def tables(self) -> Any:
-        from simjoin.spark.engine import StreamTables
+        from simjoin.spark.tables import StreamTables
 
         return StreamTables(self.output)
 

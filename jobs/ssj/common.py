@@ -10,7 +10,7 @@ class SSJRun(Run):
 
     @property
     def tables(self):  # type: ignore[no-untyped-def]
-        from simjoin.spark.setsim import SSJTables
+        from simjoin.spark.tables import SSJTables
 
         return SSJTables(self.cfg.output)
 

@@ -58,3 +58,14 @@ def test_generate_dag_runs(dagbag, spark, tmp_path):
     assert str(run.state) in ("success", "DagRunState.SUCCESS")
     t = DeltaTable(out).to_pyarrow_table()
     assert t.num_rows == 777 and set(t.column_names) == {"id", "ts", "k", "payload"}
+
+
+def test_building_the_dags_imports_no_spark():
+    """DAG files are parsed often: building them from the specs must not import pyspark."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom simjoin.pipeline.dags import build_dag\nfrom simjoin.pipeline import specs\n"
+            "[build_dag(n) for n in specs()]\nprint(sorted(specs()), 'pyspark' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("False"), out

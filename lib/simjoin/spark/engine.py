@@ -45,6 +45,7 @@ from pyspark.sql import types as T
 from simjoin.faults import maybe_fail
 from simjoin.log import get_logger
 from simjoin.spark import delta
+from simjoin.spark.tables import StreamTables
 
 __all__ = [
     "StreamTables",
@@ -76,51 +77,6 @@ class CheckpointMismatch(ValueError):
 
 class StaleUnit(RuntimeError):
     """A work table holds another unit than the open one: the previous stage must run again."""
-
-
-@dataclass(frozen=True)
-class StreamTables:
-    """Every table of a stream pipeline, beside its output."""
-
-    output: str
-
-    @property
-    def checkpoint(self) -> str:
-        return f"{self.output}_checkpoint"
-
-    @property
-    def stats(self) -> str:
-        return f"{self.output}_stats"
-
-    @property
-    def quarantine(self) -> str:
-        return f"{self.output}_quarantine"
-
-    @property
-    def state_dir(self) -> str:
-        return f"{self.output}_state"
-
-    @property
-    def work_dir(self) -> str:
-        return f"{self.output}_work"
-
-    def state(self, name: str) -> str:
-        return f"{self.state_dir}/{name}"
-
-    def work(self, name: str) -> str:
-        return f"{self.work_dir}/{name}"
-
-    @property
-    def progress(self) -> str:
-        return self.state("progress")
-
-    @property
-    def records(self) -> str:
-        return self.work("records")
-
-    def paths(self) -> dict[str, str]:
-        return {"output": self.output, "stats": self.stats, "quarantine": self.quarantine,
-                "state": self.state_dir, "work": self.work_dir, "checkpoint": self.checkpoint}
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from simjoin.contracts import RowKind
 from simjoin.core.setsim import Plan, PlanUnit, ppjoin
 from simjoin.spark.session import small_frame
+from simjoin.spark.tables import SSJTables
 from simjoin.spark.tokenizer import tokenize as tokenize_arrow
 
 __all__ = [
@@ -41,44 +42,6 @@ __all__ = [
     "join_units",
     "UNIT_RESULT_SCHEMA",
 ]
-
-
-@dataclass(frozen=True)
-class SSJTables:
-    """The Delta tables of one set-similarity join, named after its output path."""
-
-    output: str
-
-    def _side(self, suffix: str) -> str:
-        return f"{self.output.rstrip('/')}_{suffix}"
-
-    @property
-    def tokens(self) -> str:
-        return self._side("tokens")
-
-    @property
-    def lengths(self) -> str:
-        return self._side("lengths")
-
-    @property
-    def plan(self) -> str:
-        return self._side("plan")
-
-    @property
-    def staging(self) -> str:
-        return self._side("staging")
-
-    @property
-    def stats(self) -> str:
-        return self._side("stats")
-
-    @property
-    def quarantine(self) -> str:
-        return self._side("quarantine")
-
-    def all(self) -> dict[str, str]:
-        return {"pairs": self.output, "tokens": self.tokens, "lengths": self.lengths, "plan": self.plan,
-                "stats": self.stats, "quarantine": self.quarantine}
 
 
 def check_input_columns(df: DataFrame, id_col: str, text_col: str, what: str) -> None:

@@ -1,0 +1,91 @@
+"""The Delta tables of a pipeline run, named after its output path. Pure Python (no pyspark), so
+that building a DAG or a CLI command from a spec never imports Spark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SSJTables", "StreamTables"]
+
+
+@dataclass(frozen=True)
+class SSJTables:
+    """The Delta tables of one set-similarity join, named after its output path."""
+
+    output: str
+
+    def _side(self, suffix: str) -> str:
+        return f"{self.output.rstrip('/')}_{suffix}"
+
+    @property
+    def tokens(self) -> str:
+        return self._side("tokens")
+
+    @property
+    def lengths(self) -> str:
+        return self._side("lengths")
+
+    @property
+    def plan(self) -> str:
+        return self._side("plan")
+
+    @property
+    def staging(self) -> str:
+        return self._side("staging")
+
+    @property
+    def stats(self) -> str:
+        return self._side("stats")
+
+    @property
+    def quarantine(self) -> str:
+        return self._side("quarantine")
+
+    def all(self) -> dict[str, str]:
+        return {"pairs": self.output, "tokens": self.tokens, "lengths": self.lengths, "plan": self.plan,
+                "stats": self.stats, "quarantine": self.quarantine}
+
+
+@dataclass(frozen=True)
+class StreamTables:
+    """Every table of a stream pipeline, beside its output."""
+
+    output: str
+
+    @property
+    def checkpoint(self) -> str:
+        return f"{self.output}_checkpoint"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.output}_stats"
+
+    @property
+    def quarantine(self) -> str:
+        return f"{self.output}_quarantine"
+
+    @property
+    def state_dir(self) -> str:
+        return f"{self.output}_state"
+
+    @property
+    def work_dir(self) -> str:
+        return f"{self.output}_work"
+
+    def state(self, name: str) -> str:
+        return f"{self.state_dir}/{name}"
+
+    def work(self, name: str) -> str:
+        return f"{self.work_dir}/{name}"
+
+    @property
+    def progress(self) -> str:
+        return self.state("progress")
+
+    @property
+    def records(self) -> str:
+        return self.work("records")
+
+    def paths(self) -> dict[str, str]:
+        return {"output": self.output, "stats": self.stats, "quarantine": self.quarantine,
+                "state": self.state_dir, "work": self.work_dir, "checkpoint": self.checkpoint}
