@@ -69,3 +69,17 @@ def test_building_the_dags_imports_no_spark():
             "[build_dag(n) for n in specs()]\nprint(sorted(specs()), 'pyspark' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("False"), out
+
+
+def test_every_spec_names_real_tables_and_stages():
+    """Each stage's reads, writes and outlets name tables of its run; each stage function exists."""
+    from simjoin.pipeline import specs
+    from simjoin.pipeline.dags import _defaults
+
+    for name, spec in specs().items():
+        paths = spec.make_run(_defaults(spec)).table_paths()
+        for st in spec.stages:
+            for key in (*st.reads, *st.writes, *st.outlets):
+                assert key in paths, (name, st.name, key, sorted(paths))
+            assert callable(st.function()), (name, st.name)
+        assert sum(st.publishes for st in spec.stages) <= 1, name

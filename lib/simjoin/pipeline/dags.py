@@ -108,7 +108,11 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
         for st in spec.stages:
             outlets = [Asset(uri=_uri(paths[k])) for k in st.outlets]
 
-            @task(task_id=st.name, outlets=outlets, doc_md=st.doc or None)
+            io = "; ".join(f"{k}: {', '.join(f'`{paths.get(t, t)}`' for t in v)}"
+                           for k, v in (("reads", st.reads), ("writes", st.writes)) if v)
+            kind = " Quality gate: writes nothing." if st.gate else ""
+
+            @task(task_id=st.name, outlets=outlets, doc_md=f"{st.doc}{kind}\n\n{io} (at the default paths)")
             def _stage(params: Any = None, run_id: Any = None, _name: str = st.name) -> dict[str, Any]:
                 from simjoin.pipeline.runner import run_task
 
