@@ -381,8 +381,8 @@ def test_microbatch_path_matches_brute_force_per_window(metric: str, dim: int, i
     assert any(batch[ids == a][0] != batch[ids == b][0] for (_, a, b) in got)
 
 
-@pytest.mark.xfail(strict=True, reason="known defect, tracked separately: buffered copies reach only the worksets "
-                   "opened by their own window's step in the same call")
+@pytest.mark.xfail(strict=True, reason="known defect that issue 9 (S3J exact on every stream shape) fixes: "
+                   "buffered copies reach only the worksets opened by their own window's step in the same call")
 def test_buffered_copy_reaches_workset_opened_by_an_earlier_window_of_the_call() -> None:
     t = 0.2
     x = np.array([[0.0, 0.0]])
