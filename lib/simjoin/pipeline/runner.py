@@ -100,7 +100,7 @@ def run_task(pipeline: str, stage: str, params: dict[str, Any], run_id: str) -> 
 
 
 def one_line(e: BaseException) -> str:
-    """The first meaningful line of an error, with Spark's wrapping removed."""
+    """The error as one line, with Spark's wrapping removed."""
     msg = str(e).strip() or type(e).__name__
     lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
     # A Python error raised in a Spark task ends with "<Type>: <message>" on its own line.
@@ -109,9 +109,11 @@ def one_line(e: BaseException) -> str:
                     "GateFailed: ", "AssertionError: "):
             if ln.startswith(tag) and len(lines) > 1:
                 return ln[len(tag):][:800]
+    if type(e).__name__ == "GateFailed":  # its failures, one per line, joined
+        return "; ".join(lines)[:2000]
     first = lines[0] if lines else msg
-    if isinstance(e, (ValueError, FileNotFoundError)) or type(e).__name__ in ("GateFailed",):
-        return (msg if type(e).__name__ == "GateFailed" else first)[:2000]
+    if isinstance(e, (ValueError, FileNotFoundError)):
+        return first[:800]
     return f"{type(e).__name__}: {first}"[:800]
 
 
