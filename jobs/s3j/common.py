@@ -28,14 +28,6 @@ class S3JRun(Run):
         return str(self.cfg.left)
 
     @property
-    def right(self) -> str | None:
-        return self.cfg.right  # type: ignore[no-any-return]
-
-    @property
-    def output(self) -> str:
-        return str(self.cfg.output)
-
-    @property
     def tables(self) -> Any:
         from simjoin.spark.tables import StreamTables
 

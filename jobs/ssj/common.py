@@ -23,14 +23,6 @@ class SSJRun(Run):
         return str(self.cfg.input)
 
     @property
-    def output(self) -> str:
-        return str(self.cfg.output)
-
-    @property
-    def right(self) -> str | None:
-        return self.cfg.right  # type: ignore[no-any-return]
-
-    @property
     def rs(self) -> bool:
         return self.cfg.right is not None
 

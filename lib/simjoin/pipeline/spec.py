@@ -151,6 +151,16 @@ class Run:
     def pipeline(self) -> str:
         return self.spec.name
 
+    @property
+    def output(self) -> str:
+        """The output table (pipelines whose config has an ``output`` field)."""
+        return str(self.cfg.output)
+
+    @property
+    def right(self) -> str | None:
+        """The right input of a two-input join, or None (self-join)."""
+        return getattr(self.cfg, "right", None)
+
     def fingerprint(self, extra: str = "") -> str:
         return fingerprint(self.cfg, extra)
 
