@@ -166,7 +166,7 @@ def test_partition_keys_match_spark_hash(spark):
     import numpy as np
     from pyspark.sql import functions as F
 
-    from simjoin.spark.setsim import partition_keys, spark_hash_long
+    from simjoin.spark.routing import partition_keys, spark_hash_long
 
     vals = [0, 1, -1, 42, 2**31, 2**32 + 5, -2**63, 2**63 - 1] + list(range(100, 164))
     want = [r[0] for r in spark.createDataFrame([(v,) for v in vals], "v long").select(F.hash("v")).collect()]

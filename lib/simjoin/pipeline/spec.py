@@ -144,8 +144,9 @@ class Run:
         for f in self.spec.fields():
             if f.metadata.get("required") and not getattr(self.cfg, f.name):
                 flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+                what = "a Delta table path" if f.metadata.get("io") else "a value"
                 raise ConfigError(f"{self.spec.config_section}.{f.name}", getattr(self.cfg, f.name),
-                                  f"a Delta table path ({flag} is required)")
+                                  f"{what} ({flag} is required)")
 
     @property
     def pipeline(self) -> str:

@@ -60,6 +60,9 @@ __all__ = [
     "assign_windows",
     "assign_count_windows",
     "stream_schema_check",
+    "OpenUnit",
+    "read_state",
+    "micros",
 ]
 
 log = get_logger("simjoin.engine")
@@ -96,6 +99,50 @@ class Unit:
     unit: int
     records: DataFrame
     checkpoint_id: str
+
+
+@dataclass(frozen=True)
+class OpenUnit:
+    """The open unit as its stages see it: the engine, the staged records and the metadata ingest
+    kept with them; the stage's work tables are tagged with it."""
+
+    engine: Any
+    unit: Unit
+    meta: dict[str, Any]
+
+    @classmethod
+    def of(cls, engine: MicroBatchEngine) -> OpenUnit | None:
+        unit = engine.open_unit()
+        if unit is None:
+            return None
+        row = unit.records.select("meta").first()
+        meta = {**engine.progress().meta, **(json.loads(row["meta"]) if row and row["meta"] else {})}
+        return cls(engine, unit, meta)
+
+    @property
+    def id(self) -> int:
+        return int(self.unit.unit)
+
+    @property
+    def records(self) -> DataFrame:
+        return self.unit.records
+
+    def work(self, name: str, keep_unit: bool = False) -> DataFrame:
+        return self.engine.work(name, self.id, keep_unit)  # type: ignore[no-any-return]
+
+    def write_work(self, df: DataFrame, name: str) -> str:
+        return self.engine.write_work(df, name, self.id)  # type: ignore[no-any-return]
+
+
+def read_state(spark: SparkSession, path: str, before_unit: int) -> DataFrame | None:
+    """A state table as written by units before ``before_unit`` (what a replay of the unit saw), or None."""
+    if not delta.table_exists(spark, path):
+        return None
+    return delta.read_table(spark, path).where(F.col("unit") < before_unit)
+
+
+def micros(col: str) -> Column:
+    return F.unix_micros(F.col(col))
 
 
 @dataclass(frozen=True)
@@ -332,9 +379,13 @@ class MicroBatchEngine:
         cols += [F.col(c).cast(casts[c]).alias(c) if c in casts else F.col(c) for c in payload]
         return src.select(*cols, F.lit(k).cast("byte").alias("side"))
 
-    def ingest(self, prepare: Prepare, payload: dict[str, Callable[[T.DataType], bool]], payload_text: str,
-               casts: dict[str, str] | None = None, max_files_per_trigger: int | None = None) -> dict[str, Any]:
-        """Stage what arrived since the last run as one new unit (or resume the open one)."""
+    def ingest(self, prepare: Prepare,
+               payload: dict[str, Callable[[T.DataType], bool]] | Sequence[dict[str, Callable[[T.DataType], bool]]],
+               payload_text: str, casts: dict[str, str] | None = None,
+               max_files_per_trigger: int | None = None) -> dict[str, Any]:
+        """Stage what arrived since the last run as one new unit (or resume the open one).
+        ``payload``: the columns every source must have (name -> type check), or one such dict
+        per source."""
         prog = self.progress()
         ident = self.verify(prog)
         open_ = self.open_unit()
@@ -343,10 +394,11 @@ class MicroBatchEngine:
                      open_.unit)
             return {"unit": open_.unit, "resumed": True, "batches": [], "rows": 0, "staged": 0, "quarantined": 0}
         unit = prog.last_unit + 1
-        parts = [self._read(k, p, payload, payload_text, casts or {}) for k, p in enumerate(self.sources)]
+        per_source = list(payload) if isinstance(payload, (list, tuple)) else [payload] * len(self.sources)
+        parts = [self._read(k, p, per_source[k], payload_text, casts or {}) for k, p in enumerate(self.sources)]
         stream = parts[0]
-        for p in parts[1:]:
-            stream = stream.unionByName(p)
+        for p in parts[1:]:  # sources may carry different payload columns (each side's own)
+            stream = stream.unionByName(p, allowMissingColumns=True)
         totals = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0}
         errors: list[BaseException] = []
 

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from simjoin.contracts import RowKind
 from simjoin.core.setsim import Plan, PlanUnit, ppjoin
+from simjoin.spark.routing import partition_keys
 from simjoin.spark.session import small_frame
 from simjoin.spark.tables import SSJTables
 from simjoin.spark.tokenizer import tokenize as tokenize_arrow
@@ -302,49 +303,6 @@ def plan_from_rows(rows: list) -> Plan:
     r0 = rows[0]
     return Plan(theta=r0["theta"], sim=r0["similarity"], n=r0["n"], m=r0["m"], units=units,
                 deviation=r0["deviation"])
-
-
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
-
-
-def _mix_k1(k: np.ndarray) -> np.ndarray:
-    return _rotl(k * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
-
-
-def _mix_h1(h: np.ndarray, k: np.ndarray) -> np.ndarray:
-    return _rotl(h ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
-
-
-def spark_hash_long(values: np.ndarray, seed: int = 42) -> np.ndarray:
-    """Spark's ``hash()`` of a long column (Murmur3_x86_32 ``hashLong``, seed 42), vectorized."""
-    v = np.asarray(values, dtype=np.int64).view(np.uint64)
-    with np.errstate(over="ignore"):
-        h = _mix_h1(np.full(v.shape, seed, np.uint32), _mix_k1((v & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
-        h = _mix_h1(h, _mix_k1((v >> np.uint64(32)).astype(np.uint32)))
-        h ^= np.uint32(8)
-        h ^= h >> np.uint32(16)
-        h *= np.uint32(0x85EBCA6B)
-        h ^= h >> np.uint32(13)
-        h *= np.uint32(0xC2B2AE35)
-        h ^= h >> np.uint32(16)
-    return h.view(np.int32)
-
-
-def partition_keys(n: int) -> np.ndarray:
-    """For each partition p in [0, n): a long key k with pmod(hash(k), n) == p, so that
-    ``repartition(n, key)`` (Murmur3, seed 42, like ``hash()``) puts unit p alone in partition p."""
-    keys = np.full(n, -1, np.int64)
-    start = 0
-    while (keys < 0).any():
-        cand = np.arange(start, start + max(64, 8 * n), dtype=np.int64)
-        part = np.mod(spark_hash_long(cand).astype(np.int64), n)
-        for p in np.flatnonzero(keys < 0):
-            hit = cand[part == p]
-            if hit.size:
-                keys[p] = hit[0]
-        start += cand.size
-    return keys
 
 
 ROUTED_SCHEMA = ("unit int, pkey long, rid long, side int, id long, tokens array<int>, is_index boolean, "

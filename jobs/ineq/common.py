@@ -1,0 +1,65 @@
+"""What every inequality-join stage needs: the run (streams, output, query, window) and the
+unit's new tuples.
+
+State tables under ``<output>_state/``: ``progress`` (the engine's), ``batches`` (the immutable
+PO-Join batches and, per side, the mutable part, each with its index; ``simjoin.spark.inequality``)
+and ``tuples`` (side, id, ts, seq of every live tuple: duplicate ids are caught against it). State
+rows carry the ``unit`` that wrote them and a unit reads only state of earlier units, so a replay
+sees exactly what the first attempt saw. The mutable part is rewritten by every unit; readers take
+each side's latest.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from simjoin.config import parse_duration
+from simjoin.pipeline.stream import StreamRun
+
+__all__ = ["IneqRun", "counts", "new_tuples"]
+
+
+class IneqRun(StreamRun):
+    STATE: ClassVar[dict[str, str]] = {"batches": "batches", "tuples": "tuples"}
+
+    @property
+    def batches(self) -> str:
+        return self.state("batches")
+
+    @property
+    def tuples(self) -> str:
+        return self.state("tuples")
+
+    @property
+    def window_s(self) -> float:
+        return parse_duration(self.cfg.window) if self.cfg.window else 0.0
+
+    def params(self) -> Any:
+        from simjoin.core.inequality.spo import IneqParams, Window
+
+        c = self.cfg
+        if c.window_count is not None:
+            window = Window(count=int(c.window_count))
+            delta = c.merge_every or c.slide_count or max(1, int(c.window_count) // 10)
+            slide_us = None
+        else:
+            window = Window(time_us=round(parse_duration(c.window) * 1e6))
+            delta = c.merge_every
+            slide_us = round(parse_duration(c.slide) * 1e6) if c.slide else max(1, window.time_us // 10)
+        return IneqParams(str(c.where), self.self_join, window, int(c.workers), delta, slide_us)
+
+
+def counts(meta: dict[str, Any]) -> dict[int, int]:
+    """Tuples per side committed by earlier units (their next ``seq``)."""
+    return {int(k): int(v) for k, v in (meta.get("count") or {}).items()}
+
+
+def new_tuples(spark: Any, run: IneqRun, u: Any) -> Any:
+    """The open unit's new tuples per side (``simjoin.core.inequality.spo.Tuples``), kept for
+    the later stages of the same process."""
+    from simjoin.spark.inequality import new_tuples as load
+
+    key = f"ineq_new_{u.id}"
+    if key not in run.frames:
+        run.keep(key, load(u.records, run.params(), counts(u.engine.progress().meta)))
+    return run.frames[key]

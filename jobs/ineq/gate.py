@@ -1,0 +1,34 @@
+"""Inequality join stage 4, quality gate (Great Expectations): the pair contract on the unit's
+pairs - schema, no null, no pair twice, a self-join never pairs a tuple with itself. A pair of an
+earlier unit cannot repeat here: every pair holds a tuple of this unit, and a live id is never
+admitted twice (ingest). Nothing is published unless it passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.ineq.common import IneqRun
+from simjoin.contracts import RowKind
+from simjoin.quality.gates import pairs_expectations, run_suite
+
+
+def staged_pairs(u: Any) -> DataFrame:
+    return (u.work("probed").where(F.col("kind") == int(RowKind.PAIR))
+            .select("left_id", "right_id", F.timestamp_micros("ts").alias("ts")))
+
+
+def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
+    import great_expectations.expectations as gxe
+
+    u = run_.open_unit(spark)
+    if u is None:
+        return {"unit": None}
+    pairs = staged_pairs(u).withColumn("_self", F.col("left_id") == F.col("right_id"))
+    ex = pairs_expectations(None, None, None, False)
+    ex += [gxe.ExpectColumnValuesToNotBeNull(column="ts"),
+           gxe.ExpectColumnValuesToNotBeInSet(column="_self", value_set=[True])]
+    res = run_suite(pairs, "ineq_pairs", ex)
+    return {"unit": u.id, "expectations": res.evaluated, "success": res.success}

@@ -1,0 +1,87 @@
+"""Inequality join stage 1, ingest: the engine reads what arrived in the stream(s) since the last
+run; this module's ``prepare`` applies the join's own rules to each micro-batch.
+
+The engine quarantines null or unreadable ``id``/``ts`` and future rows. Here, rows go to
+``<output>_quarantine`` with their reason when a predicate column the row's side needs is null,
+NaN or infinite, when its (side, id) repeats - inside the batch, earlier in this unit, or among
+the live tuples of the window - and, for time windows, when it is late: dated before the largest
+``ts`` its stream already committed (it could meet tuples the window has already expired).
+Good rows are staged as the new unit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from jobs.ineq.common import IneqRun
+from simjoin.quality.quarantine import Rule, split_quarantine
+from simjoin.spark import delta
+from simjoin.spark.engine import NUMERIC, BatchInfo, Prepared
+
+
+def _numeric(t: T.DataType) -> bool:
+    return isinstance(t, NUMERIC)
+
+
+def payloads(run: IneqRun) -> list[dict[str, Any]]:
+    p = run.params()
+    return [{c: _numeric for c in p.columns(s)} for s in p.sides]
+
+
+def _seen(spark: SparkSession, run: IneqRun, info: BatchInfo) -> DataFrame | None:
+    """(side, id) of live tuples, or staged earlier in this unit."""
+    parts = []
+    if delta.table_exists(spark, run.tuples):
+        parts.append(delta.read_table(spark, run.tuples).where(F.col("unit") < info.unit).select("side", "id"))
+    if delta.table_exists(spark, run.tables.records):
+        parts.append(delta.read_table(spark, run.tables.records)
+                     .where((F.col("unit") == info.unit) & (F.col("batch_id") < info.batch_id)).select("side", "id"))
+    if not parts:
+        return None
+    out = parts[0]
+    for extra in parts[1:]:
+        out = out.unionByName(extra)
+    return out.distinct().withColumn("_seen", F.lit(True))
+
+
+def preparer(spark: SparkSession, run: IneqRun) -> Any:
+    p = run.params()
+    cols = sorted({c for s in p.sides for c in p.columns(s)})
+
+    def prepare(df: DataFrame, info: BatchInfo) -> Prepared:
+        rules = []
+        for s in p.sides:
+            mine = F.col("side") == s
+            for c in p.columns(s):
+                rules.append(Rule(mine & F.col(c).isNull(), f"null {c}"))
+                rules.append(Rule(mine & (F.isnan(c) | F.col(c).isin(float("inf"), float("-inf"))),
+                                  f"NaN or inf in {c}"))
+        dup = F.row_number().over(Window.partitionBy("side", "id").orderBy("ts", *cols)) > 1
+        rules.append(Rule(dup, F.concat(F.lit("duplicate id "), F.col("id").cast("string"))))
+        seen = _seen(spark, run, info)
+        if seen is not None:
+            df = df.join(seen, ["side", "id"], "left")
+            rules.append(Rule(F.col("_seen").isNotNull(), F.concat(
+                F.lit("duplicate id "), F.col("id").cast("string"), F.lit(" (a live tuple has it)"))))
+        if p.window.time_us is not None:
+            for s, mark in info.progress.max_ts.items():
+                rules.append(Rule((F.col("side") == s) & (F.col("ts") < F.lit(mark)), F.concat(
+                    F.lit("late: ts "), F.col("ts").cast("string"),
+                    F.lit(f" is before {mark.isoformat()}, the latest ts its stream already committed"))))
+        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}")
+        keep = ["id", "ts", "side", *cols]
+        bad = res.bad.select("id", "ts", "ts_raw", "side", *cols, "reason")
+        return Prepared(res.good.select(*keep), bad)
+
+    return prepare
+
+
+def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
+    """Stage everything that arrived since the last run as one unit (or resume the open one)."""
+    return run_.engine(spark).ingest(  # type: ignore[no-any-return]
+        preparer(spark, run_), payloads(run_), "<numeric predicate columns>",
+        casts={c: "double" for s in run_.params().sides for c in run_.params().columns(s)})

@@ -1,0 +1,50 @@
+"""Inequality join stage 5, statistics: one row per unit (tuples in, tuples probed, live
+batches, merge and probe seconds, result pairs, quarantined rows) and one per worker (its
+batches, stored tuples, probe seconds and pairs), to ``<output>_work/stats``; ``publish``
+appends them to ``<output>_stats``, which ``simjoin report`` plots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from jobs.ineq.common import IneqRun
+from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
+from simjoin.spark import delta
+from simjoin.spark.session import small_frame
+
+STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, tuples_in long, tuples_probed long, "
+                "live_batches long, stored_tuples long, new_batches long, mutable long, merge_seconds double, "
+                "probe_seconds double, max_task_seconds double, result_pairs long, quarantined long")
+
+
+def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
+    u = run_.open_unit(spark)
+    if u is None:
+        return {"unit": None}
+    st = u.work("probed").where(F.col("kind") == int(RowKind.STATS)).collect()
+    merge = u.work("merge").first()
+    tuples_in = u.records.count()
+    q = 0
+    if delta.table_exists(spark, run_.tables.quarantine):
+        q = delta.read_table(spark, run_.tables.quarantine).where(F.col("unit") == u.id).count()
+    pairs = sum(int(r["ts"]) for r in st)  # a STATS row's ts column holds its pair count
+    batches = sum(1 for r in st if int(r["batch_id"]) >= 0)
+    probe_s = sum(float(r["seconds"]) for r in st)
+    per: dict[int, list[Any]] = {}
+    for r in st:
+        per.setdefault(int(r["worker"]), []).append(r)
+    merge_s = float(merge["merge_seconds"]) + float(merge["build_seconds"])
+    rows = [("ineq", probe_s + merge_s, "unit", u.id, None, tuples_in, max((int(r["probed"]) for r in st), default=0),
+             batches, sum(int(r["stored"]) for r in st), int(merge["new_batches"]), int(merge["mutable"]), merge_s,
+             probe_s, max((float(r["seconds"]) for r in st), default=0.0), pairs, q)]
+    for w, rs in sorted(per.items()):
+        s = sum(float(r["seconds"]) for r in rs)
+        rows.append(("ineq", s, "worker", u.id, w, None, sum(int(r["probed"]) for r in rs),
+                     sum(1 for r in rs if int(r["batch_id"]) >= 0), sum(int(r["stored"]) for r in rs), None, None,
+                     None, s, max(float(r["seconds"]) for r in rs), sum(int(r["ts"]) for r in rs), None))
+    path = u.write_work(small_frame(spark, rows, STATS_SCHEMA), "stats")
+    return {"unit": u.id, "stats": path, "pairs": pairs, "live_batches": batches, "tuples_in": tuples_in,
+            "probe_seconds": probe_s, "merge_seconds": merge_s, "quarantined": q}

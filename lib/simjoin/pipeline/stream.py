@@ -1,0 +1,80 @@
+"""What every stream pipeline's run has (DESIGN.md, "How streams become micro-batches"): its
+streams, its tables beside the output, its micro-batch engine and the unit that engine has open.
+
+Pure Python: Spark is imported only when a stage asks for the engine, so reading a spec (the CLI,
+the DAG processor) never starts it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from simjoin.config import parse_duration
+from simjoin.pipeline.spec import Run
+
+__all__ = ["StreamRun"]
+
+
+class StreamRun(Run):
+    """A stream pipeline's run. Subclasses name their state tables (``STATE``: table key ->
+    name under ``<output>_state/``) and what the state fingerprint adds."""
+
+    STATE: ClassVar[dict[str, str]] = {}
+
+    @property
+    def left(self) -> str:
+        return str(self.cfg.left)
+
+    @property
+    def tables(self) -> Any:
+        from simjoin.spark.tables import StreamTables
+
+        return StreamTables(self.output)
+
+    def state(self, key: str) -> str:
+        return self.tables.state(self.STATE[key])  # type: ignore[no-any-return]
+
+    def table_paths(self) -> dict[str, str]:
+        t = self.tables
+        return {**t.paths(), **{k: self.state(k) for k in self.STATE}, "progress": t.progress}
+
+    @property
+    def self_join(self) -> bool:
+        return self.right is None
+
+    @property
+    def sources(self) -> list[str]:
+        return [self.left] if self.right is None else [self.left, str(self.right)]
+
+    @property
+    def window_s(self) -> float:
+        return parse_duration(self.cfg.window)
+
+    @property
+    def slide_s(self) -> float | None:
+        return parse_duration(self.cfg.slide) if self.cfg.slide else None
+
+    def state_fingerprint(self) -> str:
+        """What the persisted state depends on; another value needs a new output or --reset."""
+        return self.fingerprint("self" if self.self_join else "rs")
+
+    def engine(self, spark: Any) -> Any:
+        from simjoin.spark.engine import MicroBatchEngine
+
+        return MicroBatchEngine(spark, self.pipeline, self.tables, self.sources, self.state_fingerprint(),
+                                ts_unit=self.cfg.ts_unit, max_future_s=self.cfg.max_future_s)
+
+    def reset_tables(self, spark: Any) -> list[str]:
+        return self.engine(spark).reset()  # type: ignore[no-any-return]
+
+    def open_unit(self, spark: Any) -> Any:
+        """The engine's open unit (``simjoin.spark.engine.OpenUnit``), or None when nothing is
+        staged. Stages of one process share it (``frames``; cleared when the run's stages are done)."""
+        if "open_unit" in self.frames:
+            return self.frames["open_unit"]
+        from simjoin.spark.engine import OpenUnit
+
+        u = OpenUnit.of(self.engine(spark))
+        if u is not None:
+            self.keep("open_unit", u)
+        return u

@@ -1,0 +1,68 @@
+"""Routing rows to Spark partitions by a task column, one task per partition.
+
+``repartition(n, col)`` hashes with Murmur3 (seed 42, like Spark's ``hash()``), so two small task
+ids can share a partition while another partition stays empty. :func:`route_to_tasks` instead
+gives task p a key whose hash lands in partition p: every task is alone in its own partition.
+SSJ routes its units (Fier & Freytag's n x m units) and the inequality join its PO-Join batch
+lists (one per worker) this way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+__all__ = ["spark_hash_long", "partition_keys", "route_to_tasks"]
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _mix_k1(k: np.ndarray) -> np.ndarray:
+    return _rotl(k * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
+
+
+def _mix_h1(h: np.ndarray, k: np.ndarray) -> np.ndarray:
+    return _rotl(h ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+
+
+def spark_hash_long(values: np.ndarray, seed: int = 42) -> np.ndarray:
+    """Spark's ``hash()`` of a long column (Murmur3_x86_32 ``hashLong``, seed 42), vectorized."""
+    v = np.asarray(values, dtype=np.int64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        h = _mix_h1(np.full(v.shape, seed, np.uint32), _mix_k1((v & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
+        h = _mix_h1(h, _mix_k1((v >> np.uint64(32)).astype(np.uint32)))
+        h ^= np.uint32(8)
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h *= np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+    return h.view(np.int32)
+
+
+def partition_keys(n: int) -> np.ndarray:
+    """For each partition p in [0, n): a long key k with pmod(hash(k), n) == p, so that
+    ``repartition(n, key)`` (Murmur3, seed 42, like ``hash()``) puts unit p alone in partition p."""
+    keys = np.full(n, -1, np.int64)
+    start = 0
+    while (keys < 0).any():
+        cand = np.arange(start, start + max(64, 8 * n), dtype=np.int64)
+        part = np.mod(spark_hash_long(cand).astype(np.int64), n)
+        for p in np.flatnonzero(keys < 0):
+            hit = cand[part == p]
+            if hit.size:
+                keys[p] = hit[0]
+        start += cand.size
+    return keys
+
+
+def route_to_tasks(df: DataFrame, task_col: str, n: int) -> DataFrame:
+    """``df`` shuffled into ``n`` partitions with the rows of task p (``task_col`` in [0, n)) in
+    partition p alone."""
+    n = max(1, int(n))
+    keys = F.array(*[F.lit(int(k)) for k in partition_keys(n)])
+    return (df.withColumn("_route", F.element_at(keys, (F.col(task_col) % n).cast("int") + 1))
+            .repartition(n, "_route").drop("_route"))
