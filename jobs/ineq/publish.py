@@ -18,13 +18,13 @@ from simjoin.core.inequality.spo import BATCH, MUTABLE
 
 
 def _expire(u: Any, run: IneqRun) -> None:
-    """Drop state no future tuple can meet (``simjoin.core.inequality.spo.expired``)."""
-    from simjoin.core.inequality.spo import expired  # noqa: F401  (the rule the conditions below implement)
-
+    """Drop state no future tuple can meet (the rule of ``simjoin.core.inequality.spo.expired``):
+    one DELETE per table."""
     p = run.params()
     prog = u.engine.progress()
     n = counts(prog.meta)
-    u.engine.delete(run.batches, f"kind = '{MUTABLE}' AND unit < {u.id}")
+    batch_drop = [f"(kind = '{MUTABLE}' AND unit < {u.id})"]
+    tuple_drop = []
     for s in p.sides:
         other = s if p.self_join else 1 - s
         if p.window.time_us is not None:
@@ -32,12 +32,15 @@ def _expire(u: Any, run: IneqRun) -> None:
             if mark is None:
                 continue
             bound = int(mark.timestamp() * 1_000_000) - int(p.window.time_us)
-            u.engine.delete(run.batches, f"side = {s} AND kind = '{BATCH}' AND ts_max <= {bound}")
-            u.engine.delete(run.tuples, f"side = {s} AND unix_micros(ts) <= {bound}")
+            batch_drop.append(f"(side = {s} AND kind = '{BATCH}' AND ts_max <= {bound})")
+            tuple_drop.append(f"(side = {s} AND unix_micros(ts) <= {bound})")
         else:
             bound = n.get(s, 0) - int(p.window.count)
-            u.engine.delete(run.batches, f"side = {s} AND kind = '{BATCH}' AND seq_max < {bound}")
-            u.engine.delete(run.tuples, f"side = {s} AND seq < {bound}")
+            batch_drop.append(f"(side = {s} AND kind = '{BATCH}' AND seq_max < {bound})")
+            tuple_drop.append(f"(side = {s} AND seq < {bound})")
+    u.engine.delete(run.batches, " OR ".join(batch_drop))
+    if tuple_drop:
+        u.engine.delete(run.tuples, " OR ".join(tuple_drop))
 
 
 def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
