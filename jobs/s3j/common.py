@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from simjoin.pipeline.stream import StreamRun
-from simjoin.spark.engine import OpenUnit, micros, read_state
+from simjoin.pipeline.stream import OpenUnit, StreamRun
 
 __all__ = ["S3JRun", "S3JUnit", "open_unit", "micros", "read_state"]
 
@@ -37,6 +36,19 @@ class S3JRun(StreamRun):
         c = self.cfg
         return JoinParams(c.metric, float(c.threshold), bool(c.inclusive), int(c.workers), c.algorithm,
                           int(c.virtual_partitions), int(c.seed), bool(c.exact_distances), self.self_join, int(dim))
+
+
+def micros(col: str) -> Any:
+    from simjoin.spark.engine import micros as m
+
+    return m(col)
+
+
+def read_state(spark: Any, path: str, before_unit: int) -> Any:
+    """A state table as written by units before ``before_unit``, or None (``simjoin.spark.engine``)."""
+    from simjoin.spark.engine import read_state as read
+
+    return read(spark, path, before_unit)
 
 
 class S3JUnit(OpenUnit):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["render", "RENDERERS", "render_ssj_stats", "render_s3j_stats"]
+__all__ = ["render", "RENDERERS", "render_ssj_stats", "render_s3j_stats", "render_ineq_stats"]
 
 
 def render(pdf: Any, out: str, title: str = "stats") -> list[str]:
@@ -147,5 +147,55 @@ def render_s3j_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
     return files
 
 
+def render_ineq_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
+    """The inequality join's stats (pandas) to PNGs and an index.html: merge and probe seconds
+    per micro-batch (unit), live PO-Join batches with the mutable part's size, and probe seconds
+    per worker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    df = pd.DataFrame(pdf)
+    os.makedirs(out, exist_ok=True)
+    files: list[str] = []
+    unit = df[df["level"] == "unit"].sort_values("unit")
+    wrk = df[df["level"] == "worker"]
+    x = [str(int(u)) for u in unit["unit"]]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar(x, unit["probe_seconds"].values, label="probe (sum over tasks)")
+    ax.bar(x, unit["merge_seconds"].values, bottom=unit["probe_seconds"].values, label="merge")
+    ax.set_xlabel("micro-batch (unit)"), ax.set_ylabel("seconds"), ax.set_title("ineq: probe and merge time")
+    ax.legend()
+    files.append(os.path.join(out, "ineq_times.png"))
+    fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.plot(x, unit["live_batches"].values, marker="o", label="live immutable batches")
+    ax.set_xlabel("micro-batch (unit)"), ax.set_ylabel("batches"), ax.set_title("ineq: live PO-Join batches")
+    ax2 = ax.twinx()
+    ax2.plot(x, unit["mutable"].values, marker="s", color="tab:orange", label="mutable part (tuples)")
+    ax2.set_ylabel("tuples")
+    fig.legend(loc="upper left")
+    files.append(os.path.join(out, "ineq_batches.png"))
+    fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    if len(wrk):
+        k = wrk.pivot_table(index="unit", columns="worker", values="probe_seconds", aggfunc="sum").sort_index()
+        fig, ax = plt.subplots(figsize=(8, 4))
+        bottom = None
+        for col in k.columns:
+            ax.bar([str(int(u)) for u in k.index], k[col].values, bottom=bottom, label=f"worker {int(col)}")
+            bottom = k[col].values if bottom is None else bottom + k[col].values
+        ax.set_xlabel("micro-batch (unit)"), ax.set_ylabel("probe seconds"), ax.set_title("ineq: load per worker")
+        ax.legend(fontsize=7)
+        files.append(os.path.join(out, "ineq_load.png"))
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    _index(out, title, files, unit.drop(columns=["worker"], errors="ignore").to_html(index=False, float_format="%.3f"))
+    return files
+
+
 #: Plots per pipeline; a new pipeline adds its renderer here.
-RENDERERS = {"ssj": _render_ssj, "s3j": render_s3j_stats}
+RENDERERS = {"ssj": _render_ssj, "s3j": render_s3j_stats, "ineq": render_ineq_stats}

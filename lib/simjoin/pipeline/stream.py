@@ -7,12 +7,14 @@ the DAG processor) never starts it.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from simjoin.config import parse_duration
 from simjoin.pipeline.spec import Run
 
-__all__ = ["StreamRun"]
+__all__ = ["StreamRun", "OpenUnit"]
 
 
 class StreamRun(Run):
@@ -72,9 +74,40 @@ class StreamRun(Run):
         staged. Stages of one process share it (``frames``; cleared when the run's stages are done)."""
         if "open_unit" in self.frames:
             return self.frames["open_unit"]
-        from simjoin.spark.engine import OpenUnit
-
         u = OpenUnit.of(self.engine(spark))
         if u is not None:
             self.keep("open_unit", u)
         return u
+
+
+@dataclass(frozen=True)
+class OpenUnit:
+    """The open unit as its stages see it: the engine, the staged records and the metadata ingest
+    kept with them; the stage's work tables are tagged with it."""
+
+    engine: Any
+    unit: Any  # simjoin.spark.engine.Unit
+    meta: dict[str, Any]
+
+    @classmethod
+    def of(cls, engine: Any) -> OpenUnit | None:
+        unit = engine.open_unit()
+        if unit is None:
+            return None
+        row = unit.records.select("meta").first()
+        meta = {**engine.progress().meta, **(json.loads(row["meta"]) if row and row["meta"] else {})}
+        return cls(engine, unit, meta)
+
+    @property
+    def id(self) -> int:
+        return int(self.unit.unit)
+
+    @property
+    def records(self) -> Any:
+        return self.unit.records
+
+    def work(self, name: str, keep_unit: bool = False) -> Any:
+        return self.engine.work(name, self.id, keep_unit)  # type: ignore[no-any-return]
+
+    def write_work(self, df: Any, name: str) -> str:
+        return self.engine.write_work(df, name, self.id)  # type: ignore[no-any-return]

@@ -60,7 +60,6 @@ __all__ = [
     "assign_windows",
     "assign_count_windows",
     "stream_schema_check",
-    "OpenUnit",
     "read_state",
     "micros",
 ]
@@ -99,39 +98,6 @@ class Unit:
     unit: int
     records: DataFrame
     checkpoint_id: str
-
-
-@dataclass(frozen=True)
-class OpenUnit:
-    """The open unit as its stages see it: the engine, the staged records and the metadata ingest
-    kept with them; the stage's work tables are tagged with it."""
-
-    engine: Any
-    unit: Unit
-    meta: dict[str, Any]
-
-    @classmethod
-    def of(cls, engine: MicroBatchEngine) -> OpenUnit | None:
-        unit = engine.open_unit()
-        if unit is None:
-            return None
-        row = unit.records.select("meta").first()
-        meta = {**engine.progress().meta, **(json.loads(row["meta"]) if row and row["meta"] else {})}
-        return cls(engine, unit, meta)
-
-    @property
-    def id(self) -> int:
-        return int(self.unit.unit)
-
-    @property
-    def records(self) -> DataFrame:
-        return self.unit.records
-
-    def work(self, name: str, keep_unit: bool = False) -> DataFrame:
-        return self.engine.work(name, self.id, keep_unit)  # type: ignore[no-any-return]
-
-    def write_work(self, df: DataFrame, name: str) -> str:
-        return self.engine.write_work(df, name, self.id)  # type: ignore[no-any-return]
 
 
 def read_state(spark: SparkSession, path: str, before_unit: int) -> DataFrame | None:

@@ -1,0 +1,65 @@
+"""simjoin_ineq: loads, validates its params, and dag.test() runs join two streams exactly; a gate
+that fails once publishes nothing, and the next run finishes the same unit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.spark.test_ineq import T0, _append, _gen, _pairs
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+@pytest.fixture(scope="module")
+def dag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS / "simjoin_ineq.py"))
+    assert bag.import_errors == {}
+    d = bag.dags["simjoin_ineq"]
+    for t in d.tasks:  # fail fast in dag.test(): the run ends failed instead of waiting to retry
+        t.retries = 0
+    return d
+
+
+def test_tasks_params_and_outlets(dag):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    assert [t.task_id for t in dag.topological_sort()] == ["ingest", "probe", "merge", "gate", "stats", "publish"]
+    assert "simjoin" in dag.tags and dag.doc_md and dag.params["where"] == "l.a < r.a AND l.b > r.b"
+    for key, bad in (("workers", 0), ("window", "soon"), ("window_count", 0)):
+        with pytest.raises(ParamValidationError):
+            dag.params.get_param(key).resolve(bad)
+    outs = {t.task_id: {o.uri.rsplit("/", 1)[-1] for o in t.outlets} for t in dag.tasks}
+    assert {"pairs", "pairs_stats"} <= outs["publish"]
+    assert not any(outs[t] for t in ("ingest", "probe", "merge", "gate", "stats"))
+
+
+def _state(run):
+    return str(run.state).lower().rsplit(".", 1)[-1]
+
+
+def test_gate_fails_once_then_the_rerun_is_exact(dag, spark, tmp_path, monkeypatch):
+    from simjoin.core.inequality.query import parse_query
+    from simjoin.core.inequality.spo import Window
+    from simjoin.spark import delta
+    from tests.unit.test_inequality_stream import brute_force
+
+    L, R = _gen(7, 80, 1), _gen(8, 80, 2)
+    conf = {"left": str(tmp_path / "l"), "right": str(tmp_path / "r"), "output": str(tmp_path / "out"),
+            "where": "l.a < r.a AND l.b > r.b", "window": "15s", "workers": 2}
+    _append(spark, conf["left"], L, np.arange(80))
+    _append(spark, conf["right"], R, np.arange(80))
+    monkeypatch.setenv("SIMJOIN_FAULTS", "ineq.gate")
+    assert _state(dag.test(run_conf=conf)) == "failed"
+    assert not delta.table_exists(spark, conf["output"]), "pairs published although the gate failed"
+    monkeypatch.delenv("SIMJOIN_FAULTS")
+    assert _state(dag.test(run_conf=conf)) == "success"
+    got, t = _pairs(conf["output"])
+    u = np.zeros(80, np.int64)
+    ref = brute_force(parse_query(conf["where"]), L, R, Window(time_us=15_000_000), u, u)
+    assert len(got) == len(set(got)) and sorted(got) == ref and len(ref) > 20
+    assert min(t.column("ts").to_pylist()) >= T0
