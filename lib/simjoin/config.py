@@ -343,8 +343,8 @@ class GenerateConfig:
     seed: int = param(42, "Random seed (same seed, same table).", ge=0)
     dim: int = param(8, "Vector dimension.", ge=1, le=4096)
     dist: str = param("uniform", "Distribution (vectors: uniform, gaussian, skewed, pareto, clustered; "
-                                 "ineq: uniform, pareto).",
-                      choices=("uniform", "gaussian", "skewed", "pareto", "clustered"))
+                                 "ineq: uniform, pareto, or correlated: b = a + N(0, 2)).",
+                      choices=("uniform", "gaussian", "skewed", "pareto", "clustered", "correlated"))
     rate: float = param(100.0, "Rows per second of ts.", gt=0)
     alpha: float = param(1.2, "Zipf exponent of the key distribution.", gt=0, le=10)
     domain: int = param(1000, "Number of distinct keys K.", ge=1)
@@ -352,7 +352,10 @@ class GenerateConfig:
     def __post_init__(self) -> None:
         check_fields(self, "generate")
         if self.kind == "ineq":
-            _check(self.dist in ("uniform", "pareto"), "generate", "dist", self.dist, "uniform or pareto for ineq")
+            _check(self.dist in ("uniform", "pareto", "correlated"), "generate", "dist", self.dist,
+                   "uniform, pareto or correlated for ineq")
+        else:
+            _check(self.dist != "correlated", "generate", "dist", self.dist, "correlated only for ineq")
 
 
 T = TypeVar("T")

@@ -33,7 +33,10 @@ __all__ = [
 
 CHUNK_ROWS = 50_000
 VECTOR_DISTS = ("uniform", "gaussian", "skewed", "pareto", "clustered")
-INEQ_DISTS = ("uniform", "pareto")
+INEQ_DISTS = ("uniform", "pareto", "correlated")
+#: correlated: b = a + N(0, CORRELATED_SIGMA). Q1 (l.a < r.a AND l.b > r.b) then matches only pairs whose
+#: noise inverts their order: about 0.56 * sigma * (window / 75,000) tuples per probe.
+CORRELATED_SIGMA = 2.0
 # 2026-01-01T00:00:00Z in microseconds: generated streams start here, so reruns are identical.
 T0_US = 1_767_225_600_000_000
 
@@ -121,7 +124,7 @@ def gen_ineq(start: int, stop: int, dist: str, seed: int) -> tuple[np.ndarray, n
     rng = chunk_rng(seed, start // CHUNK_ROWS)
     n = stop - start
     a = rng.pareto(3.0, n) * 1000.0 if dist == "pareto" else rng.uniform(0.0, 75_000.0, n)
-    b = rng.uniform(0.0, 75_000.0, n)
+    b = a + rng.normal(0.0, CORRELATED_SIGMA, n) if dist == "correlated" else rng.uniform(0.0, 75_000.0, n)
     return a, b
 
 
