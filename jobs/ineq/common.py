@@ -43,9 +43,10 @@ class IneqRun(StreamRun):
             delta = c.merge_every or c.slide_count or max(1, int(c.window_count) // 10)
             slide_us = None
         else:
-            window = Window(time_us=round(parse_duration(c.window) * 1e6))
+            w_us = round(parse_duration(c.window) * 1e6)
+            window = Window(time_us=w_us)
             delta = c.merge_every
-            slide_us = round(parse_duration(c.slide) * 1e6) if c.slide else max(1, window.time_us // 10)
+            slide_us = round(parse_duration(c.slide) * 1e6) if c.slide else max(1, w_us // 10)
         return IneqParams(str(c.where), self.self_join, window, int(c.workers), delta, slide_us)
 
 

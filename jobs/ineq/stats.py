@@ -37,7 +37,8 @@ def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
     for r in st:
         per.setdefault(int(r["worker"]), []).append(r)
     merge_s = float(merge["merge_seconds"]) + float(merge["build_seconds"])
-    rows = [("ineq", probe_s + merge_s, "unit", u.id, None, tuples_in, max((int(r["probed"]) for r in st), default=0),
+    probed = max((int(r["probed"]) for r in st), default=0)
+    rows: list[tuple[Any, ...]] = [("ineq", probe_s + merge_s, "unit", u.id, None, tuples_in, probed,
              batches, sum(int(r["stored"]) for r in st), int(merge["new_batches"]), int(merge["mutable"]), merge_s,
              probe_s, max((float(r["seconds"]) for r in st), default=0.0), pairs, q)]
     for w, rs in sorted(per.items()):

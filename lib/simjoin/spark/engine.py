@@ -360,7 +360,8 @@ class MicroBatchEngine:
                      open_.unit)
             return {"unit": open_.unit, "resumed": True, "batches": [], "rows": 0, "staged": 0, "quarantined": 0}
         unit = prog.last_unit + 1
-        per_source = list(payload) if isinstance(payload, (list, tuple)) else [payload] * len(self.sources)
+        per_source: list[dict[str, Callable[[T.DataType], bool]]] = (
+            list(payload) if isinstance(payload, (list, tuple)) else [payload] * len(self.sources))  # type: ignore[list-item]
         parts = [self._read(k, p, per_source[k], payload_text, casts or {}) for k, p in enumerate(self.sources)]
         stream = parts[0]
         for p in parts[1:]:  # sources may carry different payload columns (each side's own)

@@ -123,7 +123,7 @@ def _bounds(probes: Tuples, window: Window) -> dict[str, np.ndarray]:
     if window.time_us is not None:
         w = np.int64(window.time_us)
         return {"ts_lo": probes.ts - w, "ts_hi": probes.ts + w}
-    w = np.int64(window.count)
+    w = np.int64(window.count or 0)
     return {"seq_lo": probes.cnt - w, "seq_hi": probes.cnt}
 
 
@@ -282,7 +282,9 @@ def state_row(batch_id: int, side: int, kind: str, worker: int, t: Tuples, blobs
 
 def tuples_to_bytes(t: Tuples) -> bytes:
     buf = io.BytesIO()
-    np.savez(buf, id=t.id, ts=t.ts, seq=t.seq, cnt=t.cnt, **{f"col_{k}": v for k, v in t.cols.items()})
+    arrays: dict[str, np.ndarray] = {"id": t.id, "ts": t.ts, "seq": t.seq, "cnt": t.cnt,
+                                     **{f"col_{k}": v for k, v in t.cols.items()}}
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
     return buf.getvalue()
 
 

@@ -1,0 +1,322 @@
+"""Shared numba pieces of the SPO-Join probes: operator codes, exact range searches, bit words, candidate checks.
+
+Aslam et al., *SPO-Join* (Section 2.1, IE-Join; Sections 3.2 and 3.4): every probe turns a predicate
+``stored OP probe`` into a contiguous range of a sorted array (a binary search, "offset" in the paper's words) and
+the AND of predicates into a bit array. Ties are handled exactly for every operator on ascending ``a``:
+
+* ``<``  → ``[lo, lower_bound(x))``     ``<=`` → ``[lo, upper_bound(x))``
+* ``>``  → ``[upper_bound(x), hi)``     ``>=`` → ``[lower_bound(x), hi)``
+
+Floats are compared as numpy compares float64; NaN never reaches these kernels (the caller quarantines it).
+Bit arrays are int64 words (two's complement, so ``w & -w`` isolates the lowest bit on every word); the index of
+an isolated bit comes from a de Bruijn multiplication.
+
+``accept`` is the exact residual check of one candidate pair: the time bounds ``ts_lo < ts < ts_hi``, the count
+bounds ``seq_lo <= seq < seq_hi``, the inequalities not used by the index, exact key equality (hash-collision
+safe) and the ``!=`` residuals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+__all__ = [
+    "LT",
+    "LE",
+    "GT",
+    "GE",
+    "OP_CODES",
+    "OP_NAMES",
+    "op_codes",
+    "key_codes",
+    "compare",
+    "lower_bound",
+    "upper_bound",
+    "op_range",
+    "accept",
+    "make_ctx",
+    "grow",
+    "lowest_bit",
+    "ProbeArgs",
+    "probe_args",
+]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+LT, LE, GT, GE = 0, 1, 2, 3
+OP_CODES: Mapping[str, int] = {"<": LT, "<=": LE, ">": GT, ">=": GE}
+OP_NAMES: tuple[str, ...] = ("<", "<=", ">", ">=")
+
+_DEBRUIJN = 0x03F79D71B4CB0A89
+_DEBRUIJN_TABLE = np.zeros(64, dtype=np.int64)
+for _i in range(64):
+    _DEBRUIJN_TABLE[(((1 << _i) * _DEBRUIJN) & 0xFFFFFFFFFFFFFFFF) >> 58] = _i
+_DB = np.int64(_DEBRUIJN)
+
+
+def op_codes(ops: Sequence[str]) -> IntArray:
+    """Kernel codes of inequality operators; raises ``ValueError`` for anything but < <= > >=."""
+    out = np.empty(len(ops), dtype=np.int64)
+    for j, op in enumerate(ops):
+        if op not in OP_CODES:
+            raise ValueError(f"operator {op!r} is not an inequality; allowed: {', '.join(OP_NAMES)}")
+        out[j] = OP_CODES[op]
+    return out
+
+
+def key_codes(key_values: npt.ArrayLike) -> IntArray:
+    """int64 hash codes of the rows of ``key_values`` (float64 [n, e]); equal rows get equal codes.
+
+    ``-0.0`` and ``0.0`` hash alike (they compare equal). Codes only partition the tuples; the kernels verify key
+    equality on the values, so collisions cost time, never correctness.
+    """
+    kv = np.asarray(key_values, dtype=np.float64)
+    if kv.ndim == 1:
+        kv = kv[:, None]
+    bits = np.ascontiguousarray(kv + 0.0).view(np.uint64)
+    h = np.full(kv.shape[0], 0x9E3779B97F4A7C15, dtype=np.uint64)
+    for c in range(kv.shape[1]):
+        # splitmix64 finaliser over (h xor column)
+        z = h ^ bits[:, c]
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        h = z ^ (z >> np.uint64(31))
+    return h.view(np.int64)
+
+
+@njit(cache=True)
+def compare(op: int, s: float, p: float) -> bool:
+    """``s OP p`` for an operator code."""
+    if op == LT:
+        return s < p
+    if op == LE:
+        return s <= p
+    if op == GT:
+        return s > p
+    return s >= p
+
+
+@njit(cache=True)
+def lower_bound(a, lo, hi, x):  # type: ignore[no-untyped-def]
+    """First index in ``[lo, hi)`` with ``a[idx] >= x`` (``a`` ascending)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
+def upper_bound(a, lo, hi, x):  # type: ignore[no-untyped-def]
+    """First index in ``[lo, hi)`` with ``a[idx] > x`` (``a`` ascending)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
+def op_range(a: FloatArray, lo: int, hi: int, op: int, x: float) -> tuple[int, int]:
+    """The positions ``[start, end)`` of ``[lo, hi)`` where ``a[pos] OP x`` holds (``a`` ascending there)."""
+    if op == LT:
+        return lo, lower_bound(a, lo, hi, x)
+    if op == LE:
+        return lo, upper_bound(a, lo, hi, x)
+    if op == GT:
+        return upper_bound(a, lo, hi, x), hi
+    return lower_bound(a, lo, hi, x), hi
+
+
+@njit(cache=True)
+def lowest_bit(t: int) -> int:
+    """Index of the single set bit of ``t`` (``t = w & -w``, ``w != 0``)."""
+    return _DEBRUIJN_TABLE[((t * _DB) >> 58) & 63]
+
+
+@njit(cache=True)
+def accept(s: int, i: int, check_preds: IntArray, ctx) -> bool:  # type: ignore[no-untyped-def]
+    """Exact check of stored tuple ``s`` against probe ``i`` for everything the index did not decide.
+
+    ``ctx`` is the tuple ``(values, pvalues, ops, key_values, pkey_values, residual, presidual, ts, ts_lo, ts_hi,
+    has_ts, seq, seq_lo, seq_hi, has_seq)`` (``make_ctx``); ``check_preds`` are the inequalities to verify.
+    """
+    (values, pvalues, ops, key_values, pkey_values, residual, presidual,
+     ts, ts_lo, ts_hi, has_ts, seq, seq_lo, seq_hi, has_seq) = ctx  # fmt: skip
+    if has_ts:
+        t = ts[s]
+        if not (ts_lo[i] < t and t < ts_hi[i]):
+            return False
+    if has_seq:
+        q = seq[s]
+        if not (seq_lo[i] <= q and q < seq_hi[i]):
+            return False
+    for c in range(check_preds.shape[0]):
+        j = check_preds[c]
+        if not compare(ops[j], values[s, j], pvalues[i, j]):
+            return False
+    for c in range(key_values.shape[1]):
+        if key_values[s, c] != pkey_values[i, c]:
+            return False
+    for c in range(residual.shape[1]):  # noqa: SIM110 (a plain loop compiles in numba)
+        if residual[s, c] == presidual[i, c]:
+            return False
+    return True
+
+
+def make_ctx(
+    values: FloatArray,
+    ops: IntArray,
+    key_values: FloatArray,
+    residual: FloatArray,
+    ts: IntArray,
+    seq: IntArray,
+    args: ProbeArgs,
+) -> tuple:  # type: ignore[type-arg]
+    """The ``ctx`` tuple of ``accept`` for a stored side and validated probe arguments."""
+    return (
+        values,
+        args.values,
+        ops,
+        key_values,
+        args.key_values,
+        residual,
+        args.residual,
+        ts,
+        args.ts_lo,
+        args.ts_hi,
+        args.has_ts,
+        seq,
+        args.seq_lo,
+        args.seq_hi,
+        args.has_seq,
+    )
+
+
+@njit(cache=True)
+def grow(a: IntArray, size: int) -> IntArray:
+    """``a`` with double the capacity, first ``size`` entries kept."""
+    b = np.empty(max(2 * a.shape[0], 1024), dtype=np.int64)
+    b[:size] = a[:size]
+    return b
+
+
+class ProbeArgs:
+    """Validated probe-side arrays in the form the kernels take (absent parts as empty arrays + flags)."""
+
+    __slots__ = (
+        "has_seq",
+        "has_ts",
+        "key_values",
+        "keys",
+        "m",
+        "residual",
+        "seq_hi",
+        "seq_lo",
+        "ts_hi",
+        "ts_lo",
+        "values",
+    )
+
+    def __init__(
+        self,
+        m: int,
+        values: FloatArray,
+        ts_lo: IntArray,
+        ts_hi: IntArray,
+        has_ts: bool,
+        seq_lo: IntArray,
+        seq_hi: IntArray,
+        has_seq: bool,
+        keys: IntArray | None,
+        key_values: FloatArray,
+        residual: FloatArray,
+    ) -> None:
+        self.m = m
+        self.values = values
+        self.ts_lo = ts_lo
+        self.ts_hi = ts_hi
+        self.has_ts = has_ts
+        self.seq_lo = seq_lo
+        self.seq_hi = seq_hi
+        self.has_seq = has_seq
+        self.keys = keys
+        self.key_values = key_values
+        self.residual = residual
+
+
+def _ints(name: str, a: npt.ArrayLike | None, m: int) -> IntArray:
+    arr = np.ascontiguousarray(a, dtype=np.int64)
+    if arr.shape != (m,):
+        raise ValueError(f"{name} must have shape ({m},), got {arr.shape}")
+    return arr
+
+
+def _floats2(name: str, a: npt.ArrayLike | None, m: int, width: int) -> FloatArray:
+    if a is None:
+        if width:
+            raise ValueError(f"{name} is required: the stored side has {width} column(s)")
+        return np.empty((m, 0), dtype=np.float64)
+    arr = np.asarray(a, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.shape != (m, width):
+        raise ValueError(f"{name} must have shape ({m}, {width}), got {arr.shape}")
+    return np.ascontiguousarray(arr)
+
+
+def probe_args(
+    k: int,
+    has_keys: bool,
+    n_key_cols: int,
+    n_residual: int,
+    values: npt.ArrayLike,
+    ts_lo: npt.ArrayLike | None,
+    ts_hi: npt.ArrayLike | None,
+    seq_lo: npt.ArrayLike | None,
+    seq_hi: npt.ArrayLike | None,
+    keys: npt.ArrayLike | None,
+    key_values: npt.ArrayLike | None,
+    residual: npt.ArrayLike | None,
+) -> ProbeArgs:
+    """Check the probe side against the stored side's shape and normalise it for the kernels."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim == 1:
+        v = v[:, None]
+    if v.ndim != 2 or v.shape[1] != k:
+        raise ValueError(f"probe values must have shape (m, {k}), got {v.shape}")
+    v = np.ascontiguousarray(v)
+    m = v.shape[0]
+    if (ts_lo is None) != (ts_hi is None):
+        raise ValueError("ts_lo and ts_hi must be given together")
+    if (seq_lo is None) != (seq_hi is None):
+        raise ValueError("seq_lo and seq_hi must be given together")
+    empty = np.empty(0, dtype=np.int64)
+    has_ts = ts_lo is not None
+    has_seq = seq_lo is not None
+    tlo = _ints("ts_lo", ts_lo, m) if has_ts else empty
+    thi = _ints("ts_hi", ts_hi, m) if has_ts else empty
+    slo = _ints("seq_lo", seq_lo, m) if has_seq else empty
+    shi = _ints("seq_hi", seq_hi, m) if has_seq else empty
+    kv = _floats2("key_values", key_values, m, n_key_cols)
+    codes: IntArray | None = None
+    if has_keys:
+        if keys is not None:
+            codes = _ints("keys", keys, m)
+        elif n_key_cols:
+            codes = key_codes(kv)
+        else:
+            raise ValueError("keys are required: the stored side is partitioned by equality keys")
+    elif keys is not None:
+        raise ValueError("keys given, but the stored side has no equality keys")
+    res = _floats2("residual", residual, m, n_residual)
+    return ProbeArgs(m, v, tlo, thi, has_ts, slo, shi, has_seq, codes, kv, res)
