@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from simjoin.config import parse_duration
 from simjoin.pipeline.stream import StreamRun
 
-__all__ = ["IneqRun", "counts", "new_tuples"]
+__all__ = ["IneqRun", "counts", "new_tuples", "tuple_bound"]
 
 
 class IneqRun(StreamRun):
@@ -64,3 +64,16 @@ def new_tuples(spark: Any, run: IneqRun, u: Any) -> Any:
     if key not in run.frames:
         run.keep(key, load(u.records, run.params(), counts(u.engine.progress().meta)))
     return run.frames[key]
+
+
+def tuple_bound(p: Any, prog: Any, side: int, ts_col: str, seq_col: str, keep: bool = True) -> str | None:
+    """SQL condition on a stored tuple of ``side``: still reachable (``keep``) or expired."""
+    n = counts(prog.meta)
+    if p.window.time_us is not None:
+        mark = prog.max_ts.get(side if p.self_join else 1 - side)
+        if mark is None:
+            return "true" if keep else None
+        bound = int(mark.timestamp() * 1_000_000) - int(p.window.time_us)
+        return f"side = {side} AND unix_micros({ts_col}) {'>' if keep else '<='} {bound}"
+    bound = n.get(side, 0) - int(p.window.count)
+    return f"side = {side} AND {seq_col} {'>=' if keep else '<'} {bound}"

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from jobs.ineq.common import IneqRun
+from jobs.ineq.common import IneqRun, tuple_bound
 from simjoin.quality.quarantine import Rule, split_quarantine
 from simjoin.spark import delta
 from simjoin.spark.engine import NUMERIC, BatchInfo, Prepared
@@ -35,8 +35,11 @@ def payloads(run: IneqRun) -> list[dict[str, Any]]:
 def _seen(spark: SparkSession, run: IneqRun, info: BatchInfo) -> DataFrame | None:
     """(side, id) of live tuples, or staged earlier in this unit."""
     parts = []
-    if delta.table_exists(spark, run.tuples):
-        parts.append(delta.read_table(spark, run.tuples).where(F.col("unit") < info.unit).select("side", "id"))
+    if delta.table_exists(spark, run.tuples):  # live tuples: expired ones may linger until a batch expires
+        p = run.params()
+        live = " OR ".join(f"({tuple_bound(p, info.progress, s, 'ts', 'seq')})" for s in p.sides)
+        parts.append(delta.read_table(spark, run.tuples).where(F.col("unit") < info.unit).where(live)
+                     .select("side", "id"))
     if delta.table_exists(spark, run.tables.records):
         parts.append(delta.read_table(spark, run.tables.records)
                      .where((F.col("unit") == info.unit) & (F.col("batch_id") < info.batch_id)).select("side", "id"))

@@ -2,8 +2,8 @@
 -> the stats table, its new batches and mutable parts -> ``<output>_state/batches``, its tuples
 -> ``<output>_state/tuples``; then the engine commits the unit (with each side's tuple count and
 the next batch id), and state no future tuple can meet is dropped: batches past the window
-(coarse expiry, SPO-Join Section 4.3 - the exact test is in every probe), superseded mutable
-parts and expired tuples. Every append is idempotent per (checkpoint, unit)."""
+(coarse expiry, SPO-Join Section 4.3 - the exact test is in every probe), with the superseded
+mutable parts and expired tuples. Every append is idempotent per (checkpoint, unit)."""
 
 from __future__ import annotations
 
@@ -12,35 +12,35 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.ineq.common import IneqRun, counts
+from jobs.ineq.common import IneqRun, counts, tuple_bound
 from jobs.ineq.gate import staged_pairs
 from simjoin.core.inequality.spo import BATCH, MUTABLE
+from simjoin.spark import delta
 
 
-def _expire(u: Any, run: IneqRun) -> None:
-    """Drop state no future tuple can meet (the rule of ``simjoin.core.inequality.spo.expired``):
-    one DELETE per table."""
+def _expire(u: Any, run: IneqRun) -> list[int]:
+    """Drop the batches no future tuple can meet (``simjoin.core.inequality.spo.expired``, read
+    from the batches' metadata), and with them the superseded mutable parts and the expired
+    tuples. Nothing is deleted until a batch expires (about once a slide): readers take each
+    side's latest mutable part, and ingest's duplicate check applies the exact bound itself."""
+    from simjoin.core.inequality.spo import expired
+
     p = run.params()
     prog = u.engine.progress()
     n = counts(prog.meta)
-    batch_drop = [f"(kind = '{MUTABLE}' AND unit < {u.id})"]
-    tuple_drop = []
-    for s in p.sides:
-        other = s if p.self_join else 1 - s
-        if p.window.time_us is not None:
-            mark = prog.max_ts.get(other)
-            if mark is None:
-                continue
-            bound = int(mark.timestamp() * 1_000_000) - int(p.window.time_us)
-            batch_drop.append(f"(side = {s} AND kind = '{BATCH}' AND ts_max <= {bound})")
-            tuple_drop.append(f"(side = {s} AND unix_micros(ts) <= {bound})")
-        else:
-            bound = n.get(s, 0) - int(p.window.count)
-            batch_drop.append(f"(side = {s} AND kind = '{BATCH}' AND seq_max < {bound})")
-            tuple_drop.append(f"(side = {s} AND seq < {bound})")
-    u.engine.delete(run.batches, " OR ".join(batch_drop))
-    if tuple_drop:
-        u.engine.delete(run.tuples, " OR ".join(tuple_drop))
+    meta = (delta.read_table(u.engine.spark, run.batches).where(F.col("kind") == BATCH)
+            .select("batch_id", "side", "ts_max", "seq_max").collect())
+    marks = {s: int(m.timestamp() * 1_000_000) for s, m in prog.max_ts.items()}
+    gone = [int(r["batch_id"]) for r in meta if expired(
+        p.window, int(r["ts_max"]), int(r["seq_max"]), marks.get(int(r["side"]) if p.self_join else 1 - int(r["side"])),
+        n.get(int(r["side"]), 0))]
+    if not gone:
+        return []
+    u.engine.delete(run.batches, f"batch_id IN ({', '.join(map(str, gone))}) OR (kind = '{MUTABLE}' AND unit < {u.id})")
+    drop = [f"({c})" for s in p.sides if (c := tuple_bound(p, prog, s, "ts", "seq", keep=False))]
+    if drop:
+        u.engine.delete(run.tuples, " OR ".join(drop))
+    return gone
 
 
 def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
@@ -63,5 +63,4 @@ def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
     pieces = [("pairs", staged_pairs(u), run_.output), ("stats", u.work("stats", keep_unit=True), run_.tables.stats),
               ("batches", state, run_.batches), ("tuples", tuples, run_.tuples)]
     res = u.engine.publish(u.unit, pieces, meta={"count": n, "next_batch": int(merge["next_batch"])})
-    _expire(u, run_)
-    return res  # type: ignore[no-any-return]
+    return {**res, "expired_batches": _expire(u, run_)}  # type: ignore[no-any-return]
