@@ -8,6 +8,10 @@ export AIRFLOW_HOME := $(abspath airflow_home)
 export AIRFLOW__CORE__DAGS_FOLDER := $(abspath dags)
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__API__PORT ?= 8080
+# Listen on loopback only, and let task runners reach the execution API on the port actually used
+# (Airflow's default is http://localhost:8080/execution/ whatever AIRFLOW__API__PORT says).
+export AIRFLOW__API__HOST ?= 127.0.0.1
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL ?= http://127.0.0.1:$(AIRFLOW__API__PORT)/execution/
 
 .PHONY: demo test install airflow clean bench lint
 
