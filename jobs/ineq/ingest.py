@@ -33,22 +33,14 @@ def payloads(run: IneqRun) -> list[dict[str, Any]]:
 
 
 def _seen(spark: SparkSession, run: IneqRun, info: BatchInfo) -> DataFrame | None:
-    """(side, id) of live tuples, or staged earlier in this unit."""
-    parts = []
-    if delta.table_exists(spark, run.tuples):  # live tuples: expired ones may linger until a batch expires
+    """(side, id) of live tuples (expired ones may linger in the table until a batch expires:
+    the exact bound is applied here), or staged earlier in this unit."""
+    live = None
+    if delta.table_exists(spark, run.tuples):
         p = run.params()
-        live = " OR ".join(f"({tuple_bound(p, info.progress, s, 'ts', 'seq')})" for s in p.sides)
-        parts.append(delta.read_table(spark, run.tuples).where(F.col("unit") < info.unit).where(live)
-                     .select("side", "id"))
-    if delta.table_exists(spark, run.tables.records):
-        parts.append(delta.read_table(spark, run.tables.records)
-                     .where((F.col("unit") == info.unit) & (F.col("batch_id") < info.batch_id)).select("side", "id"))
-    if not parts:
-        return None
-    out = parts[0]
-    for extra in parts[1:]:
-        out = out.unionByName(extra)
-    return out.distinct().withColumn("_seen", F.lit(True))
+        bound = " OR ".join(f"({tuple_bound(p, info.progress, s, 'ts', 'seq')})" for s in p.sides)
+        live = delta.read_table(spark, run.tuples).where(F.col("unit") < info.unit).where(bound)
+    return run.engine(spark).seen(info, live)  # type: ignore[no-any-return]
 
 
 def preparer(spark: SparkSession, run: IneqRun) -> Any:

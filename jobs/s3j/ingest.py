@@ -30,19 +30,11 @@ PAYLOAD_TEXT = "vector array<double>"
 
 def _seen(spark: SparkSession, run: S3JRun, info: BatchInfo) -> DataFrame | None:
     """(side, id) of records in still-open windows, or staged earlier in this unit."""
-    parts = []
+    live = None
     if delta.table_exists(spark, run.join_state):
-        parts.append(delta.read_table(spark, run.join_state)
-                     .where((F.col("role") != int(Role.BUFFER)) & (F.col("unit") < info.unit)).select("side", "id"))
-    if delta.table_exists(spark, run.tables.records):
-        parts.append(delta.read_table(spark, run.tables.records)
-                     .where((F.col("unit") == info.unit) & (F.col("batch_id") < info.batch_id)).select("side", "id"))
-    if not parts:
-        return None
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
-    return out.distinct().withColumn("_seen", F.lit(True))
+        live = (delta.read_table(spark, run.join_state)
+                .where((F.col("role") != int(Role.BUFFER)) & (F.col("unit") < info.unit)))
+    return run.engine(spark).seen(info, live)  # type: ignore[no-any-return]
 
 
 def preparer(spark: SparkSession, run: S3JRun) -> Any:

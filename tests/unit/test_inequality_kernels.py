@@ -330,7 +330,7 @@ def test_probe_argument_errors() -> None:
 
 
 def test_matches_duckdb_iejoin() -> None:
-    duckdb = pytest.importorskip("duckdb")
+    import duckdb  # a test dependency (pyproject [test])
     rng = np.random.default_rng(42)
     L, R = _stream(rng, 300, 0, hi=20), _stream(rng, 300, 1000, hi=20)
     con = duckdb.connect()

@@ -394,6 +394,21 @@ class MicroBatchEngine:
         staged = totals["staged"]
         return {"unit": unit if staged else None, "resumed": False, **totals}
 
+    def seen(self, info: BatchInfo, live: DataFrame | None) -> DataFrame | None:
+        """(side, id) a new row may not repeat, with a true ``_seen`` column: ``live`` (the
+        pipeline's live state, as (side, id)) and the rows staged earlier in this unit; None if neither."""
+        parts = [] if live is None else [live.select("side", "id")]
+        if delta.table_exists(self.spark, self.tables.records):
+            staged = delta.read_table(self.spark, self.tables.records)
+            parts.append(staged.where((F.col("unit") == info.unit) & (F.col("batch_id") < info.batch_id))
+                         .select("side", "id"))
+        if not parts:
+            return None
+        out = parts[0]
+        for p in parts[1:]:
+            out = out.unionByName(p)
+        return out.distinct().withColumn("_seen", F.lit(True))
+
     def _stage_batch(self, batch: DataFrame, batch_id: int, info: BatchInfo, prepare: Prepare) -> dict[str, int]:
         maybe_fail(f"{self.pipeline}.ingest.batch")
         now = dt.datetime.now(UTC)
