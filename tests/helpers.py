@@ -36,3 +36,19 @@ def run_ssj(spark, **values):
     """``simjoin ssj`` in this process; returns pairs, records and quarantined."""
     _, res = run_named(spark, "ssj", **values)
     return SSJResult(res)
+
+
+def load_dag(pipeline: str, fail_fast: bool = False):
+    """The ``simjoin_<pipeline>`` DAG from its file in ``dags/``, through a real DagBag. With
+    ``fail_fast``, tasks do not retry: a failing ``dag.test()`` run ends failed at once."""
+    from pathlib import Path
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[1] / "dags" / f"simjoin_{pipeline}.py"))
+    assert bag.import_errors == {}
+    d = bag.dags[f"simjoin_{pipeline}"]
+    if fail_fast:
+        for t in d.tasks:
+            t.retries = 0
+    return d

@@ -3,26 +3,16 @@ that fails once publishes nothing, and the next run finishes the same unit."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from tests.helpers import load_dag
 from tests.spark.test_ineq import T0, _append, _gen, _pairs
-
-DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 
 @pytest.fixture(scope="module")
 def dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(DAGS / "simjoin_ineq.py"))
-    assert bag.import_errors == {}
-    d = bag.dags["simjoin_ineq"]
-    for t in d.tasks:  # fail fast in dag.test(): the run ends failed instead of waiting to retry
-        t.retries = 0
-    return d
+    return load_dag("ineq", fail_fast=True)
 
 
 def test_tasks_params_and_outlets(dag):

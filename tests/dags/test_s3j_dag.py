@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+from tests.helpers import load_dag
 
 
 @pytest.fixture(scope="module")
 def dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(DAGS / "simjoin_s3j.py"))
-    assert bag.import_errors == {}
-    return bag.dags["simjoin_s3j"]
+    return load_dag("s3j")
 
 
 def test_tasks_params_and_outlets(dag):

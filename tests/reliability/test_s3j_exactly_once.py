@@ -4,25 +4,18 @@ published; the next run finishes the same unit and the pairs equal a clean run's
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+from tests.helpers import load_dag
+
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 @pytest.fixture(scope="module")
 def dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(DAGS / "simjoin_s3j.py"))
-    assert bag.import_errors == {}
-    d = bag.dags["simjoin_s3j"]
-    for t in d.tasks:  # fail fast in dag.test(): the run ends failed instead of waiting to retry
-        t.retries = 0
-    return d
+    return load_dag("s3j", fail_fast=True)
 
 
 def _stream(spark, path, lo, hi, seed=3):
