@@ -3,8 +3,8 @@
 ``repartition(n, col)`` hashes with Murmur3 (seed 42, like Spark's ``hash()``), so two small task
 ids can share a partition while another partition stays empty. :func:`route_to_tasks` instead
 gives task p a key whose hash lands in partition p: every task is alone in its own partition.
-SSJ routes its units (Fier & Freytag's n x m units) and the inequality join its PO-Join batch
-lists (one per worker) this way.
+SSJ routes its units (Fier & Freytag's n x m units), the inequality join its PO-Join batch lists
+(one per worker) and Streaming HyperCube its tasks' workers this way.
 """
 
 from __future__ import annotations
@@ -13,34 +13,9 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from simjoin.core.hashing import spark_hash_long
+
 __all__ = ["spark_hash_long", "partition_keys", "route_to_tasks"]
-
-
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
-
-
-def _mix_k1(k: np.ndarray) -> np.ndarray:
-    return _rotl(k * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
-
-
-def _mix_h1(h: np.ndarray, k: np.ndarray) -> np.ndarray:
-    return _rotl(h ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
-
-
-def spark_hash_long(values: np.ndarray, seed: int = 42) -> np.ndarray:
-    """Spark's ``hash()`` of a long column (Murmur3_x86_32 ``hashLong``, seed 42), vectorized."""
-    v = np.asarray(values, dtype=np.int64).view(np.uint64)
-    with np.errstate(over="ignore"):
-        h = _mix_h1(np.full(v.shape, seed, np.uint32), _mix_k1((v & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
-        h = _mix_h1(h, _mix_k1((v >> np.uint64(32)).astype(np.uint32)))
-        h ^= np.uint32(8)
-        h ^= h >> np.uint32(16)
-        h *= np.uint32(0x85EBCA6B)
-        h ^= h >> np.uint32(13)
-        h *= np.uint32(0xC2B2AE35)
-        h ^= h >> np.uint32(16)
-    return h.view(np.int32)
 
 
 def partition_keys(n: int) -> np.ndarray:
