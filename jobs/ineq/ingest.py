@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from jobs.ineq.common import IneqRun, tuple_bound
-from simjoin.quality.quarantine import Rule, split_quarantine
+from simjoin.quality.quarantine import Rule, late, split_quarantine, stream_duplicates
 from simjoin.spark import delta
 from simjoin.spark.engine import NUMERIC, BatchInfo, Prepared
 
@@ -55,18 +55,10 @@ def preparer(spark: SparkSession, run: IneqRun) -> Any:
                 rules.append(Rule(mine & F.col(c).isNull(), f"null {c}"))
                 rules.append(Rule(mine & (F.isnan(c) | F.col(c).isin(float("inf"), float("-inf"))),
                                   f"NaN or inf in {c}"))
-        dup = F.row_number().over(Window.partitionBy("side", "id").orderBy("ts", *cols)) > 1
-        rules.append(Rule(dup, F.concat(F.lit("duplicate id "), F.col("id").cast("string"))))
-        seen = _seen(spark, run, info)
-        if seen is not None:
-            df = df.join(seen, ["side", "id"], "left")
-            rules.append(Rule(F.col("_seen").isNotNull(), F.concat(
-                F.lit("duplicate id "), F.col("id").cast("string"), F.lit(" (a live tuple has it)"))))
+        df, dups = stream_duplicates(df, _seen(spark, run, info), ["ts", *cols])
+        rules += dups
         if p.window.time_us is not None:
-            for s, mark in info.progress.max_ts.items():
-                rules.append(Rule((F.col("side") == s) & (F.col("ts") < F.lit(mark)), F.concat(
-                    F.lit("late: ts "), F.col("ts").cast("string"),
-                    F.lit(f" is before {mark.isoformat()}, the latest ts its stream already committed"))))
+            rules += late(info.progress.max_ts)
         res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}")
         keep = ["id", "ts", "side", *cols]
         bad = res.bad.select("id", "ts", "ts_raw", "side", *cols, "reason")

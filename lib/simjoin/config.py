@@ -26,6 +26,7 @@ __all__ = [
     "SSJConfig",
     "S3JConfig",
     "IneqConfig",
+    "HyperCubeConfig",
     "GenerateConfig",
     "StreamConfig",
     "param",
@@ -335,6 +336,49 @@ class IneqConfig(StreamConfig):
 
 
 @dataclass(frozen=True)
+class HyperCubeConfig(StreamConfig):
+    left: str | None = param(None, "Left stream R: Delta table id, ts, <integer key column>.", io=True, required=True,
+                             dag_default="{warehouse}/hypercube/left")
+    right: str | None = param(None, "Right stream S: Delta table id, ts, <integer key column>.", io=True,
+                              required=True, dag_default="{warehouse}/hypercube/right")
+    output: str | None = param(None, "Pair table left_id, right_id, k, ts (with --count-only: k, pairs, batch_id); "
+                                     "<output>_stats, _quarantine, _state, _checkpoint beside it.", io=True,
+                               required=True, dag_default="{warehouse}/hypercube/pairs")
+    key: str | None = param(None, "Join key column (an integer type) of the left stream (and of the right one "
+                                  "unless --right-key).", required=True, dag_default="k",
+                            pattern=r"[A-Za-z_][A-Za-z0-9_]*", allowed="a column name")
+    right_key: str | None = param(None, "Join key column of the right stream (default: --key).",
+                                  pattern=r"[A-Za-z_][A-Za-z0-9_]*", allowed="a column name")
+    workers: int = param(8, "Workers p (Spark partitions): p light tasks plus each heavy key's grid.", ge=1, le=1024,
+                         state=False)
+    window: str | None = param(None, "Window W: a pair iff 0 <= ts_later - ts_earlier < W (default: the whole "
+                                     "history).", duration=True)
+    count_only: bool = param(False, "Write the join size per key and micro-batch (k, pairs, batch_id) instead "
+                                    "of the pairs.")
+    epsilon: float | None = param(None, "Heavy-hitter error eps (default and maximum: 1/(2p)).", gt=0, lt=1,
+                                  state=False)
+    strategy: str = param("hypercube", "hypercube (Streaming HyperCube), or phj: plain hashing of every key, "
+                                       "the baseline.", choices=("hypercube", "phj"), state=False)
+
+    def __post_init__(self) -> None:
+        s = "hypercube"
+        check_fields(self, s)
+        if self.epsilon is not None:
+            _check(self.epsilon <= 1 / (2 * self.workers), s, "epsilon", self.epsilon,
+                   f"0 < epsilon <= 1/(2p) = {1 / (2 * self.workers):g} for workers p = {self.workers}")
+        _check(self.right is None or self.left is None or not _same_path(self.right, self.left), s, "right",
+               self.right, "a stream other than the left one")
+        for k in ("left", "right"):
+            other = getattr(self, k)
+            _check(self.output is None or other is None or not _same_path(self.output, other), s, "output",
+                   self.output, f"a path other than the {k} stream (it would be overwritten)")
+
+    @property
+    def eps(self) -> float:
+        return float(self.epsilon or 1 / (2 * self.workers))
+
+
+@dataclass(frozen=True)
 class GenerateConfig:
     kind: str = param("vectors", "What to generate.", choices=("sets", "vectors", "ineq", "keys"), flag="")
     out: str | None = param(None, "Delta table path to (over)write.", io=True, required=True,
@@ -346,7 +390,7 @@ class GenerateConfig:
                                  "ineq: uniform, pareto, or correlated: b = a + N(0, 2)).",
                       choices=("uniform", "gaussian", "skewed", "pareto", "clustered", "correlated"))
     rate: float = param(100.0, "Rows per second of ts.", gt=0)
-    alpha: float = param(1.2, "Zipf exponent of the key distribution.", gt=0, le=10)
+    alpha: float = param(1.2, "Zipf exponent of the key distribution (0: uniform).", ge=0, le=10)
     domain: int = param(1000, "Number of distinct keys K.", ge=1)
 
     def __post_init__(self) -> None:

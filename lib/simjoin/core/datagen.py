@@ -131,7 +131,7 @@ def gen_ineq(start: int, stop: int, dist: str, seed: int) -> tuple[np.ndarray, n
 def gen_keys(start: int, stop: int, alpha: float, domain: int, seed: int) -> np.ndarray:
     if domain < 1:
         raise ValueError(f"invalid domain {domain}: allowed >= 1")
-    if alpha <= 0:
-        raise ValueError(f"invalid alpha {alpha}: allowed > 0")
+    if alpha < 0:
+        raise ValueError(f"invalid alpha {alpha}: allowed >= 0 (0: uniform)")
     rng = chunk_rng(seed, start // CHUNK_ROWS)
     return _zipf_draw(rng, np.cumsum(zipf_probabilities(domain, alpha)), stop - start).astype(np.int64)

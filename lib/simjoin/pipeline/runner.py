@@ -50,7 +50,7 @@ def guard_outputs(spark: Any, run: Run) -> None:
 
     inputs = [_norm(p) for p in run.inputs()]
     paths = run.table_paths()
-    for key, cols in run.spec.output_columns.items():
+    for key, cols in run.output_columns().items():
         path = paths[key]
         if _norm(path) in inputs:
             raise ValueError(f"output {path} is also an input of this run: allowed an output path that is "

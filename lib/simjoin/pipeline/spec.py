@@ -185,6 +185,10 @@ class Run:
         t = self.tables
         return dict(t) if isinstance(t, dict) else dict(t.paths())
 
+    def output_columns(self) -> dict[str, tuple[str, ...]]:
+        """Tables -> the columns this run writes there (the overwrite guard checks them)."""
+        return dict(self.spec.output_columns)
+
     def inputs(self) -> list[str]:
         """Input table paths (never to be overwritten)."""
         return [getattr(self.cfg, f.name) for f in self.spec.fields()

@@ -25,6 +25,8 @@ __all__ = [
     "finite",
     "zero_vector",
     "DUPLICATE_ID",
+    "late",
+    "stream_duplicates",
 ]
 
 log = get_logger("simjoin.quality")
@@ -114,3 +116,24 @@ def write_quarantine(res: QuarantineResult, table: str, run_id: str, stage: str)
     out = res.bad.withColumn("stage", F.lit(stage)).withColumn("run_id", F.lit(run_id))
     overwrite_partition(out, path, {"run_id": run_id})
     return path
+
+
+def late(max_ts: dict[int, Any]) -> list[Rule]:
+    """Rows of a stream side dated before the largest ``ts`` that side already committed: with an
+    arrival-based window they could meet tuples the window has already expired."""
+    return [Rule((F.col("side") == s) & (F.col("ts") < F.lit(mark)), F.concat(
+        F.lit("late: ts "), F.col("ts").cast("string"),
+        F.lit(f" is before {mark.isoformat()}, the latest ts its stream already committed")))
+        for s, mark in sorted(max_ts.items())]
+
+
+def stream_duplicates(df: DataFrame, seen: DataFrame | None, order: list[str]) -> tuple[DataFrame, list[Rule]]:
+    """Rules for a (side, id) repeated inside the micro-batch (all but the first by ``order``) or
+    in ``seen`` (``MicroBatchEngine.seen``: live tuples and rows staged earlier in the unit)."""
+    dup = F.row_number().over(Window.partitionBy("side", "id").orderBy(*order)) > 1
+    rules = [Rule(dup, F.concat(F.lit("duplicate id "), F.col("id").cast("string")))]
+    if seen is not None:
+        df = df.join(seen, ["side", "id"], "left")
+        rules.append(Rule(F.col("_seen").isNotNull(), F.concat(
+            F.lit("duplicate id "), F.col("id").cast("string"), F.lit(" (a live tuple has it)"))))
+    return df, rules

@@ -8,7 +8,8 @@ __all__ = ["equi_pairs", "equi_counts"]
 
 
 def equi_pairs(l_id: np.ndarray, l_key: np.ndarray, r_id: np.ndarray, r_key: np.ndarray,
-               l_ts: np.ndarray | None = None, r_ts: np.ndarray | None = None, window_us: int = 0) -> set[tuple[int, int]]:
+               l_ts: np.ndarray | None = None, r_ts: np.ndarray | None = None,
+               window_us: int = 0) -> set[tuple[int, int]]:
     """Every (left_id, right_id) with equal keys (and |ts_l - ts_r| < W with a window)."""
     out: set[tuple[int, int]] = set()
     by: dict[int, list[int]] = {}

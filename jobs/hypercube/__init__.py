@@ -1,0 +1,1 @@
+"""Streaming HyperCube (Qiu, Papadias & Yi): ``simjoin hypercube`` and the ``simjoin_hypercube`` DAG."""

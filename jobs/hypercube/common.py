@@ -1,0 +1,88 @@
+"""What every Streaming HyperCube stage needs: the run (streams, key columns, window, p) and the
+unit's dispatcher.
+
+State tables under ``<output>_state/``: ``progress`` (the engine's; its ``meta`` holds the
+dispatcher - grids and task -> worker - committed atomically with the unit), ``tuples`` (side, id,
+ts, k of every held tuple, stored once: a micro-batch routes them under the current grids),
+``sketch`` (the Misra-Gries summary: whole history, the running summary; with a window, one per
+unit, merged over the live units) and ``grids`` (each heavy key's grid per unit, with its
+estimates, desired sides, tasks, workers and migration; what ``simjoin report`` draws). A unit
+reads only state of earlier units, so a replay sees what the first attempt saw.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, ClassVar
+
+from simjoin.config import parse_duration
+from simjoin.pipeline.stream import StreamRun
+
+__all__ = ["HyperCubeRun", "held", "dispatcher_of", "live_bound"]
+
+
+class HyperCubeRun(StreamRun):
+    STATE: ClassVar[dict[str, str]] = {"tuples": "tuples", "sketch": "sketch", "grids": "grids"}
+
+    def output_columns(self) -> dict[str, tuple[str, ...]]:
+        return {"output": ("k", "pairs", "batch_id")} if self.cfg.count_only else super().output_columns()
+
+    @property
+    def right_key(self) -> str:
+        return str(self.cfg.right_key or self.cfg.key)
+
+    @property
+    def window_s(self) -> float:
+        return parse_duration(self.cfg.window) if self.cfg.window else 0.0
+
+    @property
+    def window_us(self) -> int:
+        return round(self.window_s * 1e6)
+
+    @property
+    def p(self) -> int:
+        return int(self.cfg.workers)
+
+    def fresh_dispatcher(self) -> Any:
+        from simjoin.core.hypercube.dispatch import Dispatcher
+
+        return Dispatcher(self.p, self.cfg.eps)
+
+
+def dispatcher_of(run: HyperCubeRun, meta: dict[str, Any]) -> Any:
+    """The dispatcher the last committed unit left (a fresh one for a new output, or when p or
+    eps changed: every held tuple is routed again under the new grids, so nothing is lost)."""
+    from simjoin.core.hypercube.dispatch import Dispatcher
+
+    d = meta.get("dispatcher")
+    if d and int(d["p"]) == run.p and float(d["eps"]) == run.cfg.eps:
+        return Dispatcher.from_json(d)
+    return run.fresh_dispatcher()
+
+
+def live_bound(run: HyperCubeRun, max_ts: dict[int, dt.datetime], keep: bool = True) -> str | None:
+    """SQL condition on a held tuple: one a future tuple can still meet (``keep``), or not. None
+    when every tuple is live (no window)."""
+    from simjoin.core.hypercube.stream import expiry_marks
+
+    if run.window_us <= 0:
+        return None if not keep else "true"
+    marks = expiry_marks({s: int(m.timestamp() * 1_000_000) for s, m in max_ts.items()}, run.window_us)
+    if keep:
+        parts = [f"(side = {s} AND unix_micros(ts) > {mk})" for s, mk in marks.items()]
+        parts += [f"side = {s}" for s in (0, 1) if s not in marks]
+    else:
+        parts = [f"(side = {s} AND unix_micros(ts) <= {mk})" for s, mk in marks.items()]
+        if not parts:
+            return None
+    return " OR ".join(parts)
+
+
+def held(spark: Any, run: HyperCubeRun, unit: int, max_ts: dict[int, dt.datetime]) -> Any:
+    """The tuples held before ``unit`` that a future tuple can still meet, or None."""
+    from simjoin.spark.engine import read_state
+
+    st = read_state(spark, run.state("tuples"), unit)
+    if st is None:
+        return None
+    return st.where(live_bound(run, max_ts) or "true")

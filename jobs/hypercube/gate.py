@@ -1,0 +1,46 @@
+"""Streaming HyperCube stage 4, quality gate (Great Expectations): the unit's output - pairs: the
+pair contract (schema, no null, no pair twice, a key and a ts on each); counts: one positive
+count per key. Nothing is published unless it passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.hypercube.common import HyperCubeRun
+from simjoin.contracts import RowKind
+from simjoin.quality.gates import columns_expectations, pairs_expectations, run_suite
+
+
+def staged_output(run: HyperCubeRun, u: Any) -> DataFrame:
+    """The unit's rows as the output table holds them."""
+    j = u.work("joined")
+    if run.cfg.count_only:
+        return (j.where(F.col("kind") == int(RowKind.COUNTER)).groupBy("k")
+                .agg(F.sum("pairs").cast("long").alias("pairs"))
+                .select("k", "pairs", F.lit(u.id).cast("long").alias("batch_id")))
+    return (j.where(F.col("kind") == int(RowKind.PAIR))
+            .select("left_id", "right_id", "k", F.timestamp_micros("ts_us").alias("ts")))
+
+
+def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
+    import great_expectations.expectations as gxe
+
+    u = run_.open_unit(spark)
+    if u is None:
+        return {"unit": None}
+    out = staged_output(run_, u)
+    if run_.cfg.count_only:
+        ex = [*columns_expectations({"k": "LongType", "pairs": "LongType", "batch_id": "LongType"},
+                                    not_null=["k", "pairs", "batch_id"]),
+              gxe.ExpectColumnValuesToBeBetween(column="pairs", min_value=1),
+              gxe.ExpectColumnValuesToBeUnique(column="k")]
+        name = "hypercube_counts"
+    else:
+        ex = [*pairs_expectations(None, None, None, False),
+              *columns_expectations({"k": "LongType"}, not_null=["k", "ts"])]
+        name = "hypercube_pairs"
+    res = run_suite(out, name, ex)
+    return {"unit": u.id, "expectations": res.evaluated, "success": res.success}

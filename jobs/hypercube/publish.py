@@ -1,0 +1,47 @@
+"""Streaming HyperCube stage 6, publish (after the gate): the unit's pairs (or per-key counts) ->
+the output, its stats -> the stats table, its tuples -> ``<output>_state/tuples``, its summary
+and grids -> ``_state/sketch`` and ``_state/grids``; then the engine commits the unit with the
+dispatcher in its metadata. Every append is idempotent per (checkpoint, unit). Afterwards,
+housekeeping drops what no reader needs: older running summaries, and with a window the tuples
+and summaries no future tuple can meet."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from jobs.hypercube.common import HyperCubeRun, live_bound
+from jobs.hypercube.gate import staged_output
+
+
+def _housekeeping(u: Any, run: HyperCubeRun) -> None:
+    prog = u.engine.progress()
+    if run.window_us <= 0:
+        u.engine.delete(run.state("sketch"), f"unit < {u.id}")
+        return
+    drop = live_bound(run, prog.max_ts, keep=False)
+    if drop:
+        u.engine.delete(run.state("tuples"), drop)
+    if prog.max_ts:
+        now = max(int(m.timestamp() * 1_000_000) for m in prog.max_ts.values())
+        u.engine.delete(run.state("sketch"), f"ts_max <= {now - run.window_us}")
+
+
+def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
+    u = run_.open_unit(spark)
+    if u is None:
+        return {"unit": None}
+    unit_col = F.lit(u.id).cast("long").alias("unit")
+    tuples = u.records.select("side", "id", "ts", "k", unit_col)
+    disp = json.loads(u.work("dispatch").first()["dispatcher"])
+    pieces = [("output", staged_output(run_, u), run_.output),
+              ("stats", u.work("stats", keep_unit=True), run_.tables.stats),
+              ("tuples", tuples, run_.state("tuples")),
+              ("sketch", u.work("sketch", keep_unit=True), run_.state("sketch")),
+              ("grids", u.work("grids", keep_unit=True), run_.state("grids"))]
+    res = u.engine.publish(u.unit, pieces, meta={"dispatcher": disp})
+    _housekeeping(u, run_)
+    return res  # type: ignore[no-any-return]
