@@ -2,7 +2,8 @@
 and held), tasks, output, join seconds, and the load it holds afterwards under the unit's grids
 (the paper's load: tuple copies) beside the tuples plain hashing (PHJ) would give it; per unit -
 the maximum of each, the optimal bound N/p + sqrt(OUT/p) over the held tuples (N tuples, OUT the
-join size of the held tuples), the replication factor, migrated copies and heavy keys. To
+join size of the held tuples), the replication factor, migrated copies and heavy keys; per heavy
+key - its grid p_R x p_S and the copies its migration moved. To
 ``<output>_work/stats``; ``publish`` appends them to ``<output>_stats``."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from simjoin.spark.session import small_frame
 
 STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, tuples_in long, received long, "
                 "new_copies long, tasks long, load long, phj_load long, held long, out_pairs double, bound double, "
-                "replication double, migrated long, heavy_keys int, result_pairs long, quarantined long")
+                "replication double, migrated long, heavy_keys int, result_pairs long, quarantined long, k long, "
+                "p_r int, p_s int")
 
 
 def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
@@ -67,13 +69,16 @@ def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
         "hypercube", max(secs, default=0.0), "unit", u.id, None, tuples_in,
         sum(int(r["received"]) for r in st.values()), sum(int(r["new_copies"]) for r in st.values()),
         sum(int(r["tasks"]) for r in st.values()), int(ours.max()), int(phj.max()), n_held, out, bound, rep,
-        int(d["migrated"]), int(d["heavy"]), pairs, q)]
+        int(d["migrated"]), int(d["heavy"]), pairs, q, None, None, None)]
     for w in range(p):
         r = st.get(w)
         rows.append(("hypercube", float(r["seconds"]) if r else 0.0, "worker", u.id, w, None,
                      int(r["received"]) if r else 0, int(r["new_copies"]) if r else 0, int(r["tasks"]) if r else 0,
                      int(ours[w]), int(phj[w]), None, None, None, None, None, None,
-                     int(r["pairs"]) if r else 0, None))
+                     int(r["pairs"]) if r else 0, None, None, None, None))
+    for g in u.work("grids").collect():  # each heavy key's grid (0 x 0: it turned light)
+        rows.append(("hypercube", 0.0, "grid", u.id, None, None, None, None, g["p_r"] * g["p_s"], None, None, None,
+                     None, None, None, int(g["migrated"]), None, None, None, int(g["k"]), int(g["p_r"]), int(g["p_s"])))
     path = u.write_work(small_frame(spark, rows, STATS_SCHEMA), "stats")
     return {"unit": u.id, "stats": path, "pairs": pairs, "max_load": int(ours.max()), "phj_max_load": int(phj.max()),
             "bound": bound, "replication": rep, "migrated": int(d["migrated"]), "heavy": int(d["heavy"]),

@@ -1,8 +1,9 @@
 """`make demo`: the main jobs on the embedded default (local Spark, ./warehouse, SQLite Airflow).
 
 Runs the real DAGs with ``dag.test()``: simjoin_generate writes Zipf token sets, simjoin_ssj
-joins them; then the S3J demo (when present) joins a generated vector stream. The last line
-names every table written.
+joins them; then the S3J demo joins a generated vector stream, the inequality demo runs the
+simjoin_ineq DAG, and the Streaming HyperCube demo joins Zipf key streams. The last line names
+every table written.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def main() -> None:
 
     n_pairs = delta.read_table(spark, pairs).filter(F.col("run_id") == sanitize_run_id(run.run_id)).count()
     written = [sets, pairs] + [f"{pairs}_{s}" for s in ("tokens", "lengths", "plan", "stats", "quarantine")]
-    extra = "; " + s3j_demo(spark, f"{warehouse}/demo") + "; " + ineq_demo(spark, bag, f"{warehouse}/demo")
+    extra = "; ".join(["", s3j_demo(spark, f"{warehouse}/demo"), ineq_demo(spark, bag, f"{warehouse}/demo"),
+                       hypercube_demo(spark, f"{warehouse}/demo")])
     rel = [os.path.relpath(p, ROOT) for p in written]
     import logging
 
@@ -104,6 +106,28 @@ def ineq_demo(spark: Any, bag: Any, warehouse: str) -> str:
         raise SystemExit(f"demo: DAG simjoin_ineq ended in state {run.state}")
     n = delta.read_table(spark, out).count()
     return f"ineq demo (Q1, DAG simjoin_ineq): {n} pairs -> {out}; stats {out}_stats, state {out}_state"
+
+
+def hypercube_demo(spark: Any, warehouse: str) -> str:
+    """Streaming HyperCube over two Zipf(1.5) key streams of 20,000 tuples each, p = 8, counting
+    the join size per key, run by the in-process runner exactly as `simjoin hypercube` runs it;
+    then `simjoin report` plots the loads (ours, PHJ's, the bound) and the heavy keys' grids."""
+    from simjoin.pipeline import get_spec
+    from simjoin.pipeline.runner import run_pipeline
+    from simjoin.report import render
+
+    base = f"{warehouse.rstrip('/')}/hypercube_demo"
+    left, right, out = f"{base}/left", f"{base}/right", f"{base}/counts"
+    gen = get_spec("generate")
+    for path, seed in ((left, 1), (right, 2)):
+        run_pipeline(spark, gen.make_run({"kind": "keys", "out": path, "rows": 20000, "alpha": 1.5, "domain": 10000,
+                                          "rate": 200.0, "seed": seed}))
+    hc = get_spec("hypercube")
+    run = hc.make_run({"left": left, "right": right, "output": out, "key": "k", "workers": 8, "count_only": True},
+                      reset=True)
+    line = resolve(hc.summary)(run, run_pipeline(spark, run))
+    files = render(spark.read.format("delta").load(f"{out}_stats").toPandas(), f"{base}/report")
+    return f"hypercube demo: {line}; report {os.path.dirname(files[0])}/index.html"
 
 
 if __name__ == "__main__":
