@@ -16,11 +16,15 @@ from pyspark.sql import functions as F
 from jobs.hypercube.common import HyperCubeRun, live_bound
 from jobs.hypercube.gate import staged_output
 
+#: Whole history: older running summaries are dropped every this many units (a few hundred rows each).
+SKETCH_COMPACT_EVERY = 16
+
 
 def _housekeeping(u: Any, run: HyperCubeRun) -> None:
     prog = u.engine.progress()
     if run.window_us <= 0:
-        u.engine.delete(run.state("sketch"), f"unit < {u.id}")
+        if u.id % SKETCH_COMPACT_EVERY == SKETCH_COMPACT_EVERY - 1:  # readers take the last unit's summary
+            u.engine.delete(run.state("sketch"), f"unit < {u.id}")
         return
     drop = live_bound(run, prog.max_ts, keep=False)
     if drop:

@@ -74,7 +74,7 @@ def test_running_example_p8():
     tasks); b2's desired sides (0.707, 2.828) keep its 1 x 4 grid."""
     p, b1, b2 = 8, 101, 202
     light = {(s, 1000 + i): 1 for i in range(50) for s in (i % 2,)}
-    d0, steps, want = Dispatcher(p, 1 / 16).plan(_summary({(0, b1): 100, (1, b1): 100, (0, b2): 50,
+    d0, steps, want = Dispatcher(p, 1 / 16, assign="tasks").plan(_summary({(0, b1): 100, (1, b1): 100, (0, b2): 50,
                                                              (1, b2): 200, **light}, p))
     assert (d0.grids[b1].p_r, d0.grids[b1].p_s) == (2, 2)
     assert (d0.grids[b2].p_r, d0.grids[b2].p_s) == (1, 4)

@@ -57,8 +57,8 @@ def route(side: np.ndarray, ids: np.ndarray, keys: np.ndarray, disp: Dispatcher)
         c = coordinate(ids[r])
         jj = j[h]
         is_r = side[r] == 0
-        x = np.where(is_r, c & (pr[g] - 1), jj)
-        y = np.where(is_r, jj, c & (ps[g] - 1))
+        x = np.where(is_r, c % pr[g], jj)
+        y = np.where(is_r, jj, c % ps[g])
         task[h] = cells[base[g] + x * ps[g] + y]
     return Copies(rows, task, disp.worker_of(task))
 
@@ -68,7 +68,7 @@ def _one(g: Grid | None, p: int) -> Dispatcher:
     if g is None:
         return d
     tw = {int(t): 0 for t in g.tasks.ravel()}
-    return Dispatcher(p, d.eps, {g.key: g}, tw, max(tw) + 1)
+    return Dispatcher(p, d.eps, {g.key: g}, tw, max(tw) + 1, "tasks")
 
 
 def moved_copies(before: Grid | None, after: Grid | None, side: np.ndarray, ids: np.ndarray, key: int,

@@ -60,6 +60,7 @@ class HyperCubeStream:
     eps: float | None = None
     window_us: int = 0
     count_only: bool = False
+    assign: str = "load"
     disp: Dispatcher = field(init=False)
     held: dict[str, np.ndarray] = field(init=False)
     summaries: list[tuple[int, Summary]] = field(init=False)
@@ -67,7 +68,7 @@ class HyperCubeStream:
 
     def __post_init__(self) -> None:
         self.eps = self.eps or 1.0 / (2 * self.p)
-        self.disp = Dispatcher(self.p, self.eps)
+        self.disp = Dispatcher(self.p, self.eps, assign=self.assign)
         self.held = {c: np.zeros(0, np.int64) for c in ("side", "id", "ts", "key")}
         self.summaries = []
         self.max_ts = {}
