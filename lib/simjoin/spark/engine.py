@@ -485,7 +485,7 @@ class MicroBatchEngine:
         # the pieces go to different tables: append them as concurrent Spark jobs
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max(1, min(4, len(pieces))), thread_name_prefix="publish") as pool:
+        with ThreadPoolExecutor(max(1, min(8, len(pieces))), thread_name_prefix="publish") as pool:
             futures = [pool.submit(delta.append_idempotent, df, path, self.write_id(piece, unit.checkpoint_id),
                                    unit.unit) for piece, df, path in pieces]
         for f in futures:
