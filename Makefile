@@ -40,6 +40,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/ssj.py
 	$(BIN)/python bench/ineq.py
+	$(BIN)/python bench/hypercube.py
 
 airflow: $(STAMP)
 	@echo "Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) ; login password: $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated"

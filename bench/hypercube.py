@@ -175,7 +175,7 @@ def write_results(rows: list[dict], a: argparse.Namespace, seconds: float) -> No
             f"| {r['alpha']} | {r['out']:.3g} | {o['max_load']:,} | {fmt(o['bound'], 0)} | "
             f"{o['max_load'] / o['bound']:.2f} | {o['worst_ratio']:.2f} | {o['phj_load']:,} | "
             f"{o['phj_load'] / o['max_load']:.1f} | {o['replication']:.2f} | {o['heavy']} | {o['migrated']:,} | "
-            f"{fmt(o['wall'])} | {fmt(p['wall']) if p else 'n/a'} | {aqe} | {'yes' if r['exact'] else 'NO'} |")
+            f"{fmt(o['wall'])} | {fmt(p['wall']) if p else 'not run'} | {aqe} | {'yes' if r['exact'] else 'NO'} |")
     lines += ["", "## Goals", ""]
     for r in rows:
         o, q = r["ours"], r["aqe"]

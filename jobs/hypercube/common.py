@@ -46,17 +46,19 @@ class HyperCubeRun(StreamRun):
     def fresh_dispatcher(self) -> Any:
         from simjoin.core.hypercube.dispatch import Dispatcher
 
-        return Dispatcher(self.p, self.cfg.eps)
+        return Dispatcher(self.p, self.cfg.eps, assign=self.cfg.assign)
 
 
 def dispatcher_of(run: HyperCubeRun, meta: dict[str, Any]) -> Any:
     """The dispatcher the last committed unit left (a fresh one for a new output, or when p or
     eps changed: every held tuple is routed again under the new grids, so nothing is lost)."""
+    import dataclasses
+
     from simjoin.core.hypercube.dispatch import Dispatcher
 
     d = meta.get("dispatcher")
     if d and int(d["p"]) == run.p and float(d["eps"]) == run.cfg.eps:
-        return Dispatcher.from_json(d)
+        return dataclasses.replace(Dispatcher.from_json(d), assign=run.cfg.assign)
     return run.fresh_dispatcher()
 
 

@@ -89,7 +89,7 @@ def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
         log.info("hypercube unit %d: key %d %s %s -> %s", u.id, st.key, st.action, st.before, st.after)
     # the summary this unit leaves: whole history the running one; with a window its own
     keep = est if run_.window_us <= 0 else batch
-    sketch_rows = [(int(a), int(b), int(cn), int(keep.n), ts_max)
+    sketch_rows: list[tuple[Any, ...]] = [(int(a), int(b), int(cn), int(keep.n), ts_max)
                    for a, b, cn in zip(keep.side, keep.key, keep.count, strict=True)]
     if not sketch_rows:
         sketch_rows = [(0, None, 0, int(keep.n), ts_max)]

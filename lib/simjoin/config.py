@@ -359,6 +359,9 @@ class HyperCubeConfig(StreamConfig):
                                   state=False)
     strategy: str = param("hypercube", "hypercube (Streaming HyperCube), or phj: plain hashing of every key, "
                                        "the baseline.", choices=("hypercube", "phj"), state=False)
+    assign: str = param("load", "Tasks to workers: load (largest first to the least-loaded worker, every "
+                                "micro-batch) or tasks (the paper: a new task to the worker with the fewest).",
+                        choices=("load", "tasks"), state=False)
 
     def __post_init__(self) -> None:
         s = "hypercube"

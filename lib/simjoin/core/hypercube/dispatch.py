@@ -263,17 +263,18 @@ class Dispatcher:
                 counts[tw.pop(int(t))] -= 1
 
         for k in sorted(set(grids) - set(heavy)):
-            g = grids.pop(k)
-            release(g.tasks)
-            steps.append(Step(k, "light", (g.p_r, g.p_s), (0, 0)))
+            gone = grids.pop(k)
+            release(gone.tasks)
+            steps.append(Step(k, "light", (gone.p_r, gone.p_s), (0, 0)))
         fixed = [heavy[k][0] / g.p_r + heavy[k][1] / g.p_s for k, g in grids.items() for _ in range(g.tasks.size)]
         sizes = initial_grids({k: heavy[k] for k in heavy if k not in grids}, fixed, heavy, out_h, est.n, self.p)
         for k in sorted(heavy):
             r, s = heavy[k]
             dr, ds = desired_sides(r, s, out_h, self.p)
             desired[k] = (dr, ds)
-            g = grids.get(k)
-            if g is None:
+            if k in grids:
+                g = grids[k]
+            else:
                 pr, ps = sizes[k]
                 g = Grid(k, new_tasks(pr * ps).reshape(pr, ps))
                 steps.append(Step(k, "heavy", (0, 0), (pr, ps)))

@@ -95,9 +95,9 @@ def local_join(task: np.ndarray, side: np.ndarray, key: np.ndarray, new: np.ndar
     """Pairs (left_id, right_id, key, ts) that hold a new copy, from one worker's copies."""
     args = _prepare(task, side, key, new, ts, ids)
     e = np.zeros(0, np.int64)
-    total, _ = _walk(*args, int(window_us), False, e, e, e, e, e, e)
+    total, _ = _walk(*args, int(window_us), False, e, e, e, e, e, e)  # type: ignore[call-arg]
     out = [np.empty(total, np.int64) for _ in range(4)]
-    _walk(*args, int(window_us), True, *out, e, e)
+    _walk(*args, int(window_us), True, *out, e, e)  # type: ignore[call-arg]
     return out[0], out[1], out[2], out[3]
 
 
@@ -108,7 +108,7 @@ def local_counts(task: np.ndarray, side: np.ndarray, key: np.ndarray, new: np.nd
     n = args[0].shape[0]
     gk, gc = np.empty(n, np.int64), np.empty(n, np.int64)
     e = np.zeros(0, np.int64)
-    _, ng = _walk(*args, int(window_us), False, e, e, e, e, gk, gc)
+    _, ng = _walk(*args, int(window_us), False, e, e, e, e, gk, gc)  # type: ignore[call-arg]
     if ng == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     u, inv = np.unique(gk[:ng], return_inverse=True)

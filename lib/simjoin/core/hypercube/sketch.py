@@ -32,7 +32,8 @@ def counters_for(eps: float) -> int:
 
 
 def _items(side: np.ndarray, key: np.ndarray) -> np.ndarray:
-    return np.rec.fromarrays([np.asarray(side, np.int64), np.asarray(key, np.int64)], names="side,key")
+    return np.rec.fromarrays([np.asarray(side, np.int64), np.asarray(key, np.int64)],  # type: ignore[call-overload]
+                             names="side,key")
 
 
 def exact_counts(side: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

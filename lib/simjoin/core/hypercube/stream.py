@@ -75,7 +75,7 @@ class HyperCubeStream:
 
     @property
     def capacity(self) -> int:
-        return counters_for(float(self.eps))
+        return counters_for(float(self.eps or 1.0 / (2 * self.p)))
 
     def estimates(self, side: np.ndarray, keys: np.ndarray, ts: np.ndarray) -> Summary:
         s, k, c = exact_counts(side, keys)
