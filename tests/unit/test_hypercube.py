@@ -211,3 +211,13 @@ def test_bad_parameters_fail_early():
         Dispatcher(0, 0.1)
     with pytest.raises(ValueError, match="epsilon"):
         counters_for(0)
+
+
+def test_generator_allows_uniform_keys():
+    from simjoin.config import GenerateConfig
+    from simjoin.core.datagen import gen_keys
+
+    GenerateConfig(kind="keys", out="/tmp/x", alpha=0.0)
+    k = gen_keys(0, 20_000, 0.0, 10, 1)
+    assert set(np.unique(k)) == set(range(10)) or set(np.unique(k)) == set(range(1, 11))
+    assert np.bincount(k).max() < 2 * np.bincount(k)[np.bincount(k) > 0].min()
