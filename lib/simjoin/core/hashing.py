@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["spark_hash_long"]
+__all__ = ["spark_hash_long", "splitmix64"]
 
 
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:
@@ -34,3 +34,12 @@ def spark_hash_long(values: np.ndarray, seed: int = 42) -> np.ndarray:
         h *= np.uint32(0xC2B2AE35)
         h ^= h >> np.uint32(16)
     return h.view(np.int32)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser of uint64 values, vectorized (a well-mixed 64-bit hash)."""
+    z = np.asarray(x, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))

@@ -40,9 +40,15 @@ def _options(spec: PipelineSpec, skip: str | None = None) -> list[click.Paramete
             continue
         ctype: Any = click.Choice([str(c) for c in m["choices"]]) if m.get("choices") else {
             int: click.INT, float: click.FLOAT, str: click.STRING}[tp]
+        if m.get("multiple"):
+            opts.append(click.Option([flag, f.name], type=ctype, multiple=True, help=help_ + " (repeatable)"))
+            continue
         opts.append(click.Option([flag, f.name], type=ctype, default=None, required=bool(m.get("required")),
                                  help=help_))
     opts.append(click.Option(["--master"], default=None, help=MASTER_HELP))
+    opts.append(click.Option(["--config", "config_file"], type=click.Path(dir_okay=False), default=None,
+                             help=f"A YAML file like conf/{spec.config_section}.yaml: its values replace the defaults "
+                                  "(flags still win)."))
     if spec.run_type == "batch":
         opts.append(click.Option(["--run-id", "run_id"], default="cli",
                                  help="Partition of every output table this run replaces."))
@@ -67,8 +73,13 @@ def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
     master = values.pop("master", None)
     run_id = values.pop("run_id", "cli")
     reset = bool(values.pop("reset", False))
+    config_file = values.pop("config_file", None)
+    for f in spec.fields():  # a repeatable flag: its values joined; none given: None (YAML/env apply)
+        if f.metadata.get("multiple") and f.name in values:
+            given = values[f.name]
+            values[f.name] = "; ".join(given) if given else None
     try:
-        run = spec.make_run(values, run_id=run_id, reset=reset)
+        run = spec.make_run(values, run_id=run_id, reset=reset, config_file=config_file)
     except (ConfigError, ValueError) as e:
         _fail(str(e))
     try:
@@ -97,6 +108,13 @@ def commands(spec: PipelineSpec) -> click.Command:
     """The click command (or group of sub-commands) of one pipeline."""
     selector = next((f for f in spec.fields() if f.metadata.get("flag") == ""), None)
     name = spec.cli_name or spec.name
+    if selector is None and spec.cli_commands:
+        group = click.Group(name, help=spec.doc.split("\n\n")[0], no_args_is_help=True)
+        group.add_command(click.Command("run", params=_options(spec), help=spec.doc.split("\n\n")[0],
+                                        callback=lambda **kw: execute(spec, kw)))
+        for cmd in resolve(spec.cli_commands)():
+            group.add_command(cmd)
+        return group
     if selector is None:
         return click.Command(name, params=_options(spec), help=spec.doc.split("\n\n")[0],
                              callback=lambda **kw: execute(spec, kw))

@@ -13,6 +13,7 @@ which the CLI and the DAG processor do - imports neither Spark nor the stages.
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -80,6 +81,9 @@ class PipelineSpec:
     #: The CLI command path, e.g. ("generate",) for a sub-group; default: the name.
     cli_group: str | None = None
     cli_name: str | None = None
+    #: ``"module:attr"`` -> extra click commands beside the run (``simjoin s2j query``); with them
+    #: the pipeline's command becomes a group whose ``run`` sub-command runs the pipeline.
+    cli_commands: str | None = None
     #: Extra CLI-only flags the runner understands: "reset" for stream pipelines.
     cli_extras: tuple[str, ...] = ()
     max_active_runs: int = 1
@@ -110,15 +114,18 @@ class PipelineSpec:
     def field_type(self, name: str) -> tuple[type, bool]:
         return field_type(self.config, name)  # type: ignore[no-any-return]
 
-    def load(self, values: dict[str, Any] | None = None) -> Any:
-        """The validated config: defaults < conf/<section>.yaml < env < ``values`` (Nones ignored).
-        The one validation path of the CLI, the DAG and YAML."""
+    def load(self, values: dict[str, Any] | None = None, config_file: str | None = None) -> Any:
+        """The validated config: defaults < conf/<section>.yaml (or ``config_file``) < env <
+        ``values`` (Nones ignored). The one validation path of the CLI, the DAG and YAML."""
         known = {f.name for f in fields(self.config)}
         vals = {k: v for k, v in (values or {}).items() if k in known}
-        return load_config(self.config, self.config_section, vals)
+        if config_file is not None and not os.path.isfile(config_file):
+            raise ConfigError("--config", config_file, "a readable YAML file")
+        return load_config(self.config, self.config_section, vals, path=config_file)
 
-    def make_run(self, values: dict[str, Any] | None = None, run_id: str = "cli", **extra: Any) -> Run:
-        cfg = self.load(values)
+    def make_run(self, values: dict[str, Any] | None = None, run_id: str = "cli", config_file: str | None = None,
+                 **extra: Any) -> Run:
+        cfg = self.load(values, config_file)
         cls = resolve(self.run_class)
         return cls(self, cfg, run_id=sanitize_run_id(run_id), **extra)  # type: ignore[no-any-return]
 

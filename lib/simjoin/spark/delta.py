@@ -149,9 +149,10 @@ def _overwrite_partition_now(df: DataFrame, ref: str, partition: Mapping[str, An
 
 
 def append_idempotent(df: DataFrame, ref: str, app_id: str, version: int,
-                      partition_by: Sequence[str] | None = None) -> None:
-    """Append once per (app_id, version): Delta skips a write whose txn it has already committed."""
-    opts = {"txnAppId": app_id, "txnVersion": int(version)}
+                      partition_by: Sequence[str] | None = None, options: Mapping[str, Any] | None = None) -> None:
+    """Append once per (app_id, version): Delta skips a write whose txn it has already committed.
+    ``options``: more writer options, e.g. ``userMetadata`` recorded in the commit."""
+    opts = {**(options or {}), "txnAppId": app_id, "txnVersion": int(version)}
     spark = df.sparkSession
     by = partition_by if not table_exists(spark, ref) else None
     _save(_writer(df, "append", by, opts), ref)

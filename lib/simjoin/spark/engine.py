@@ -34,7 +34,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -476,8 +476,10 @@ class MicroBatchEngine:
         return os.path.exists(self._marker(unit))
 
     def publish(self, unit: Unit, pieces: Sequence[tuple[str, DataFrame, str]],
-                meta: dict[str, Any] | None = None) -> dict[str, Any]:
+                meta: dict[str, Any] | None = None,
+                options: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
         """Append each ``(piece, df, path)`` once per (checkpoint, unit), then commit the unit.
+        ``options``: extra Delta write options per piece (e.g. a commit's ``userMetadata``).
         Only called after the unit's gate passed."""
         marker = self._marker(unit.unit)
         os.makedirs(os.path.dirname(marker), exist_ok=True)
@@ -487,7 +489,7 @@ class MicroBatchEngine:
 
         with ThreadPoolExecutor(max(1, min(8, len(pieces))), thread_name_prefix="publish") as pool:
             futures = [pool.submit(delta.append_idempotent, df, path, self.write_id(piece, unit.checkpoint_id),
-                                   unit.unit) for piece, df, path in pieces]
+                                   unit.unit, None, (options or {}).get(piece)) for piece, df, path in pieces]
         for f in futures:
             f.result()
         maybe_fail(f"{self.pipeline}.publish.mid")

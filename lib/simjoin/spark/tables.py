@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SSJTables", "StreamTables"]
+__all__ = ["SSJTables", "StreamTables", "DirTables"]
 
 
 @dataclass(frozen=True)
@@ -89,3 +89,43 @@ class StreamTables:
     def paths(self) -> dict[str, str]:
         return {"output": self.output, "stats": self.stats, "quarantine": self.quarantine,
                 "state": self.state_dir, "work": self.work_dir, "checkpoint": self.checkpoint}
+
+
+@dataclass(frozen=True)
+class DirTables(StreamTables):
+    """Every table of a stream pipeline whose output is a directory (S2J): one table per task at
+    ``DIR/<task>``, and the pipeline's own tables under ``DIR/_<name>`` (a task name never
+    starts with ``_``)."""
+
+    @property
+    def checkpoint(self) -> str:
+        return self._under("checkpoint")
+
+    @property
+    def stats(self) -> str:
+        return self._under("stats")
+
+    @property
+    def quarantine(self) -> str:
+        return self._under("quarantine")
+
+    @property
+    def state_dir(self) -> str:
+        return self._under("state")
+
+    @property
+    def work_dir(self) -> str:
+        return self._under("work")
+
+    @property
+    def shed(self) -> str:
+        return self._under("shed")
+
+    def task(self, name: str) -> str:
+        return f"{self.output.rstrip('/')}/{name}"
+
+    def _under(self, name: str) -> str:
+        return f"{self.output.rstrip('/')}/_{name}"
+
+    def paths(self) -> dict[str, str]:
+        return {**super().paths(), "shed": self.shed}

@@ -43,6 +43,7 @@ __all__ = [
     "Query",
     "flip_op",
     "parse_query",
+    "Parser",
 ]
 
 OPS: tuple[str, ...] = ("<", "<=", ">", ">=", "=", "!=")
@@ -179,7 +180,13 @@ def _tokenize(text: str) -> list[_Token]:
     return tokens
 
 
-class _Parser:
+class Parser:
+    """The recursive-descent parser of the predicate grammar above. ``WHAT`` names the flag in
+    messages; subclasses (the S2J join tasks) extend the predicate forms."""
+
+    WHAT = "--where"
+    ALLOWED = _ALLOWED
+
     def __init__(self, text: str, columns: Sequence[str] | None) -> None:
         self.text = text
         self.columns = None if columns is None else tuple(columns)
@@ -189,12 +196,12 @@ class _Parser:
 
     def fail(self, detail: str) -> QueryError:
         shown = self.text.replace("\n", " ").replace("\r", " ").replace("\t", " ")
-        return QueryError(f"invalid --where '{shown}': {detail}")
+        return QueryError(f"invalid {self.WHAT} '{shown}': {detail}")
 
     def unexpected(self, tok: _Token) -> QueryError:
         if tok.kind == "end":
-            return self.fail(f"unexpected end of text at position {tok.pos}; {_ALLOWED}")
-        return self.fail(f"unexpected token '{tok.text}' at position {tok.pos}; {_ALLOWED}")
+            return self.fail(f"unexpected end of text at position {tok.pos}; {self.ALLOWED}")
+        return self.fail(f"unexpected token '{tok.text}' at position {tok.pos}; {self.ALLOWED}")
 
     def peek(self) -> _Token:
         return self.tokens[self.i]
@@ -299,7 +306,7 @@ class _Parser:
 
     def parse(self) -> Query:
         if not self.text.strip():
-            raise self.fail(f"empty text; {_ALLOWED}")
+            raise self.fail(f"empty text; {self.ALLOWED}")
         preds = self.predicate()
         while True:
             tok = self.next()
@@ -325,4 +332,4 @@ def parse_query(text: str, columns: Sequence[str] | None = None) -> Query:
 
     Raises ``QueryError`` with a one-line message naming the offending token and its 0-based position.
     """
-    return _Parser(text, columns).parse()
+    return Parser(text, columns).parse()

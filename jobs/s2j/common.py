@@ -1,0 +1,94 @@
+"""What every S2J stage needs: the run (streams, output directory, join tasks, window, adaptation
+settings) and the state it keeps.
+
+Tables under the output directory ``DIR``: one pair table per task at ``DIR/<task>``, ``_stats``,
+``_shed`` (every shed tuple with its micro-batch, τ and shed ratio), ``_quarantine``,
+``_checkpoint``, ``_work``, and under ``_state``: ``progress`` (the engine's; its meta carries the
+workers, the scaling streaks, the next block id and the snapshot count), ``blocks`` (the window's
+tuple blocks, ``simjoin.spark.s2j``) and ``buffer`` (pairs found since the last snapshot, when
+snapshots are rarer than micro-batches). State rows carry the ``unit`` that wrote them and a unit
+reads only state of earlier units, so a replay sees what the first attempt saw.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from simjoin.config import parse_duration
+from simjoin.pipeline.stream import StreamRun
+
+__all__ = ["S2JRun", "PAIR_COLUMNS"]
+
+PAIR_COLUMNS = ("left_id", "right_id", "ts")
+
+
+class S2JRun(StreamRun):
+    STATE: ClassVar[dict[str, str]] = {"blocks": "blocks", "buffer": "buffer"}
+
+    @property
+    def tables(self) -> Any:
+        from simjoin.spark.tables import DirTables
+
+        return DirTables(self.output)
+
+    @property
+    def blocks(self) -> str:
+        return self.state("blocks")
+
+    @property
+    def buffer(self) -> str:
+        return self.state("buffer")
+
+    @property
+    def tasks(self) -> Any:
+        if "_tasks" not in self.frames:
+            self.frames["_tasks"] = self.cfg.task_list
+        return self.frames["_tasks"]
+
+    def task_table(self, name: str) -> str:
+        return self.tables.task(name)  # type: ignore[no-any-return]
+
+    def table_paths(self) -> dict[str, str]:
+        return {**super().table_paths(), **{f"task:{t.name}": self.task_table(t.name) for t in self.tasks}}
+
+    def output_columns(self) -> dict[str, tuple[str, ...]]:
+        return {f"task:{t.name}": PAIR_COLUMNS for t in self.tasks}
+
+    def state_fingerprint(self) -> str:
+        """The blocks hold the tasks' columns under the window: the tasks (canonical text) are
+        part of the state's identity."""
+        return self.fingerprint(("self" if self.self_join else "rs") + "|tasks="
+                                + "; ".join(str(t) for t in self.tasks))
+
+    @property
+    def window_us(self) -> int:
+        return round(parse_duration(self.cfg.window) * 1e6)
+
+    def params(self) -> Any:
+        from simjoin.core.s2j.operator import S2JParams
+
+        return S2JParams(tuple(self.tasks), self.window_us, self.self_join)
+
+    def thresholds(self) -> Any:
+        from simjoin.core.s2j.adapt import Thresholds
+
+        c = self.cfg
+        return Thresholds(c.tau0, c.tau1, c.tau2, c.beta, c.shed_base, c.shed_model, c.sustain, c.min_workers,
+                          c.max_workers)
+
+    def initial_workers(self) -> int:
+        """``--workers``, else m = ⌈E(ϖ)·φ / (W·τ*)⌉ with ``--rate`` and ``--capacity``, else 2."""
+        from simjoin.core.s2j.adapt import initial_workers
+
+        c = self.cfg
+        if c.workers is not None:
+            return int(c.workers)
+        if c.rate is not None and c.capacity is not None:
+            return initial_workers(float(c.rate), parse_duration(c.window), float(c.capacity), self.thresholds())
+        return max(c.min_workers, min(c.max_workers, 2))
+
+
+def bound_micros(mark: Any, window_us: int) -> int:
+    """The newest ``ts`` (microseconds) a stored tuple may have and still be unreachable."""
+    return int(math.floor(mark.timestamp() * 1_000_000)) - int(window_us)

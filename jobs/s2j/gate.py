@@ -1,0 +1,38 @@
+"""S2J stage 3, quality gate (Great Expectations): the pair contract on the micro-batch's pairs
+of every task - schema, no null, no pair twice within a task, a self-join never pairs a tuple with
+itself. A pair of an earlier micro-batch cannot repeat here: every pair holds a tuple of this one,
+and a live id is never admitted twice (ingest). Nothing is published unless it passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.s2j.common import S2JRun
+from simjoin.contracts import RowKind
+from simjoin.quality.gates import pairs_expectations, run_suite
+
+
+def staged_pairs(u: Any) -> DataFrame:
+    """The micro-batch's pairs: task index, left_id, right_id, ts."""
+    return (u.work("joined").where(F.col("kind") == int(RowKind.PAIR))
+            .select("task", "left_id", "right_id", F.timestamp_micros("ts").alias("ts")))
+
+
+def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
+    import great_expectations.expectations as gxe
+
+    u = run_.open_unit(spark)
+    if u is None:
+        return {"unit": None}
+    pairs = staged_pairs(u)
+    ex = [*pairs_expectations(None, None, None, False, window_col="task"),
+          gxe.ExpectColumnValuesToNotBeNull(column="ts"),
+          gxe.ExpectColumnValuesToBeBetween(column="task", min_value=0, max_value=len(run_.tasks) - 1)]
+    if run_.self_join:
+        pairs = pairs.withColumn("_self", F.col("left_id") == F.col("right_id"))
+        ex.append(gxe.ExpectColumnValuesToNotBeInSet(column="_self", value_set=[True]))
+    res = run_suite(pairs, "s2j_pairs", ex)
+    return {"unit": u.id, "expectations": res.evaluated, "success": res.success}

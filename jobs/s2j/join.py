@@ -1,0 +1,138 @@
+"""S2J stage 2, join: adapt to the workload (Section 3.2), shed, then join (Sections 3.3-4).
+
+1. **Adapt.** τ = (live window tuples + this micro-batch's) / (m·W). Sustained τ > τ2 adds
+   workers and sustained τ < τ0 releases them (back to about τ*); τ > τ1 sheds a fraction SR of
+   the incoming tuples (linear or quadratic model). The tuple-block size ς solves Problem 1.
+2. **Shed.** The shed tuples (deterministic by hash, so a retry sheds the same ones) go to
+   ``DIR/_work/shed`` and, at publish, to ``DIR/_shed``: processed plus shed is the input.
+3. **Join.** The micro-batch is read once; the tasks' pre-selection drops tuples no task can use;
+   every live block goes to its worker's Spark task (blocks keep their worker; those of released
+   workers and new blocks go to the least-loaded, and a worker more than ς tuples above another
+   hands blocks over), where each block is read once for every task.
+4. **Blocks.** The kept tuples, cut into blocks of ς, go to ``DIR/_work/blocks``.
+
+Statistics for the unit (τ, workers, shed ratio and count, ς, input scans, latency), per worker
+(load, blocks, seconds) and per task (pairs, candidates) go to ``DIR/_work/stats``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from jobs.s2j.common import S2JRun
+from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
+from simjoin.core.s2j.adapt import assign_blocks, decide, shed_mask
+from simjoin.core.s2j.join import Block
+from simjoin.core.s2j.operator import cut_blocks
+from simjoin.log import get_logger
+from simjoin.spark.engine import read_state
+from simjoin.spark.s2j import block_frame, join_df, read_new
+from simjoin.spark.session import small_frame
+
+log = get_logger("simjoin.s2j")
+
+STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, task string, tau double, workers int, "
+                "shed_ratio double, shed long, block_size long, input_scans int, tasks int, tuples_in long, "
+                "processed long, live long, blocks long, candidates long, pairs long, latency_s double, scaled int")
+DECISION_SCHEMA = "workers int, high int, low int, next_block long, shed long"
+SHED_SCHEMA = "side byte, id long, ts timestamp, tau double, shed_ratio double"
+
+
+def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
+    u = run_.open_unit(spark)
+    if u is None:
+        return {"unit": None}
+    t0 = time.perf_counter()
+    p, cfg = run_.params(), run_.cfg
+    meta = u.engine.progress().meta
+    new = read_new(u.records, p)  # the one scan of the micro-batch, shared by every task
+    input_scans = 1
+    state = read_state(spark, run_.blocks, u.id)
+    live_rows = [] if state is None else state.select("block_id", "side", "worker", "n").orderBy("block_id").collect()
+    live = sum(int(r["n"]) for r in live_rows)
+    incoming = sum(len(t) for t in new.values())
+    workers = int(meta.get("workers") or run_.initial_workers())
+    d = decide(live, incoming, workers, cfg.capacity, run_.thresholds(), cfg.alpha, int(meta.get("high", 0)),
+               int(meta.get("low", 0)), cfg.min_block)
+    if d.scaled:
+        log.info("s2j: unit %d: tau %.2f -> %s to %d workers", u.id, d.tau, "up" if d.scaled > 0 else "down",
+                 d.workers)
+    # shed (deterministic), then pre-selection
+    sides = sorted(new)
+    all_side = np.concatenate([np.full(len(new[s]), s, np.int64) for s in sides])
+    all_id = np.concatenate([new[s].id for s in sides])
+    shed = shed_mask(all_side, all_id, d.shed)
+    kept, shed_rows, off = {}, [], 0
+    for s in sides:
+        m = shed[off:off + len(new[s])]
+        off += len(new[s])
+        shed_rows += [(s, int(i), int(t)) for i, t in zip(new[s].id[m], new[s].ts[m])]
+        k = new[s].take(np.flatnonzero(~m))
+        kept[s] = k.take(np.flatnonzero(p.admit(s, k)))
+    processed = incoming - len(shed_rows)
+    if shed_rows:
+        log.info("s2j: unit %d: tau %.2f > tau1, shedding %d of %d tuples (SR %.3f)", u.id, d.tau, len(shed_rows),
+                 incoming, d.shed_ratio)
+    sh = spark.createDataFrame(pa.table({
+        "side": pa.array([r[0] for r in shed_rows], pa.int8()), "id": pa.array([r[1] for r in shed_rows], pa.int64()),
+        "ts": pa.array([r[2] for r in shed_rows], pa.int64())}))
+    u.write_work(sh.select("side", "id", F.timestamp_micros("ts").alias("ts"),
+                           F.lit(d.tau).alias("tau"), F.lit(d.shed_ratio).alias("shed_ratio")), "shed")
+    # blocks -> workers (existing, then the new ones)
+    next_block = int(meta.get("next_block", 0))
+    fresh = [(s, Block(t).index(p.index_columns(s))) for s in sides for t in cut_blocks(kept[s], d.block_size)]
+    sizes = [int(r["n"]) for r in live_rows] + [len(b) for _, b in fresh]
+    current = [int(r["worker"]) for r in live_rows] + [-1] * len(fresh)
+    assign = assign_blocks(sizes, current, d.workers, d.block_size)
+    moved = sum(1 for a, c in zip(assign, current) if c >= 0 and a != c)
+    blocks = None
+    if state is not None:
+        mapping = spark.createDataFrame(pa.table({"block_id": pa.array([int(r["block_id"]) for r in live_rows],
+                                                                        pa.int64()),
+                                                  "_w": pa.array(assign[:len(live_rows)], pa.int32())}))
+        blocks = (state.join(F.broadcast(mapping), "block_id").drop("worker").withColumnRenamed("_w", "worker"))
+    u.write_work(join_df(spark, blocks, kept, p, d.workers), "joined")
+    rows = [(next_block + i, s, assign[len(live_rows) + i], b) for i, (s, b) in enumerate(fresh)]
+    u.write_work(block_frame(spark, rows), "blocks")
+    secs = time.perf_counter() - t0
+    # statistics
+    st = u.work("joined").where(F.col("kind") == int(RowKind.STATS)).collect()
+    loads = [0] * d.workers
+    nblocks = [0] * d.workers
+    for n, w in zip(sizes, assign):
+        loads[w] += n
+        nblocks[w] += 1
+    wsecs: dict[int, float] = {}
+    per_task: dict[int, list[int]] = {}
+    for r in st:
+        wsecs[int(r["worker"])] = wsecs.get(int(r["worker"]), 0.0) + float(r["seconds"])
+        if int(r["task"]) >= 0:
+            c = per_task.setdefault(int(r["task"]), [0, 0])
+            c[0] += int(r["candidates"])
+            c[1] += int(r["pairs"])
+    pairs = sum(c[1] for c in per_task.values())
+    cand = sum(c[0] for c in per_task.values())
+    out: list[tuple[Any, ...]] = [(
+        "s2j", secs, "unit", u.id, None, None, d.tau, d.workers, d.shed_ratio, len(shed_rows), d.block_size,
+        input_scans, len(p.tasks), incoming, processed, live, len(live_rows) + len(fresh), cand, pairs, secs,
+        d.scaled)]
+    for w in range(d.workers):
+        out.append(("s2j", wsecs.get(w, 0.0), "worker", u.id, w, None, None, d.workers, None, None, None, None, None,
+                    None, None, loads[w], nblocks[w], None, None, None, None))
+    for i, t in enumerate(p.tasks):
+        c = per_task.get(i, [0, 0])
+        out.append(("s2j", None, "task", u.id, None, t.name, None, None, None, None, None, None, None, None, None,
+                    None, None, c[0], c[1], None, None))
+    u.write_work(small_frame(spark, out, STATS_SCHEMA), "stats")
+    u.write_work(small_frame(spark, [(d.workers, d.high, d.low, next_block + len(fresh), len(shed_rows))],
+                             DECISION_SCHEMA), "decision")
+    return {"unit": u.id, "tau": d.tau, "workers": d.workers, "shed": len(shed_rows), "shed_ratio": d.shed_ratio,
+            "block_size": d.block_size, "tuples_in": incoming, "processed": processed, "pairs": pairs,
+            "moved_blocks": moved, "new_blocks": len(fresh), "live": live, "high": d.high, "low": d.low,
+            "next_block": next_block + len(fresh), "seconds": secs}

@@ -1,0 +1,88 @@
+"""S2J stage 4, publish (after the gate) - materialisation (Section 3.1): the micro-batch's pairs
+become a snapshot, or wait in the buffer for one; then shed tuples -> ``DIR/_shed``, stats ->
+``DIR/_stats``, new blocks -> ``DIR/_state/blocks``, and the engine commits the unit with the
+workers, the scaling streaks and the snapshot count. Blocks no future tuple can reach, and
+buffered pairs already in a snapshot, are dropped afterwards.
+
+**Snapshots.** Every ``--snapshot-every`` micro-batches (default 1), or in a micro-batch that
+holds a true ``--punctuation`` value, each task's table gets one Delta commit with every pair
+found since the previous snapshot. The commit's ``userMetadata`` is ``{"snapshot": N, "unit":
+U}``, which ``simjoin s2j query --snapshot N`` time-travels to. Every append is idempotent per
+(checkpoint, unit), so a retried publish neither loses nor repeats a pair.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.s2j.common import S2JRun, bound_micros
+from jobs.s2j.gate import staged_pairs
+from simjoin.spark import delta
+
+
+def snapshot_due(u: Any, run: S2JRun, meta: dict[str, Any]) -> bool:
+    c = run.cfg
+    last = int(meta.get("last_snapshot_unit", -1))
+    if c.snapshot_every is not None and u.id - last >= int(c.snapshot_every):
+        return True
+    if c.punctuation:
+        return u.records.where(F.col(c.punctuation)).limit(1).count() > 0
+    return False
+
+
+def _expire(u: Any, run: S2JRun) -> None:
+    """Drop the blocks whose newest tuple is at least W older than what the other role's stream
+    already committed (no tuple that can still arrive reaches them)."""
+    p = run.params()
+    marks = u.engine.progress().max_ts
+    conds = []
+    for s in p.sides:
+        mark = marks.get(s if p.self_join else 1 - s)
+        if mark is not None:
+            conds.append(f"(side = {s} AND ts_max <= {bound_micros(mark, p.window_us)})")
+    if conds:
+        u.engine.delete(run.blocks, " OR ".join(conds))
+
+
+def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
+    u = run_.open_unit(spark)
+    if u is None:
+        return {"unit": None}
+    meta = u.engine.progress().meta
+    dec = u.work("decision").first()
+    pairs = staged_pairs(u)
+    due = snapshot_due(u, run_, meta)
+    snaps = int(meta.get("snapshots", 0))
+    last = int(meta.get("last_snapshot_unit", -1))
+    pieces: list[tuple[str, DataFrame, str]] = []
+    options: dict[str, dict[str, str]] = {}
+    if due:
+        held = None
+        if delta.table_exists(spark, run_.buffer):
+            held = (delta.read_table(spark, run_.buffer).where((F.col("unit") > last) & (F.col("unit") < u.id))
+                    .select("task", "left_id", "right_id", "ts"))
+        found = pairs if held is None else pairs.unionByName(held)
+        tag = json.dumps({"snapshot": snaps, "unit": u.id})
+        for i, t in enumerate(run_.tasks):
+            piece = f"task:{t.name}"
+            pieces.append((piece, found.where(F.col("task") == i).select("left_id", "right_id", "ts"),
+                           run_.task_table(t.name)))
+            options[piece] = {"userMetadata": tag}
+    else:
+        pieces.append(("buffer", pairs.withColumn("unit", F.lit(u.id).cast("long")), run_.buffer))
+    if int(dec["shed"]):
+        pieces.append(("shed", u.work("shed", keep_unit=True), run_.tables.shed))
+    pieces += [("stats", u.work("stats", keep_unit=True), run_.tables.stats),
+               ("blocks", u.work("blocks", keep_unit=True), run_.blocks)]
+    new_meta = {"workers": int(dec["workers"]), "high": int(dec["high"]), "low": int(dec["low"]),
+                "next_block": int(dec["next_block"]), "snapshots": snaps + (1 if due else 0),
+                "last_snapshot_unit": u.id if due else last}
+    res = u.engine.publish(u.unit, pieces, meta=new_meta, options=options)
+    _expire(u, run_)
+    if due:
+        u.engine.delete(run_.buffer, f"unit <= {u.id}")
+    return {**res, "snapshot": snaps if due else None}  # type: ignore[no-any-return]

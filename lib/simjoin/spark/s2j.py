@@ -1,0 +1,120 @@
+"""Spark adapter of the S2J operator (``simjoin.core.s2j``): it ships tuple blocks and the
+micro-batch's tuples to the workers and pairs back, and holds no join rule of its own.
+
+* **Blocks** (``BLOCK_SCHEMA``, the Delta table ``DIR/_state/blocks``): one row per tuple block,
+  its ids as an array (the duplicate-id check reads them) and its arrays with their sort orders
+  as one blob, so a worker never re-sorts a stored block.
+* **Join** (:func:`join_df`): every live block goes to the Spark task of its worker
+  (``route_to_tasks``; the number of partitions follows the workers), together with the
+  micro-batch's tuples, read once and carried in the task's closure. A task reads each of its
+  blocks once and runs every join task on it (source sharing); one task also joins the new tuples
+  among themselves. The kernels are the core's numba loops inside ``mapInArrow``; pairs leave as
+  Arrow arrays, with one ``STATS`` row per (block, join task).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from simjoin.contracts import RowKind
+from simjoin.core.inequality.spo import Tuples
+from simjoin.core.s2j.join import Block
+from simjoin.core.s2j.operator import S2JParams, TaskPairs, join_new, join_stored, make_tuples
+from simjoin.spark.routing import route_to_tasks
+
+__all__ = ["BLOCK_SCHEMA", "JOIN_SCHEMA", "read_new", "block_frame", "join_df"]
+
+BLOCK_ARROW = pa.schema([("block_id", pa.int64()), ("side", pa.int8()), ("worker", pa.int32()), ("n", pa.int64()),
+                         ("ts_min", pa.int64()), ("ts_max", pa.int64()), ("ids", pa.list_(pa.int64())),
+                         ("blob", pa.binary())])
+BLOCK_SCHEMA = ("block_id long, side byte, worker int, n long, ts_min long, ts_max long, ids array<long>, "
+                "blob binary")
+JOIN_ARROW = pa.schema([("kind", pa.int8()), ("task", pa.int32()), ("left_id", pa.int64()),
+                        ("right_id", pa.int64()), ("ts", pa.int64()), ("worker", pa.int32()),
+                        ("block_id", pa.int64()), ("stored", pa.int64()), ("candidates", pa.int64()),
+                        ("pairs", pa.int64()), ("seconds", pa.float64())])
+JOIN_SCHEMA = ("kind byte, task int, left_id long, right_id long, ts long, worker int, block_id long, stored long, "
+               "candidates long, pairs long, seconds double")
+NEW_BLOCK = -1
+
+
+def _np(t: pa.Table, c: str, dtype: Any) -> np.ndarray:
+    return np.ascontiguousarray(t.column(c).to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def read_new(records: DataFrame, p: S2JParams) -> dict[int, Tuples]:
+    """The micro-batch's staged tuples per side, read once (projected to the tasks' columns)."""
+    cols = sorted({c for s in p.sides for c in p.columns(s)})
+    t = records.select(F.col("side").cast("int").alias("side"), "id", F.unix_micros("ts").alias("ts"),
+                       *[F.col(c).cast("double") for c in cols]).toArrow()
+    side = _np(t, "side", np.int64)
+    out = {}
+    for s in p.sides:
+        m = side == s
+        out[s] = make_tuples(_np(t, "id", np.int64)[m], _np(t, "ts", np.int64)[m],
+                             {c: _np(t, c, np.float64)[m] for c in p.columns(s)})
+    return out
+
+
+def block_frame(spark: SparkSession, rows: list[tuple[int, int, int, Block]]) -> DataFrame:
+    """New blocks ``(block_id, side, worker, block)`` as a DataFrame of ``BLOCK_SCHEMA``."""
+    data = [{"block_id": b, "side": s, "worker": w, "n": len(k), "ts_min": k.ts_min, "ts_max": k.ts_max,
+             "ids": k.tuples.id.tolist(), "blob": k.to_bytes()} for b, s, w, k in rows]
+    return spark.createDataFrame(pa.Table.from_pylist(data, schema=BLOCK_ARROW))
+
+
+def _batch(tp: TaskPairs, worker: int, block_id: int) -> pa.RecordBatch:
+    n = int(tp.left_id.shape[0])
+    return pa.RecordBatch.from_arrays(
+        [pa.array(np.full(n, int(RowKind.PAIR), np.int8)), pa.array(np.full(n, tp.task, np.int32)),
+         pa.array(tp.left_id), pa.array(tp.right_id), pa.array(tp.ts), pa.array(np.full(n, worker, np.int32)),
+         pa.array(np.full(n, block_id, np.int64)), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
+         pa.nulls(n, pa.int64()), pa.nulls(n, pa.float64())], schema=JOIN_ARROW)
+
+
+def join_df(spark: SparkSession, blocks: DataFrame | None, new: dict[int, Tuples], p: S2JParams,
+            workers: int) -> DataFrame:
+    """Pairs of every task between the live blocks (``block_id, side, worker, n, blob``; the
+    ``worker`` column is the block's worker this micro-batch) and the new tuples, plus the new
+    tuples among themselves. ``PAIR`` rows, and per (block, task) a ``STATS`` row."""
+    pseudo = spark.createDataFrame(pa.Table.from_pylist(
+        [{"block_id": NEW_BLOCK, "side": 0, "worker": 0, "n": 0, "blob": None}],
+        schema=pa.schema([("block_id", pa.int64()), ("side", pa.int8()), ("worker", pa.int32()), ("n", pa.int64()),
+                          ("blob", pa.binary())])))
+    rows = pseudo if blocks is None else blocks.select("block_id", "side", "worker", "n", "blob").unionByName(pseudo)
+    rows = route_to_tasks(rows, "worker", workers)
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for r in b.to_pylist():
+                w, bid = int(r["worker"]), int(r["block_id"])
+                t0 = time.perf_counter()
+                if bid == NEW_BLOCK:
+                    found, stored = list(join_new(p, new)), sum(len(t) for t in new.values())
+                else:
+                    block = Block.from_bytes(r["blob"])
+                    found, stored = list(join_stored(p, block, int(r["side"]), new)), len(block)
+                secs = time.perf_counter() - t0
+                per: dict[int, list[int]] = {}
+                for tp in found:
+                    n = int(tp.left_id.shape[0])
+                    if n:
+                        yield _batch(tp, w, bid)
+                    c = per.setdefault(tp.task, [0, 0])
+                    c[0] += tp.candidates
+                    c[1] += n
+                yield pa.RecordBatch.from_pylist([{
+                    "kind": int(RowKind.STATS), "task": k, "worker": w, "block_id": bid, "stored": stored,
+                    "candidates": c[0], "pairs": c[1], "seconds": secs / max(1, len(per))}
+                    for k, c in sorted(per.items())] or [{
+                    "kind": int(RowKind.STATS), "task": -1, "worker": w, "block_id": bid, "stored": stored,
+                    "candidates": 0, "pairs": 0, "seconds": secs}], schema=JOIN_ARROW)
+
+    return rows.mapInArrow(task, JOIN_SCHEMA)
