@@ -22,7 +22,7 @@ import click
 
 __all__ = ["commands", "snapshots", "query_pairs"]
 
-_UTC = dt.timezone.utc
+_UTC = dt.UTC
 
 
 def _table_path(output: str, task: str) -> str:

@@ -91,4 +91,4 @@ class S2JRun(StreamRun):
 
 def bound_micros(mark: Any, window_us: int) -> int:
     """The newest ``ts`` (microseconds) a stored tuple may have and still be unreachable."""
-    return int(math.floor(mark.timestamp() * 1_000_000)) - int(window_us)
+    return math.floor(mark.timestamp() * 1_000_000) - int(window_us)

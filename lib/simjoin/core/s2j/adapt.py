@@ -171,7 +171,7 @@ def decide(live: int, incoming: int, workers: int, capacity: float | None, th: T
     shed = shed_count(sr, incoming)
     per_worker = (load - shed) / m
     sigma = block_size(per_worker, capacity, th.tau1, alpha)
-    return Decision(tau, m, sr, shed, max(int(min_block), int(math.floor(sigma + 1e-9))), hi, lo,
+    return Decision(tau, m, sr, shed, max(int(min_block), math.floor(sigma + 1e-9)), hi, lo,
                     (m > workers) - (m < workers))
 
 

@@ -178,7 +178,7 @@ def _probe(mode, op, c, stored_l, skey, perm, gstart, gbits, table, pkey, pbits,
             else:
                 r0, r1 = _lower(skey, x), n
         elif mode == MODE_ABS:
-            if op == LT or op == LE:  # band: d OP eps and d OP' -eps
+            if op in (LT, LE):  # band: d OP eps and d OP' -eps
                 a0, a1 = _mono_range(skey, 0, n, stored_l, x, op, c)
                 b0, b1 = _mono_range(skey, 0, n, stored_l, x, GT if op == LT else GE, -c)
                 r0, r1 = max(a0, b0), min(a1, b1)
@@ -244,8 +244,9 @@ class Block:
         """The block's arrays (ids, ts, columns, sort orders) as one npz blob."""
         buf = io.BytesIO()
         t = self.tuples
-        np.savez(buf, id=t.id, ts=t.ts, **{f"col_{k}": v for k, v in t.cols.items()},  # type: ignore[arg-type]
-                 **{f"ord_{k}": v for k, v in self.orders.items()})
+        arrays: dict[str, np.ndarray] = {"id": t.id, "ts": t.ts, **{f"col_{k}": v for k, v in t.cols.items()},
+                                         **{f"ord_{k}": v for k, v in self.orders.items()}}
+        np.savez(buf, **arrays)  # type: ignore[arg-type]
         return buf.getvalue()
 
     @classmethod

@@ -197,8 +197,9 @@ class S2JStream:
         d = decide(live, incoming, self.workers, self.capacity, self.th, self.alpha, self.high, self.low,
                    self.min_block)
         self.workers, self.high, self.low = d.workers, d.high, d.low
-        all_sides = np.concatenate([np.full(len(new[s]), s, np.int64) for s in sides]) if sides else np.zeros(0, np.int64)
-        all_ids = np.concatenate([new[s].id for s in sides]) if sides else np.zeros(0, np.int64)
+        none = np.zeros(0, np.int64)
+        all_sides = np.concatenate([np.full(len(new[s]), s, np.int64) for s in sides]) if sides else none
+        all_ids = np.concatenate([new[s].id for s in sides]) if sides else none
         mask = shed_mask(all_sides, all_ids, d.shed)
         kept: dict[int, Tuples] = {}
         shed: dict[int, np.ndarray] = {}
