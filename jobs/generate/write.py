@@ -1,4 +1,4 @@
-"""Stage: write a synthetic input table (sets, vectors, ineq, keys) to Delta."""
+"""Stage: write a synthetic input table (sets, vectors, ineq, keys, aqi) to Delta."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ def run(spark: SparkSession, run: Run) -> dict[str, Any]:
         df = gen.vectors_df(spark, cfg.rows, cfg.dim, cfg.dist, cfg.rate, cfg.seed)
     elif cfg.kind == "ineq":
         df = gen.ineq_df(spark, cfg.rows, cfg.dist, cfg.seed, cfg.rate)
+    elif cfg.kind == "aqi":
+        df = gen.aqi_df(spark, cfg.rows, cfg.domain, cfg.seed, cfg.rate)
     else:
         df = gen.keys_df(spark, cfg.rows, cfg.alpha, cfg.domain, cfg.seed, cfg.rate)
     delta.overwrite(df, cfg.out)

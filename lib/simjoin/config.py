@@ -474,7 +474,8 @@ class HyperCubeConfig(StreamConfig):
 
 @dataclass(frozen=True)
 class GenerateConfig:
-    kind: str = param("vectors", "What to generate.", choices=("sets", "vectors", "ineq", "keys"), flag="")
+    kind: str = param("vectors", "What to generate.", choices=("sets", "vectors", "ineq", "keys", "aqi"),
+                      flag="")
     out: str | None = param(None, "Delta table path to (over)write.", io=True, required=True,
                             dag_default="{warehouse}/generated/vectors")
     rows: int = param(10000, "Number of records.", ge=0, le=1_000_000_000)
@@ -485,7 +486,7 @@ class GenerateConfig:
                       choices=("uniform", "gaussian", "skewed", "pareto", "clustered", "correlated"))
     rate: float = param(100.0, "Rows per second of ts.", gt=0)
     alpha: float = param(1.2, "Zipf exponent of the key distribution (0: uniform).", ge=0, le=10)
-    domain: int = param(1000, "Number of distinct keys K.", ge=1)
+    domain: int = param(1000, "Number of distinct keys K (aqi: stations).", ge=1)
 
     def __post_init__(self) -> None:
         check_fields(self, "generate")

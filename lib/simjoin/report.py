@@ -5,7 +5,9 @@
 - S3J / ClusterJoin (``<output>_stats`` of ``simjoin s3j``): load per worker per window, window
   latencies p50/p99/max, comparisons and duplication ratios per window;
 - inequality join: probe and merge time, live PO-Join batches, probe seconds per worker;
-- Streaming HyperCube: load per worker (ours, PHJ's, the optimal bound), heavy keys' grids over time.
+- Streaming HyperCube: load per worker (ours, PHJ's, the optimal bound), heavy keys' grids over time;
+- S2J: utilisation τ against its thresholds, workers and shed ratio per micro-batch, load per
+  worker, pairs and index candidates per task.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 from typing import Any
 
 __all__ = ["render", "RENDERERS", "render_ssj_stats", "render_s3j_stats", "render_ineq_stats",
-           "render_hypercube_stats"]
+           "render_hypercube_stats", "render_s2j_stats"]
 
 
 def render(pdf: Any, out: str, title: str = "stats") -> list[str]:
@@ -39,6 +41,15 @@ def _render_ssj(pdf: Any, out: str, title: str) -> list[str]:
     files = render_ssj_stats(pdf, out, title)
     _index(out, title, files, pdf.to_html(index=False, float_format="%.3f"))
     return files
+
+
+def _save(fig: Any, out: str, name: str, files: list[str]) -> None:
+    """Write one figure as ``out/name`` (PNG), record it in ``files`` and close it."""
+    import matplotlib.pyplot as plt
+
+    files.append(os.path.join(out, name))
+    fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+    plt.close(fig)
 
 
 def _index(out: str, title: str, files: list[str], table_html: str) -> None:
@@ -71,27 +82,21 @@ def render_ssj_stats(pdf: Any, out: str, title: str = "ssj stats") -> list[str]:
         ax1.set_xlabel("unit (node/modgroup)")
         ax1.set_title(f"{title} [{run_id}]: estimated vs actual cost per unit")
         ax1.legend(fontsize=7)
-        files.append(os.path.join(out, f"ssj_{run_id}_slice_costs.png"))
-        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-        plt.close(fig)
+        _save(fig, out, f"ssj_{run_id}_slice_costs.png", files)
         fig, ax = plt.subplots(figsize=(8, 4))
         ax.bar(x, d["wall_seconds"], label="wall seconds")
         ax.set_xticks(list(x), labels, rotation=45, fontsize=7)
         ax.set_ylabel("seconds")
         ax.set_title(f"{title} [{run_id}]: load per unit (slowest/fastest "
                      f"{d['wall_seconds'].max() / max(d['wall_seconds'].min(), 1e-9):.1f})")
-        files.append(os.path.join(out, f"ssj_{run_id}_unit_seconds.png"))
-        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-        plt.close(fig)
+        _save(fig, out, f"ssj_{run_id}_unit_seconds.png", files)
         fig, ax = plt.subplots(figsize=(8, 4))
         ax.bar([i - 0.2 for i in x], d["records_indexed"], width=0.4, label="records indexed")
         ax.bar([i + 0.2 for i in x], d["records_probed"], width=0.4, label="records probed")
         ax.set_xticks(list(x), labels, rotation=45, fontsize=7)
         ax.set_title(f"{title} [{run_id}]: records per unit (replication)")
         ax.legend(fontsize=7)
-        files.append(os.path.join(out, f"ssj_{run_id}_records.png"))
-        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-        plt.close(fig)
+        _save(fig, out, f"ssj_{run_id}_records.png", files)
     return files
 
 
@@ -127,25 +132,19 @@ def render_s3j_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
             bottom = k[col].values if bottom is None else bottom + k[col].values
         ax.set_xlabel("window"), ax.set_ylabel("load (Definition 5)"), ax.set_title(f"{algo}: load per worker")
         ax.legend(fontsize=7)
-        files.append(os.path.join(out, f"{algo}_load.png"))
-        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-        plt.close(fig)
+        _save(fig, out, f"{algo}_load.png", files)
         fig, ax = plt.subplots(figsize=(8, 4))
         for c, lab in (("p50", "p50"), ("p99", "p99"), ("mx", "max")):
             ax.plot(labels, w[c].values, marker="o", label=lab)
         ax.set_xlabel("window"), ax.set_ylabel("seconds"), ax.set_title(f"{algo}: window latency")
         ax.legend()
-        files.append(os.path.join(out, f"{algo}_latency.png"))
-        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-        plt.close(fig)
+        _save(fig, out, f"{algo}_latency.png", files)
         fig, ax = plt.subplots(figsize=(8, 4))
         ax.plot(labels, (w["comps"] / w["pairs"].clip(lower=1)).values, marker="o", label="comparisons ratio")
         ax.plot(labels, (w["copies"] / w["records"].clip(lower=1)).values, marker="s", label="duplication ratio")
         ax.set_xlabel("window"), ax.set_title(f"{algo}: ratios per window")
         ax.legend()
-        files.append(os.path.join(out, f"{algo}_ratios.png"))
-        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-        plt.close(fig)
+        _save(fig, out, f"{algo}_ratios.png", files)
     _index(out, title, files, win.drop(columns=["worker"], errors="ignore").to_html(index=False, float_format="%.3f"))
     return files
 
@@ -171,9 +170,7 @@ def render_ineq_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
     ax.bar(x, unit["merge_seconds"].values, bottom=unit["probe_seconds"].values, label="merge")
     ax.set_xlabel("micro-batch (unit)"), ax.set_ylabel("seconds"), ax.set_title("ineq: probe and merge time")
     ax.legend()
-    files.append(os.path.join(out, "ineq_times.png"))
-    fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    _save(fig, out, "ineq_times.png", files)
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.plot(x, unit["live_batches"].values, marker="o", label="live immutable batches")
     ax.set_xlabel("micro-batch (unit)"), ax.set_ylabel("batches"), ax.set_title("ineq: live PO-Join batches")
@@ -181,9 +178,7 @@ def render_ineq_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
     ax2.plot(x, unit["mutable"].values, marker="s", color="tab:orange", label="mutable part (tuples)")
     ax2.set_ylabel("tuples")
     fig.legend(loc="upper left")
-    files.append(os.path.join(out, "ineq_batches.png"))
-    fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    _save(fig, out, "ineq_batches.png", files)
     if len(wrk):
         k = wrk.pivot_table(index="unit", columns="worker", values="probe_seconds", aggfunc="sum").sort_index()
         fig, ax = plt.subplots(figsize=(8, 4))
@@ -193,9 +188,7 @@ def render_ineq_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
             bottom = k[col].values if bottom is None else bottom + k[col].values
         ax.set_xlabel("micro-batch (unit)"), ax.set_ylabel("probe seconds"), ax.set_title("ineq: load per worker")
         ax.legend(fontsize=7)
-        files.append(os.path.join(out, "ineq_load.png"))
-        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-        plt.close(fig)
+        _save(fig, out, "ineq_load.png", files)
     _index(out, title, files, unit.drop(columns=["worker"], errors="ignore").to_html(index=False, float_format="%.3f"))
     return files
 
@@ -233,9 +226,7 @@ def render_hypercube_stats(pdf: Any, out: str, title: str = "stats") -> list[str
         a2.plot(u, unit["bound"].values, ls="--", color="k", label="bound")
         a2.set_xlabel("micro-batch (unit)"), a2.set_ylabel("tuple copies"), a2.set_title("max worker load over time")
         a2.legend(fontsize=8)
-    files.append(os.path.join(out, "hypercube_load.png"))
-    fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    _save(fig, out, "hypercube_load.png", files)
     grid = df[df["level"] == "grid"].sort_values("unit")
     fig, ax = plt.subplots(figsize=(8, 4))
     for k, g in grid.groupby("k"):
@@ -246,14 +237,63 @@ def render_hypercube_stats(pdf: Any, out: str, title: str = "stats") -> list[str
     ax.set_xlabel("micro-batch (unit)"), ax.set_ylabel("tasks p_R x p_S"), ax.set_title("heavy keys' grids")
     if len(grid):
         ax.legend(fontsize=7)
-    files.append(os.path.join(out, "hypercube_grids.png"))
-    fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    _save(fig, out, "hypercube_grids.png", files)
     _index(out, title, files, unit.drop(columns=["worker", "k", "p_r", "p_s"], errors="ignore")
+           .to_html(index=False, float_format="%.3f"))
+    return files
+
+
+def render_s2j_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
+    """S2J's stats (pandas) to PNGs and an index.html: per micro-batch the utilisation τ, the
+    workers and the shed ratio (Section 3.2), the load per worker, and per task its pairs and
+    its index's candidates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    df = pd.DataFrame(pdf)
+    os.makedirs(out, exist_ok=True)
+    files: list[str] = []
+    unit = df[df["level"] == "unit"].sort_values("unit")
+    x = [str(int(u)) for u in unit["unit"]]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4))
+    a1.plot(x, unit["tau"].values, marker="o", label="tau (utilisation)")
+    a1.plot(x, unit["shed_ratio"].values, marker="s", label="shed ratio SR")
+    a1.set_xlabel("micro-batch (unit)"), a1.set_ylabel("ratio"), a1.set_title("s2j: utilisation and shedding")
+    a1.legend(fontsize=8)
+    a2.step(x, unit["workers"].values, where="mid", marker="o", color="tab:green")
+    a2.set_xlabel("micro-batch (unit)"), a2.set_ylabel("workers m"), a2.set_title("s2j: workers")
+    _save(fig, out, "s2j_adapt.png", files)
+    wrk = df[df["level"] == "worker"]
+    if len(wrk):
+        k = wrk.pivot_table(index="unit", columns="worker", values="live", aggfunc="sum").sort_index()
+        fig, ax = plt.subplots(figsize=(8, 4))
+        bottom = None
+        for col in k.columns:
+            vals = k[col].fillna(0).values
+            ax.bar([str(int(u)) for u in k.index], vals, bottom=bottom, label=f"worker {int(col)}")
+            bottom = vals if bottom is None else bottom + vals
+        ax.set_xlabel("micro-batch (unit)"), ax.set_ylabel("tuples held"), ax.set_title("s2j: load per worker")
+        ax.legend(fontsize=7)
+        _save(fig, out, "s2j_load.png", files)
+    tsk = df[df["level"] == "task"]
+    if len(tsk):
+        g = tsk.groupby("task")[["pairs", "candidates"]].sum()
+        fig, ax = plt.subplots(figsize=(8, 4))
+        pos = list(range(len(g)))
+        ax.bar([p - 0.2 for p in pos], g["candidates"].values, 0.4, label="index candidates")
+        ax.bar([p + 0.2 for p in pos], g["pairs"].values, 0.4, label="pairs")
+        ax.set_xticks(pos, list(g.index))
+        ax.set_ylabel("count (all micro-batches)"), ax.set_title("s2j: per task")
+        ax.legend(fontsize=8)
+        _save(fig, out, "s2j_tasks.png", files)
+    _index(out, title, files, unit.drop(columns=["worker", "task"], errors="ignore")
            .to_html(index=False, float_format="%.3f"))
     return files
 
 
 #: Plots per pipeline; a new pipeline adds its renderer here.
 RENDERERS = {"ssj": _render_ssj, "s3j": render_s3j_stats, "ineq": render_ineq_stats,
-             "hypercube": render_hypercube_stats}
+             "hypercube": render_hypercube_stats, "s2j": render_s2j_stats}

@@ -40,7 +40,7 @@ def test_generate_params_are_validated(dagbag):
     params = dag.params
     spec = {k: params.get_param(k).schema for k in params}
     assert spec["rows"]["minimum"] == 0 and spec["dim"]["maximum"] == 4096
-    assert "pareto" in spec["dist"]["enum"] and spec["kind"]["enum"] == ["sets", "vectors", "ineq", "keys"]
+    assert "pareto" in spec["dist"]["enum"] and spec["kind"]["enum"] == ["sets", "vectors", "ineq", "keys", "aqi"]
     for key, value in (("rows", -5), ("dim", 0), ("dist", "lognormal"), ("rate", 0), ("kind", "graphs")):
         with pytest.raises(ParamValidationError):
             params.get_param(key).resolve(value)

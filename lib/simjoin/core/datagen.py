@@ -128,6 +128,20 @@ def gen_ineq(start: int, stop: int, dist: str, seed: int) -> tuple[np.ndarray, n
     return a, b
 
 
+def gen_aqi(start: int, stop: int, domain: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Air-quality readings like S2J's case study (Section 1): a station id in ``[0, domain)``,
+    PM2.5 (log-normal, median about 35 ug/m3) and PM10 (about 1.6 x PM2.5 plus noise), both to
+    0.1 as monitors report them (so ties and exact boundary gaps are common)."""
+    if domain < 1:
+        raise ValueError(f"invalid domain {domain}: allowed >= 1")
+    rng = chunk_rng(seed, start // CHUNK_ROWS)
+    n = stop - start
+    station = rng.integers(0, domain, n).astype(np.int64)
+    pm25 = np.round(rng.lognormal(np.log(35.0), 0.6, n), 1)
+    pm10 = np.round(np.maximum(0.0, pm25 * 1.6 + rng.normal(0.0, 12.0, n)), 1)
+    return station, pm25, pm10
+
+
 def gen_keys(start: int, stop: int, alpha: float, domain: int, seed: int) -> np.ndarray:
     if domain < 1:
         raise ValueError(f"invalid domain {domain}: allowed >= 1")

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from simjoin.core import datagen
 
-__all__ = ["sets_df", "vectors_df", "ineq_df", "keys_df"]
+__all__ = ["sets_df", "vectors_df", "ineq_df", "keys_df", "aqi_df"]
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -76,3 +76,14 @@ def keys_df(spark: SparkSession, rows: int, alpha: float, domain: int, seed: int
         return pa.RecordBatch.from_arrays([pa.array(ids), ts, pa.array(k), payload], ["id", "ts", "k", "payload"])
 
     return _chunked(spark, rows, "id long, ts timestamp, k long, payload string", make)
+
+
+def aqi_df(spark: SparkSession, rows: int, domain: int, seed: int, rate: float = 100.0) -> DataFrame:
+    """Air-quality readings (``datagen.gen_aqi``): id, ts, station, pm25, pm10."""
+    def make(s: int, e: int) -> pa.RecordBatch:
+        st, pm25, pm10 = datagen.gen_aqi(s, e, domain, seed)
+        ts = pa.array(datagen.timestamps_us(s, e, rate), TS)
+        return pa.RecordBatch.from_arrays([pa.array(np.arange(s, e, dtype=np.int64)), ts, pa.array(st),
+                                           pa.array(pm25), pa.array(pm10)], ["id", "ts", "station", "pm25", "pm10"])
+
+    return _chunked(spark, rows, "id long, ts timestamp, station long, pm25 double, pm10 double", make)

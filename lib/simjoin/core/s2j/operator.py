@@ -165,7 +165,7 @@ class _Stored:
 
 @dataclass
 class StepResult:
-    pairs: dict[str, set[tuple[int, int]]]
+    pairs: dict[str, list[tuple[int, int]]]  # per task, as found (a pair twice would show)
     shed: dict[int, np.ndarray]
     decision: Decision
     loads: list[int]
@@ -210,14 +210,14 @@ class S2JStream:
             shed[s] = new[s].id[m]
             t = new[s].take(np.flatnonzero(~m))
             kept[s] = t.take(np.flatnonzero(p.admit(s, t)))
-        pairs: dict[str, set[tuple[int, int]]] = {t.name: set() for t in p.tasks}
+        pairs: dict[str, list[tuple[int, int]]] = {t.name: [] for t in p.tasks}
         cand = 0
         for b in self.stored:
             for tp in join_stored(p, b.block, b.side, kept):
-                pairs[p.tasks[tp.task].name].update(zip(tp.left_id.tolist(), tp.right_id.tolist()))
+                pairs[p.tasks[tp.task].name] += zip(tp.left_id.tolist(), tp.right_id.tolist())
                 cand += tp.candidates
         for tp in join_new(p, kept):
-            pairs[p.tasks[tp.task].name].update(zip(tp.left_id.tolist(), tp.right_id.tolist()))
+            pairs[p.tasks[tp.task].name] += zip(tp.left_id.tolist(), tp.right_id.tolist())
             cand += tp.candidates
         for s in sides:
             for t in cut_blocks(kept[s], d.block_size):

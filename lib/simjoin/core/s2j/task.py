@@ -186,10 +186,15 @@ class _TaskParser(Parser):
     WHAT = "--task"
     ALLOWED = _ALLOWED
 
-    def __init__(self, text: str, columns: Sequence[str] | None) -> None:
+    def __init__(self, name: str, text: str, columns: Sequence[str] | None) -> None:
         super().__init__(text, columns)
+        self.name = name
         self.thetas: list[Theta] = []
         self.selections: list[Selection] = []
+
+    def fail(self, detail: str) -> TaskError:
+        shown = self.text.replace("\n", " ").replace("\r", " ").replace("\t", " ")
+        return TaskError(f"invalid --task '{self.name}: {shown}': {detail} (positions count in the predicate)")
 
     def predicate(self) -> list:  # type: ignore[type-arg]
         start = self.peek()
@@ -278,7 +283,7 @@ def parse_task(text: str, columns: Sequence[str] | None = None,
         shown = text.strip().replace("\n", " ")
         raise TaskError(f"invalid --task '{shown}': allowed 'NAME: PREDICATE' with NAME of letters, digits and _ "
                         f"(starting with a letter, at most 64), e.g. 'gap: abs(l.pm25 - r.pm25) > 30'")
-    thetas, sels = _TaskParser(body.strip(), columns).parse_task()
+    thetas, sels = _TaskParser(name, body.strip(), columns).parse_task()
     return JoinTask(name, thetas, sels, choose_main(thetas, domain))
 
 
