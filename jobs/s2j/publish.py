@@ -4,8 +4,8 @@ become a snapshot, or wait in the buffer for one; then shed tuples -> ``DIR/_she
 workers, the scaling streaks and the snapshot count. Blocks no future tuple can reach, and
 buffered pairs already in a snapshot, are dropped afterwards.
 
-**Snapshots.** Every ``--snapshot-every`` micro-batches (default 1), or in a micro-batch that
-holds a true ``--punctuation`` value, each task's table gets one Delta commit with every pair
+**Snapshots.** Every ``--snapshot-every`` micro-batches (default: every one; with
+``--punctuation`` alone, none), and in a micro-batch that holds a true ``--punctuation`` value, each task's table gets one Delta commit with every pair
 found since the previous snapshot. The commit's ``userMetadata`` is ``{"snapshot": N, "unit":
 U}``, which ``simjoin s2j query --snapshot N`` time-travels to. Every append is idempotent per
 (checkpoint, unit), so a retried publish neither loses nor repeats a pair.
@@ -27,7 +27,8 @@ from simjoin.spark import delta
 def snapshot_due(u: Any, run: S2JRun, meta: dict[str, Any]) -> bool:
     c = run.cfg
     last = int(meta.get("last_snapshot_unit", -1))
-    if c.snapshot_every is not None and u.id - last >= int(c.snapshot_every):
+    every = c.snapshot_every if c.snapshot_every is not None or c.punctuation else 1
+    if every is not None and u.id - last >= int(every):
         return True
     if c.punctuation:
         return u.records.where(F.col(c.punctuation)).limit(1).count() > 0

@@ -374,8 +374,9 @@ class S2JConfig(StreamConfig):
                          gt=0, lt=1, state=False)
     min_block: int = param(256, "Smallest tuple block stored (the paper's formula may give 1; a Delta row per tuple "
                                 "would cost more than it balances).", ge=1, le=10_000_000, state=False)
-    snapshot_every: int | None = param(1, "Commit a snapshot every N micro-batches (null: only on punctuation).",
-                                       ge=1, le=100_000, state=False)
+    snapshot_every: int | None = param(None, "Commit a snapshot every N micro-batches (default: every micro-batch, "
+                                             "or with --punctuation only on punctuation).", ge=1, le=100_000,
+                                       state=False)
     punctuation: str | None = param(None, "Boolean column: a micro-batch holding a true value commits a snapshot.",
                                     pattern=r"[A-Za-z_][A-Za-z0-9_]*", allowed="a column name")
     domain: str | None = param(None, "Domain statistics 'col: skew; ...' (skew in [0, 1], e.g. the top key's "
@@ -392,8 +393,6 @@ class S2JConfig(StreamConfig):
                f"0 < tau0 < tau* = beta x tau1 ({self.beta * self.tau1:g}) < tau1 ({self.tau1}) <= tau2 ({self.tau2})")
         _check(self.min_workers <= self.max_workers, s, "min_workers", self.min_workers,
                f"<= max_workers ({self.max_workers})")
-        _check(self.snapshot_every is not None or self.punctuation is not None, s, "snapshot_every",
-               self.snapshot_every, "a number of micro-batches, or null with --punctuation")
         _check(self.right is None or self.left is None or not _same_path(self.right, self.left), s, "right",
                self.right, "a stream other than the left one (omit --right for a self-join)")
         for k in ("left", "right"):
