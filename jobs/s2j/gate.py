@@ -15,10 +15,14 @@ from simjoin.contracts import RowKind
 from simjoin.quality.gates import pairs_expectations, run_suite
 
 
-def staged_pairs(u: Any) -> DataFrame:
-    """The micro-batch's pairs: task index, left_id, right_id, ts."""
-    return (u.work("joined").where(F.col("kind") == int(RowKind.PAIR))
-            .select("task", "left_id", "right_id", F.timestamp_micros("ts").alias("ts")))
+def staged_pairs(run: S2JRun, u: Any) -> DataFrame:
+    """The micro-batch's pairs: task index, left_id, right_id, ts. Kept (persisted) for the
+    later stages of the same process: the gate checks them and publish writes one table per task."""
+    key = f"s2j_pairs_{u.id}"
+    if key not in run.frames:
+        run.keep(key, u.work("joined").where(F.col("kind") == int(RowKind.PAIR))
+                 .select("task", "left_id", "right_id", F.timestamp_micros("ts").alias("ts")).persist())
+    return run.frames[key]  # type: ignore[no-any-return]
 
 
 def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
@@ -27,7 +31,7 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
-    pairs = staged_pairs(u)
+    pairs = staged_pairs(run_, u)
     ex = [*pairs_expectations(None, None, None, False, window_col="task"),
           gxe.ExpectColumnValuesToNotBeNull(column="ts"),
           gxe.ExpectColumnValuesToBeBetween(column="task", min_value=0, max_value=len(run_.tasks) - 1)]

@@ -17,6 +17,7 @@ Statistics for the unit (τ, workers, shed ratio and count, ς, input scans, lat
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -29,7 +30,7 @@ from jobs.s2j.common import S2JRun
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.s2j.adapt import assign_blocks, decide, shed_mask
 from simjoin.core.s2j.join import Block
-from simjoin.core.s2j.operator import cut_blocks
+from simjoin.core.s2j.operator import cut_blocks, expired
 from simjoin.log import get_logger
 from simjoin.spark.engine import read_state
 from simjoin.spark.s2j import block_frame, join_df, read_new
@@ -40,7 +41,7 @@ log = get_logger("simjoin.s2j")
 STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, task string, tau double, workers int, "
                 "shed_ratio double, shed long, block_size long, input_scans int, tasks int, tuples_in long, "
                 "processed long, live long, blocks long, candidates long, pairs long, latency_s double, scaled int")
-DECISION_SCHEMA = "workers int, high int, low int, next_block long, shed long"
+DECISION_SCHEMA = "workers int, high int, low int, next_block long, shed long, expired array<long>"
 SHED_SCHEMA = "side byte, id long, ts timestamp, tau double, shed_ratio double"
 
 
@@ -50,11 +51,20 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
         return {"unit": None}
     t0 = time.perf_counter()
     p, cfg = run_.params(), run_.cfg
-    meta = u.engine.progress().meta
+    prog = u.engine.progress()
+    meta = prog.meta
     new = read_new(u.records, p)  # the one scan of the micro-batch, shared by every task
     input_scans = 1
     state = read_state(spark, run_.blocks, u.id)
-    live_rows = [] if state is None else state.select("block_id", "side", "worker", "n").orderBy("block_id").collect()
+    live_rows = [] if state is None else (state.select("block_id", "side", "worker", "n", "ts_max")
+                                          .orderBy("block_id").collect())
+    # each stream's newest committed ts once this unit is in: blocks below it by W are dropped at publish
+    marks = {s: math.floor(m.timestamp() * 1_000_000) for s, m in prog.max_ts.items()}
+    for s, t in new.items():
+        if len(t):
+            marks[s] = max(marks.get(s, int(t.ts.max())), int(t.ts.max()))
+    gone = [int(r["block_id"]) for r in live_rows
+            if expired(int(r["side"]), int(r["ts_max"]), marks, p.window_us, p.self_join)]
     live = sum(int(r["n"]) for r in live_rows)
     incoming = sum(len(t) for t in new.values())
     workers = int(meta.get("workers") or run_.initial_workers())
@@ -79,14 +89,16 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     if shed_rows:
         log.info("s2j: unit %d: tau %.2f > tau1, shedding %d of %d tuples (SR %.3f)", u.id, d.tau, len(shed_rows),
                  incoming, d.shed_ratio)
-    sh = spark.createDataFrame(pa.table({
-        "side": pa.array([r[0] for r in shed_rows], pa.int8()), "id": pa.array([r[1] for r in shed_rows], pa.int64()),
-        "ts": pa.array([r[2] for r in shed_rows], pa.int64())}))
-    u.write_work(sh.select("side", "id", F.timestamp_micros("ts").alias("ts"),
-                           F.lit(d.tau).alias("tau"), F.lit(d.shed_ratio).alias("shed_ratio")), "shed")
-    # blocks -> workers (existing, then the new ones)
+    if shed_rows:
+        sh = spark.createDataFrame(pa.table({
+            "side": pa.array([r[0] for r in shed_rows], pa.int8()),
+            "id": pa.array([r[1] for r in shed_rows], pa.int64()), "ts": pa.array([r[2] for r in shed_rows], pa.int64())}))
+        u.write_work(sh.select("side", "id", F.timestamp_micros("ts").alias("ts"),
+                               F.lit(d.tau).alias("tau"), F.lit(d.shed_ratio).alias("shed_ratio")), "shed")
+    # blocks -> workers (existing, then the new ones); a new block the other stream already left behind is not kept
     next_block = int(meta.get("next_block", 0))
     fresh = [(s, Block(t).index(p.index_columns(s))) for s in sides for t in cut_blocks(kept[s], d.block_size)]
+    fresh = [(s, b) for s, b in fresh if not expired(s, b.ts_max, marks, p.window_us, p.self_join)]
     sizes = [int(r["n"]) for r in live_rows] + [len(b) for _, b in fresh]
     current = [int(r["worker"]) for r in live_rows] + [-1] * len(fresh)
     assign = assign_blocks(sizes, current, d.workers, d.block_size)
@@ -130,9 +142,10 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
         out.append(("s2j", None, "task", u.id, None, t.name, None, None, None, None, None, None, None, None, None,
                     None, None, c[0], c[1], None, None))
     u.write_work(small_frame(spark, out, STATS_SCHEMA), "stats")
-    u.write_work(small_frame(spark, [(d.workers, d.high, d.low, next_block + len(fresh), len(shed_rows))],
+    u.write_work(small_frame(spark, [(d.workers, d.high, d.low, next_block + len(fresh), len(shed_rows), gone)],
                              DECISION_SCHEMA), "decision")
     return {"unit": u.id, "tau": d.tau, "workers": d.workers, "shed": len(shed_rows), "shed_ratio": d.shed_ratio,
             "block_size": d.block_size, "tuples_in": incoming, "processed": processed, "pairs": pairs,
-            "moved_blocks": moved, "new_blocks": len(fresh), "live": live, "high": d.high, "low": d.low,
+            "moved_blocks": moved, "new_blocks": len(fresh), "expired_blocks": len(gone), "live": live,
+            "high": d.high, "low": d.low,
             "next_block": next_block + len(fresh), "seconds": secs}

@@ -1,8 +1,8 @@
 """S2J stage 4, publish (after the gate) - materialisation (Section 3.1): the micro-batch's pairs
 become a snapshot, or wait in the buffer for one; then shed tuples -> ``DIR/_shed``, stats ->
 ``DIR/_stats``, new blocks -> ``DIR/_state/blocks``, and the engine commits the unit with the
-workers, the scaling streaks and the snapshot count. Blocks no future tuple can reach, and
-buffered pairs already in a snapshot, are dropped afterwards.
+workers, the scaling streaks and the snapshot count. Blocks no future tuple can reach (listed by
+the join stage), and buffered pairs already in a snapshot, are dropped afterwards.
 
 **Snapshots.** Every ``--snapshot-every`` micro-batches (default: every one; with
 ``--punctuation`` alone, none), and in a micro-batch that holds a true ``--punctuation`` value, each task's table gets one Delta commit with every pair
@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.s2j.common import S2JRun, bound_micros
+from jobs.s2j.common import S2JRun
 from jobs.s2j.gate import staged_pairs
 from simjoin.spark import delta
 
@@ -35,27 +35,13 @@ def snapshot_due(u: Any, run: S2JRun, meta: dict[str, Any]) -> bool:
     return False
 
 
-def _expire(u: Any, run: S2JRun) -> None:
-    """Drop the blocks whose newest tuple is at least W older than what the other role's stream
-    already committed (no tuple that can still arrive reaches them)."""
-    p = run.params()
-    marks = u.engine.progress().max_ts
-    conds = []
-    for s in p.sides:
-        mark = marks.get(s if p.self_join else 1 - s)
-        if mark is not None:
-            conds.append(f"(side = {s} AND ts_max <= {bound_micros(mark, p.window_us)})")
-    if conds:
-        u.engine.delete(run.blocks, " OR ".join(conds))
-
-
 def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
     meta = u.engine.progress().meta
     dec = u.work("decision").first()
-    pairs = staged_pairs(u)
+    pairs = staged_pairs(run_, u)
     due = snapshot_due(u, run_, meta)
     snaps = int(meta.get("snapshots", 0))
     last = int(meta.get("last_snapshot_unit", -1))
@@ -83,7 +69,12 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
                 "next_block": int(dec["next_block"]), "snapshots": snaps + (1 if due else 0),
                 "last_snapshot_unit": u.id if due else last}
     res = u.engine.publish(u.unit, pieces, meta=new_meta, options=options)
-    _expire(u, run_)
-    if due:
+    # blocks whose newest tuple is at least W older than what the other role's stream has now
+    # committed: no tuple that can still arrive reaches them (the join stage listed them)
+    gone = list(dec["expired"] or [])
+    if gone:
+        u.engine.delete(run_.blocks, f"block_id IN ({', '.join(str(int(b)) for b in gone)})")
+    if due and delta.table_exists(spark, run_.buffer):
         u.engine.delete(run_.buffer, f"unit <= {u.id}")
-    return {**res, "snapshot": snaps if due else None}  # type: ignore[no-any-return]
+    pairs.unpersist()
+    return {**res, "snapshot": snaps if due else None, "expired_blocks": len(gone)}  # type: ignore[no-any-return]
