@@ -92,7 +92,8 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     if shed_rows:
         sh = spark.createDataFrame(pa.table({
             "side": pa.array([r[0] for r in shed_rows], pa.int8()),
-            "id": pa.array([r[1] for r in shed_rows], pa.int64()), "ts": pa.array([r[2] for r in shed_rows], pa.int64())}))
+            "id": pa.array([r[1] for r in shed_rows], pa.int64()),
+            "ts": pa.array([r[2] for r in shed_rows], pa.int64())}))
         u.write_work(sh.select("side", "id", F.timestamp_micros("ts").alias("ts"),
                                F.lit(d.tau).alias("tau"), F.lit(d.shed_ratio).alias("shed_ratio")), "shed")
     # blocks -> workers (existing, then the new ones); a new block the other stream already left behind is not kept

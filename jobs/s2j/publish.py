@@ -5,8 +5,8 @@ workers, the scaling streaks and the snapshot count. Blocks no future tuple can 
 the join stage), and buffered pairs already in a snapshot, are dropped afterwards.
 
 **Snapshots.** Every ``--snapshot-every`` micro-batches (default: every one; with
-``--punctuation`` alone, none), and in a micro-batch that holds a true ``--punctuation`` value, each task's table gets one Delta commit with every pair
-found since the previous snapshot. The commit's ``userMetadata`` is ``{"snapshot": N, "unit":
+``--punctuation`` alone, none), and in a micro-batch that holds a true ``--punctuation`` value,
+each task's table gets one Delta commit with every pair found since the previous snapshot. The commit's ``userMetadata`` is ``{"snapshot": N, "unit":
 U}``, which ``simjoin s2j query --snapshot N`` time-travels to. Every append is idempotent per
 (checkpoint, unit), so a retried publish neither loses nor repeats a pair.
 """
