@@ -7,8 +7,9 @@ the join stage), and buffered pairs already in a snapshot, are dropped afterward
 **Snapshots.** Every ``--snapshot-every`` micro-batches (default: every one; with
 ``--punctuation`` alone, none), and in a micro-batch that holds a true ``--punctuation`` value,
 each task's table gets one Delta commit with every pair found since the previous snapshot. The
-commit's ``userMetadata`` is ``{"snapshot": N, "unit": U}``, which ``simjoin s2j query --snapshot N`` time-travels to. Every append is idempotent per
-(checkpoint, unit), so a retried publish neither loses nor repeats a pair.
+commit's ``userMetadata`` is ``{"snapshot": N, "unit": U}``, which ``simjoin s2j query
+--snapshot N`` time-travels to. Every append is idempotent per (checkpoint, unit), so a retried
+publish neither loses nor repeats a pair.
 """
 
 from __future__ import annotations
