@@ -127,6 +127,7 @@ def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
     spec = run.spec
     t0 = time.perf_counter()
     results: dict[str, Any] = {"rounds": []}
+    run.in_process = True
     guard_outputs(spark, run)
     if run.reset:
         reset = getattr(run, "reset_tables", None)

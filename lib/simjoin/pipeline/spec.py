@@ -146,6 +146,9 @@ class Run:
     run_id: str = "cli"
     reset: bool = False
     frames: dict[str, Any] = field(default_factory=dict)
+    #: Every stage of the run runs in this process, in order (the CLI's runner): stages may hand
+    #: DataFrames over in memory instead of through work tables (``OpenUnit.hand_over``).
+    in_process: bool = False
 
     def __post_init__(self) -> None:
         for f in self.spec.fields():

@@ -111,3 +111,26 @@ class OpenUnit:
 
     def write_work(self, df: Any, name: str) -> str:
         return self.engine.write_work(df, name, self.id)  # type: ignore[no-any-return]
+
+    def hand_over(self, run: Any, df: Any, name: str) -> None:
+        """A stage's output for the unit's next stages: kept (persisted) in this process when
+        every stage runs here (``run.in_process``, the CLI), else written as a work table (each
+        Airflow task reads it back). Either way a retry recomputes or rereads the same rows."""
+        if run.in_process:
+            run.keep(self._key(name), df.persist())
+        else:
+            self.write_work(df, name)
+
+    def handed(self, run: Any, name: str, keep_unit: bool = False) -> Any:
+        """What an earlier stage handed over as ``name`` (see :meth:`hand_over`)."""
+        df = run.frames.get(self._key(name))
+        if df is None:
+            return self.work(name, keep_unit)
+        if keep_unit:
+            from pyspark.sql import functions as F
+
+            return df.withColumn("unit", F.lit(self.id).cast("long"))
+        return df
+
+    def _key(self, name: str) -> str:
+        return f"work:{name}:{self.id}"

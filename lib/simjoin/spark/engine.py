@@ -81,6 +81,10 @@ class StaleUnit(RuntimeError):
     """A work table holds another unit than the open one: the previous stage must run again."""
 
 
+#: Committed units' staged records are deleted every this many units.
+RECORDS_HOUSEKEEPING_EVERY = 4
+
+
 @dataclass(frozen=True)
 class Progress:
     """What the committed units say: the last one, the watermark, the state's identity."""
@@ -509,8 +513,10 @@ class MicroBatchEngine:
         delta.append_idempotent(prow, self.tables.progress, self.write_id("progress", unit.checkpoint_id),
                                 unit.unit)
         wm = min(marks.values()) if len(marks) == len(self.sources) else None
-        # housekeeping: committed units' staged rows are no longer needed
-        self.delete(self.tables.records, f"unit <= {unit.unit}")
+        # housekeeping: committed units' staged rows are no longer needed (readers skip them by
+        # unit; a DELETE costs a second or two, so it runs every few units)
+        if unit.unit % RECORDS_HOUSEKEEPING_EVERY == RECORDS_HOUSEKEEPING_EVERY - 1:
+            self.delete(self.tables.records, f"unit <= {unit.unit}")
         log.info("%s: unit %d published (%s), watermark %s", self.pipeline, unit.unit,
                  ", ".join(p for p, _, _ in pieces), wm)
         return {"unit": unit.unit, "watermark": None if wm is None else wm.isoformat()}
