@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from jobs.ineq.common import IneqRun, tuple_bound
-from simjoin.quality.quarantine import Rule, late, split_quarantine, stream_duplicates
+from simjoin.quality.quarantine import late, numeric_rules, split_quarantine, stream_duplicates
 from simjoin.spark import delta
 from simjoin.spark.engine import NUMERIC, BatchInfo, Prepared
 
@@ -48,13 +48,7 @@ def preparer(spark: SparkSession, run: IneqRun) -> Any:
     cols = sorted({c for s in p.sides for c in p.columns(s)})
 
     def prepare(df: DataFrame, info: BatchInfo) -> Prepared:
-        rules = []
-        for s in p.sides:
-            mine = F.col("side") == s
-            for c in p.columns(s):
-                rules.append(Rule(mine & F.col(c).isNull(), f"null {c}"))
-                rules.append(Rule(mine & (F.isnan(c) | F.col(c).isin(float("inf"), float("-inf"))),
-                                  f"NaN or inf in {c}"))
+        rules = numeric_rules({s: p.columns(s) for s in p.sides})
         df, dups = stream_duplicates(df, _seen(spark, run, info), ["ts", *cols])
         rules += dups
         if p.window.time_us is not None:

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from jobs.s2j.common import S2JRun, bound_micros
-from simjoin.quality.quarantine import Rule, late, split_quarantine, stream_duplicates
+from simjoin.quality.quarantine import Rule, late, numeric_rules, split_quarantine, stream_duplicates
 from simjoin.spark import delta
 from simjoin.spark.engine import NUMERIC, BatchInfo, Prepared
 
@@ -58,13 +58,7 @@ def preparer(spark: SparkSession, run: S2JRun) -> Any:
     cols = sorted({c for s in p.sides for c in p.columns(s)})
 
     def prepare(df: DataFrame, info: BatchInfo) -> Prepared:
-        rules = []
-        for s in p.sides:
-            mine = F.col("side") == s
-            for c in p.columns(s):
-                rules.append(Rule(mine & F.col(c).isNull(), f"null {c}"))
-                rules.append(Rule(mine & (F.isnan(c) | F.col(c).isin(float("inf"), float("-inf"))),
-                                  f"NaN or inf in {c}"))
+        rules = numeric_rules({s: p.columns(s) for s in p.sides})
         if punct:
             rules.append(Rule(F.col(punct).isNull(), f"null {punct} (the punctuation column)"))
         df, dups = stream_duplicates(df, _seen(spark, run, info), ["ts", *cols])

@@ -5,6 +5,7 @@ Nothing is silently dropped: the split asserts good + quarantined = input and lo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ __all__ = [
     "Rule",
     "QuarantineResult",
     "split_quarantine",
+    "numeric_rules",
     "write_quarantine",
     "not_null",
     "nonempty_text",
@@ -125,6 +127,17 @@ def late(max_ts: dict[int, Any]) -> list[Rule]:
         F.lit("late: ts "), F.col("ts").cast("string"),
         F.lit(f" is before {mark.isoformat()}, the latest ts its stream already committed")))
         for s, mark in sorted(max_ts.items())]
+
+
+def numeric_rules(columns_by_side: dict[int, Sequence[str]]) -> list[Rule]:
+    """Rules for a stream row whose side needs a numeric column that is null, NaN or infinite."""
+    rules = []
+    for side, cols in sorted(columns_by_side.items()):
+        mine = F.col("side") == side
+        for c in cols:
+            rules.append(Rule(mine & F.col(c).isNull(), f"null {c}"))
+            rules.append(Rule(mine & (F.isnan(c) | F.col(c).isin(float("inf"), float("-inf"))), f"NaN or inf in {c}"))
+    return rules
 
 
 def stream_duplicates(df: DataFrame, seen: DataFrame | None, order: list[str]) -> tuple[DataFrame, list[Rule]]:

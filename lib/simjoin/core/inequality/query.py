@@ -281,7 +281,9 @@ class Parser:
             self.n_inequalities += 1
         return [pred]
 
-    def band(self) -> list[Predicate]:
+    def abs_operands(self, what: str) -> tuple[_Token, str, str]:
+        """``abs(colref - colref)``: its first token and the l and r columns (``|a - b| = |b - a|``
+        exactly, negation being exact, so either order is the same predicate)."""
         start = self.next()
         self.expect("punct", "(")
         s1, c1, _ = self.colref()
@@ -290,8 +292,13 @@ class Parser:
         self.expect("punct", ")")
         if s1 == s2:
             raise self.fail(
-                f"band at position {start.pos} compares two columns of role {s1}; one side must be l and the other r"
+                f"{what} at position {start.pos} compares two columns of role {s1}; one side must be l and the other r"
             )
+        left, right = (c1, c2) if s1 == "l" else (c2, c1)
+        return start, left, right
+
+    def band(self) -> list[Predicate]:
+        start, left, right = self.abs_operands("band")
         op, op_tok = self.op()
         if op not in ("<", "<="):
             raise self.fail(f"band at position {start.pos} needs < or <= (got '{op_tok.text}' at {op_tok.pos})")
@@ -299,22 +306,25 @@ class Parser:
         eps = self.number()
         if eps <= 0:
             raise self.fail(f"band width '{eps_tok.text}' at position {eps_tok.pos} must be a positive number")
-        left, right = (c1, c2) if s1 == "l" else (c2, c1)
         self.n_inequalities += 1
         upper = ">" if op == "<" else ">="
         return [Predicate(left, op, right, -eps), Predicate(left, upper, right, eps)]
 
-    def parse(self) -> Query:
+    def conjunction(self, empty: str = "empty text") -> list[Predicate]:
+        """``predicate (AND predicate)*`` up to the end of the text."""
         if not self.text.strip():
-            raise self.fail(f"empty text; {self.ALLOWED}")
+            raise self.fail(f"{empty}; {self.ALLOWED}")
         preds = self.predicate()
         while True:
             tok = self.next()
             if tok.kind == "end":
-                break
+                return preds
             if tok.kind != "ident" or tok.text.upper() != "AND":
                 raise self.unexpected(tok)
             preds.extend(self.predicate())
+
+    def parse(self) -> Query:
+        preds = self.conjunction()
         if self.n_inequalities == 0:
             raise self.fail(
                 "at least one inequality (<, <=, >, >=) or band abs(l.<col> - r.<col>) < number is required"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from simjoin.core.inequality.kernels import GE, GT, LE, LT, OP_CODES, grow
+from simjoin.core.inequality.kernels import GE, GT, LE, LT, OP_CODES, grow, lower_bound, upper_bound
 from simjoin.core.inequality.spo import Tuples
 from simjoin.core.s2j.task import JoinTask, Theta
 
@@ -93,30 +93,6 @@ def _mono_range(a, lo, hi, stored_l, x, op, t):  # type: ignore[no-untyped-def]
     return a_lo, hi
 
 
-@njit(cache=True)
-def _lower(a, x):  # type: ignore[no-untyped-def]
-    lo, hi = 0, a.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@njit(cache=True)
-def _upper(a, x):  # type: ignore[no-untyped-def]
-    lo, hi = 0, a.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
 @njit(cache=True, inline="always")
 def _mix(z):  # type: ignore[no-untyped-def]
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -170,13 +146,13 @@ def _probe(mode, op, c, stored_l, skey, perm, gstart, gbits, table, pkey, pbits,
                 r0, r1 = gstart[g], gstart[g + 1]
         elif mode == MODE_CMP:  # skey OP x, skey ascending
             if op == LT:
-                r0, r1 = 0, _lower(skey, x)
+                r0, r1 = 0, lower_bound(skey, 0, n, x)
             elif op == LE:
-                r0, r1 = 0, _upper(skey, x)
+                r0, r1 = 0, upper_bound(skey, 0, n, x)
             elif op == GT:
-                r0, r1 = _upper(skey, x), n
+                r0, r1 = upper_bound(skey, 0, n, x), n
             else:
-                r0, r1 = _lower(skey, x), n
+                r0, r1 = lower_bound(skey, 0, n, x), n
         elif mode == MODE_ABS:
             if op in (LT, LE):  # band: d OP eps and d OP' -eps
                 a0, a1 = _mono_range(skey, 0, n, stored_l, x, op, c)

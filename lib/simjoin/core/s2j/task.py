@@ -218,35 +218,15 @@ class _TaskParser(Parser):
         return []
 
     def abs_predicate(self) -> None:
-        start = self.next()
-        self.expect("punct", "(")
-        s1, c1, _ = self.colref()
-        self.expect("punct", "-")
-        s2, c2, _ = self.colref()
-        self.expect("punct", ")")
-        if s1 == s2:
-            raise self.fail(f"abs at position {start.pos} compares two columns of role {s1}; "
-                            "one side must be l and the other r")
+        start, left, right = self.abs_operands("abs")
         op, op_tok = self.op()
         if op not in INEQUALITY_OPS:
             raise self.fail(f"abs at position {start.pos} needs <, <=, > or >= (got '{op_tok.text}' at "
                             f"{op_tok.pos})")
-        eps = self.number()
-        # |l - r| = |r - l| exactly (negation is exact), so abs(r.a - l.b) is abs(l.b - r.a)
-        left, right = (c1, c2) if s1 == "l" else (c2, c1)
-        self.thetas.append(Theta("abs", left, op, right, eps))
+        self.thetas.append(Theta("abs", left, op, right, self.number()))
 
     def parse_task(self) -> tuple[tuple[Theta, ...], tuple[Selection, ...]]:
-        if not self.text.strip():
-            raise self.fail(f"empty predicate; {self.ALLOWED}")
-        self.predicate()
-        while True:
-            tok = self.next()
-            if tok.kind == "end":
-                break
-            if tok.kind != "ident" or tok.text.upper() != "AND":
-                raise self.unexpected(tok)
-            self.predicate()
+        self.conjunction("empty predicate")  # predicate() collects into thetas and selections
         if not self.thetas:
             raise self.fail("at least one predicate between l and r (l.<col> OP r.<col> or abs(...)) is required")
         if len(self.thetas) + len(self.selections) > MAX_PREDICATES:
