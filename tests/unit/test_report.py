@@ -40,3 +40,20 @@ def test_s3j_stats_plots(tmp_path):
 def test_unknown_table_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="not a simjoin stats table"):
         render(pd.DataFrame({"a": [1]}), str(tmp_path), "x")
+
+
+def test_s2j_stats_plots(tmp_path):
+    rows = []
+    for u in range(3):
+        rows.append({"pipeline": "s2j", "seconds": 1.0, "level": "unit", "unit": u, "worker": None, "task": None,
+                     "tau": 0.5 + 0.2 * u, "workers": 2 + u, "shed_ratio": 0.1 * u, "shed": 10 * u, "live": None})
+        for w in range(2 + u):
+            rows.append({"pipeline": "s2j", "seconds": 0.3, "level": "worker", "unit": u, "worker": w, "task": None,
+                         "tau": None, "workers": 2 + u, "shed_ratio": None, "shed": None, "live": 100 + w})
+        for t in ("pm25", "pm10"):
+            rows.append({"pipeline": "s2j", "seconds": None, "level": "task", "unit": u, "worker": None, "task": t,
+                         "tau": None, "workers": None, "shed_ratio": None, "shed": None, "live": None,
+                         "pairs": 5, "candidates": 9})
+    files = render(pd.DataFrame(rows), str(tmp_path), "s2j")
+    assert [f.rsplit("/", 1)[1] for f in files] == ["s2j_adapt.png", "s2j_load.png", "s2j_tasks.png"]
+    assert all((tmp_path / f.rsplit("/", 1)[1]).read_bytes()[:4] == b"\x89PNG" for f in files)
