@@ -1,6 +1,7 @@
 """S2J stage 2, join: adapt to the workload (Section 3.2), shed, then join (Sections 3.3-4).
 
-1. **Adapt.** τ = (live window tuples + this micro-batch's) / (m·W). Sustained τ > τ2 adds
+1. **Adapt.** τ = w / W with w the most tuples the window holds at once while the micro-batch
+   arrives (stored and new; ``adapt.window_load``), over m workers. Sustained τ > τ2 adds
    workers and sustained τ < τ0 releases them (back to about τ*); τ > τ1 sheds a fraction SR of
    the incoming tuples (linear or quadratic model). The tuple-block size ς solves Problem 1.
 2. **Shed.** The shed tuples (deterministic by hash, so a retry sheds the same ones) go to
@@ -28,7 +29,7 @@ from pyspark.sql import functions as F
 
 from jobs.s2j.common import S2JRun
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
-from simjoin.core.s2j.adapt import assign_blocks, decide, shed_mask
+from simjoin.core.s2j.adapt import assign_blocks, decide, shed_mask, window_load
 from simjoin.core.s2j.join import Block
 from simjoin.core.s2j.operator import cut_blocks, expired
 from simjoin.log import get_logger
@@ -56,7 +57,7 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     new = read_new(u.records, p)  # the one scan of the micro-batch, shared by every task
     input_scans = 1
     state = read_state(spark, run_.blocks, u.id)
-    live_rows = [] if state is None else (state.select("block_id", "side", "worker", "n", "ts_max")
+    live_rows = [] if state is None else (state.select("block_id", "side", "worker", "n", "ts_min", "ts_max")
                                           .orderBy("block_id").collect())
     # each stream's newest committed ts once this unit is in: blocks below it by W are dropped at publish
     marks = {s: math.floor(m.timestamp() * 1_000_000) for s, m in prog.max_ts.items()}
@@ -68,8 +69,10 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     live = sum(int(r["n"]) for r in live_rows)
     incoming = sum(len(t) for t in new.values())
     workers = int(meta.get("workers") or run_.initial_workers())
+    load = window_load(np.concatenate([t.ts for t in new.values()]),
+                       [(int(r["ts_min"]), int(r["ts_max"]), int(r["n"])) for r in live_rows], p.window_us)
     d = decide(live, incoming, workers, cfg.capacity, run_.thresholds(), cfg.alpha, int(meta.get("high", 0)),
-               int(meta.get("low", 0)), cfg.min_block)
+               int(meta.get("low", 0)), cfg.min_block, load)
     if d.scaled:
         log.info("s2j: unit %d: tau %.2f -> %s to %d workers", u.id, d.tau, "up" if d.scaled > 0 else "down",
                  d.workers)

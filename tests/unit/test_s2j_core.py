@@ -138,6 +138,19 @@ def test_scaling_needs_a_sustained_load():
     assert (d.workers, d.scaled, d.shed) == (5, 1, 0) and d.tau == pytest.approx(200 / 500)
 
 
+def test_window_load_is_what_the_window_holds_at_once():
+    s = 1_000_000
+    # no state, four arrivals within W: all of them
+    assert adapt.window_load(np.array([0, 1, 2, 3]) * s, [], 15 * s) == (4.0, 4.0)
+    # arrivals 10 s apart, W = 15 s: at most 2 at once, however long the micro-batch
+    assert adapt.window_load(np.arange(0, 100, 10) * s, [], 15 * s) == (2.0, 2.0)
+    # a stored block of 10 tuples over [0, 10] s; arrivals at 20 and 30 s, W = 15 s:
+    # before any arrival the state holds 10; at 20 s, tuples after 5 s: half the block + 1 = 6
+    assert adapt.window_load(np.array([20, 30]) * s, [(0, 10 * s, 10)], 15 * s) == (10.0, 0.0)
+    # arrivals at 0..4 s while the block is still whole: 10 + 5 = 15, of which 5 incoming
+    assert adapt.window_load(np.arange(5) * s, [(0, 10 * s, 10)], 15 * s) == (15.0, 5.0)
+
+
 def test_assign_blocks_keeps_workers_within_one_block():
     out = adapt.assign_blocks([100] * 8, [0] * 8, 4, 100)
     loads = np.bincount(out, weights=[100] * 8, minlength=4)
@@ -270,11 +283,12 @@ def test_forced_overload_sheds_by_the_model_and_stays_exact_on_what_is_processed
     got = {t.name: [] for t in tasks}
     shed: dict[int, list[int]] = {0: [], 1: []}
     for b in range(4):
-        live = sum(len(x.block) for x in op.stored)
+        blocks = [(x.block.ts_min, x.block.ts_max, len(x.block)) for x in op.stored]
         new = {0: L.take(cl[b]), 1: R.take(cr[b])}
+        load, _ = adapt.window_load(np.concatenate([new[0].ts, new[1].ts]), blocks, 30_000_000)
         res = op.step(new)
         n = len(cl[b]) + len(cr[b])
-        tau = (live + n) / (2 * 150)
+        tau = load / (2 * 150)
         assert res.decision.tau == pytest.approx(tau)
         assert res.decision.shed_ratio == pytest.approx(adapt.shed_ratio(tau, th))
         assert sum(len(v) for v in res.shed.values()) == adapt.shed_count(res.decision.shed_ratio, n)

@@ -19,7 +19,8 @@ import numpy as np
 from simjoin.core.hashing import splitmix64
 
 __all__ = ["Thresholds", "utilization", "initial_workers", "shed_ratio", "shed_count", "shed_mask",
-           "scaled_workers", "block_size", "block_candidates", "problem1_cost", "Decision", "decide"]
+           "scaled_workers", "block_size", "block_candidates", "problem1_cost", "Decision", "decide", "window_load",
+           "assign_blocks"]
 
 
 @dataclass(frozen=True)
@@ -159,17 +160,52 @@ class Decision:
     scaled: int  # +1 scaled up, -1 down, 0 not
 
 
+def window_load(incoming_ts: np.ndarray, blocks: Sequence[tuple[int, int, int]], window_us: int,
+                samples: int = 512) -> tuple[float, float]:
+    """The workload w·m of a micro-batch: the most tuples the window holds at once while it
+    arrives (the paper's ϖφ), and the incoming tuples' part of it. At sampled arrival times t:
+    the incoming tuples dated in (t - W, t] plus the stored ones dated after t - W (a block's
+    ``n`` tuples taken as spread evenly over [ts_min, ts_max]); before the first arrival, the
+    whole stored state. A micro-batch shorter than the window gives ``live + incoming``; a longer
+    one no more than its busiest window."""
+    ts = np.sort(np.asarray(incoming_ts, np.int64))
+    bmin = np.array([b[0] for b in blocks], np.float64)
+    bmax = np.array([b[1] for b in blocks], np.float64)
+    bn = np.array([b[2] for b in blocks], np.float64)
+    best, best_inc = float(bn.sum()), 0.0
+    if ts.shape[0] == 0:
+        return best, best_inc
+    at = ts[np.unique(np.linspace(0, ts.shape[0] - 1, min(samples, ts.shape[0])).round().astype(np.int64))]
+    inc = np.searchsorted(ts, at, "right") - np.searchsorted(ts, at - window_us, "right")
+    if bn.shape[0]:
+        cut = (at - window_us).astype(np.float64)[:, None]
+        span = np.maximum(bmax - bmin, 1.0)[None, :]
+        frac = np.where(bmax[None, :] > cut, np.clip((bmax[None, :] - cut) / span, 0.0, 1.0), 0.0)
+        frac = np.where((bmax == bmin)[None, :], (bmax[None, :] > cut).astype(np.float64), frac)
+        stored = (frac * bn[None, :]).sum(axis=1)
+    else:
+        stored = np.zeros(at.shape[0])
+    total = inc + stored
+    k = int(np.argmax(total))
+    if total[k] > best:
+        best, best_inc = float(total[k]), float(inc[k])
+    return best, best_inc
+
+
 def decide(live: int, incoming: int, workers: int, capacity: float | None, th: Thresholds, alpha: float,
-           high: int = 0, low: int = 0, min_block: int = 1) -> Decision:
+           high: int = 0, low: int = 0, min_block: int = 1,
+           load: tuple[float, float] | None = None) -> Decision:
     """Scale first (a sustained load), then shed what the workers still cannot hold (a transitory
     one), then size the blocks for the load that remains. ``live``: tuples in the window state;
-    ``incoming``: this micro-batch's tuples."""
-    load = live + incoming
-    m, hi, lo = scaled_workers(load, workers, capacity, th, high, low)
-    tau = utilization(load, m, capacity)
+    ``incoming``: this micro-batch's tuples; ``load``: the window's workload and its incoming
+    part (:func:`window_load`; default ``live + incoming``, all of the incoming). SR is applied to
+    the incoming tuples."""
+    total, inc_part = load if load is not None else (float(live + incoming), float(incoming))
+    m, hi, lo = scaled_workers(total, workers, capacity, th, high, low)
+    tau = utilization(total, m, capacity)
     sr = shed_ratio(tau, th)
     shed = shed_count(sr, incoming)
-    per_worker = (load - shed) / m
+    per_worker = max(0.0, total - sr * inc_part) / m
     sigma = block_size(per_worker, capacity, th.tau1, alpha)
     return Decision(tau, m, sr, shed, max(int(min_block), math.floor(sigma + 1e-9)), hi, lo,
                     (m > workers) - (m < workers))

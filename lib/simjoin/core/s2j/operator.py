@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simjoin.core.inequality.spo import Tuples
-from simjoin.core.s2j.adapt import Decision, Thresholds, assign_blocks, decide, shed_mask
+from simjoin.core.s2j.adapt import Decision, Thresholds, assign_blocks, decide, shed_mask, window_load
 from simjoin.core.s2j.join import Block, index_columns, probe
 from simjoin.core.s2j.task import JoinTask
 
@@ -194,8 +194,11 @@ class S2JStream:
         sides = sorted(new)
         incoming = sum(len(new[s]) for s in sides)
         live = sum(len(b.block) for b in self.stored)
+        inc_ts = np.concatenate([new[s].ts for s in sides]) if sides else np.zeros(0, np.int64)
+        load = window_load(inc_ts, [(b.block.ts_min, b.block.ts_max, len(b.block)) for b in self.stored],
+                           p.window_us)
         d = decide(live, incoming, self.workers, self.capacity, self.th, self.alpha, self.high, self.low,
-                   self.min_block)
+                   self.min_block, load)
         self.workers, self.high, self.low = d.workers, d.high, d.low
         none = np.zeros(0, np.int64)
         all_sides = np.concatenate([np.full(len(new[s]), s, np.int64) for s in sides]) if sides else none
