@@ -92,3 +92,19 @@ class S2JRun(StreamRun):
 def bound_micros(mark: Any, window_us: int) -> int:
     """The newest ``ts`` (microseconds) a stored tuple may have and still be unreachable."""
     return math.floor(mark.timestamp() * 1_000_000) - int(window_us)
+
+
+#: Dead blocks are physically deleted every this many units (readers skip them before that).
+EXPIRE_EVERY = 4
+
+
+def dead_blocks(p: Any, marks: dict[int, Any]) -> str | None:
+    """SQL condition on ``blocks`` rows no tuple can reach any more: a block whose newest tuple
+    is at least W older than what the other role's stream has committed (``marks``: the engine's
+    ``max_ts``; later rows of a stream are quarantined as late). None when nothing can be dead."""
+    conds = []
+    for s in p.sides:
+        mark = marks.get(s if p.self_join else 1 - s)
+        if mark is not None:
+            conds.append(f"(side = {s} AND ts_max <= {bound_micros(mark, p.window_us)})")
+    return " OR ".join(conds) or None

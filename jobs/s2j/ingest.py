@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from jobs.s2j.common import S2JRun, bound_micros
+from jobs.s2j.common import S2JRun, dead_blocks
 from simjoin.quality.quarantine import Rule, late, numeric_rules, split_quarantine, stream_duplicates
 from simjoin.spark import delta
 from simjoin.spark.engine import NUMERIC, BatchInfo, Prepared
@@ -41,14 +41,11 @@ def _seen(spark: SparkSession, run: S2JRun, info: BatchInfo) -> DataFrame | None
     """(side, id) of the tuples in live blocks, or staged earlier in this unit."""
     live = None
     if delta.table_exists(spark, run.blocks):
-        p = run.params()
-        conds = []
-        for s in p.sides:
-            mark = info.progress.max_ts.get(s if p.self_join else 1 - s)
-            conds.append(f"side = {s}" if mark is None else
-                         f"(side = {s} AND ts_max > {bound_micros(mark, p.window_us)})")
-        live = (delta.read_table(spark, run.blocks).where(F.col("unit") < info.unit).where(" OR ".join(conds))
-                .select("side", F.explode("ids").alias("id")))
+        live = delta.read_table(spark, run.blocks).where(F.col("unit") < info.unit)
+        dead = dead_blocks(run.params(), info.progress.max_ts)
+        if dead:
+            live = live.where(f"NOT ({dead})")
+        live = live.select("side", F.explode("ids").alias("id"))
     return run.engine(spark).seen(info, live)  # type: ignore[no-any-return]
 
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.s2j.common import S2JRun
+from jobs.s2j.common import S2JRun, dead_blocks
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.s2j.adapt import assign_blocks, decide, shed_mask, window_load
 from simjoin.core.s2j.join import Block
@@ -42,7 +42,7 @@ log = get_logger("simjoin.s2j")
 STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, task string, tau double, workers int, "
                 "shed_ratio double, shed long, block_size long, input_scans int, tasks int, tuples_in long, "
                 "processed long, live long, blocks long, candidates long, pairs long, latency_s double, scaled int")
-DECISION_SCHEMA = "workers int, high int, low int, next_block long, shed long, expired array<long>"
+DECISION_SCHEMA = "workers int, high int, low int, next_block long, shed long"
 SHED_SCHEMA = "side byte, id long, ts timestamp, tau double, shed_ratio double"
 
 
@@ -57,6 +57,9 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     new = read_new(u.records, p)  # the one scan of the micro-batch, shared by every task
     input_scans = 1
     state = read_state(spark, run_.blocks, u.id)
+    dead = dead_blocks(p, prog.max_ts)
+    if state is not None and dead:  # dead blocks wait for the periodic delete; nothing reads them
+        state = state.where(f"NOT ({dead})")
     live_rows = [] if state is None else (state.select("block_id", "side", "worker", "n", "ts_min", "ts_max")
                                           .orderBy("block_id").collect())
     # each stream's newest committed ts once this unit is in: blocks below it by W are dropped at publish
@@ -146,7 +149,7 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
         out.append(("s2j", None, "task", u.id, None, t.name, None, None, None, None, None, None, None, None, None,
                     None, None, c[0], c[1], None, None))
     u.hand_over(run_, small_frame(spark, out, STATS_SCHEMA), "stats")
-    u.hand_over(run_, small_frame(spark, [(d.workers, d.high, d.low, next_block + len(fresh), len(shed_rows), gone)],
+    u.hand_over(run_, small_frame(spark, [(d.workers, d.high, d.low, next_block + len(fresh), len(shed_rows))],
                                   DECISION_SCHEMA), "decision")
     return {"unit": u.id, "tau": d.tau, "workers": d.workers, "shed": len(shed_rows), "shed_ratio": d.shed_ratio,
             "block_size": d.block_size, "tuples_in": incoming, "processed": processed, "pairs": pairs,

@@ -1,8 +1,9 @@
 """S2J stage 4, publish (after the gate) - materialisation (Section 3.1): the micro-batch's pairs
 become a snapshot, or wait in the buffer for one; then shed tuples -> ``DIR/_shed``, stats ->
 ``DIR/_stats``, new blocks -> ``DIR/_state/blocks``, and the engine commits the unit with the
-workers, the scaling streaks and the snapshot count. Blocks no future tuple can reach (listed by
-the join stage), and buffered pairs already in a snapshot, are dropped afterwards.
+workers, the scaling streaks and the snapshot count. Blocks no future tuple can reach are dropped
+every few units (readers skip them as soon as they are dead), and buffered pairs already in a
+snapshot afterwards.
 
 **Snapshots.** Every ``--snapshot-every`` micro-batches (default: every one; with
 ``--punctuation`` alone, none), and in a micro-batch that holds a true ``--punctuation`` value,
@@ -20,7 +21,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.s2j.common import S2JRun
+from jobs.s2j.common import EXPIRE_EVERY, S2JRun, dead_blocks
 from jobs.s2j.gate import staged_pairs
 from simjoin.spark import delta
 
@@ -70,12 +71,13 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
                 "next_block": int(dec["next_block"]), "snapshots": snaps + (1 if due else 0),
                 "last_snapshot_unit": u.id if due else last}
     res = u.engine.publish(u.unit, pieces, meta=new_meta, options=options)
-    # blocks whose newest tuple is at least W older than what the other role's stream has now
-    # committed: no tuple that can still arrive reaches them (the join stage listed them)
-    gone = list(dec["expired"] or [])
-    if gone:
-        u.engine.delete(run_.blocks, f"block_id IN ({', '.join(str(int(b)) for b in gone)})")
+    # blocks no tuple that can still arrive reaches: readers skip them at once, and a DELETE
+    # (a second or two) drops them every few units
+    if u.id % EXPIRE_EVERY == EXPIRE_EVERY - 1:
+        dead = dead_blocks(run_.params(), u.engine.progress().max_ts)
+        if dead:
+            u.engine.delete(run_.blocks, dead)
     if due and delta.table_exists(spark, run_.buffer):
         u.engine.delete(run_.buffer, f"unit <= {u.id}")
     pairs.unpersist()
-    return {**res, "snapshot": snaps if due else None, "expired_blocks": len(gone)}  # type: ignore[no-any-return]
+    return {**res, "snapshot": snaps if due else None}  # type: ignore[no-any-return]

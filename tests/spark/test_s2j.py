@@ -205,6 +205,10 @@ def test_scaling_up_and_down_keeps_results_exact(spark, tmp_path):
     st = _table(f"{out}/_stats").to_pandas()
     workers = list(st[st["level"] == "unit"].sort_values("unit")["workers"])
     assert max(workers) > 1 and workers[-1] < max(workers), workers
+    # expired state is dropped: after 4 units no block is older than the window behind the stream
+    blocks = _table(f"{out}/_state/blocks").to_pydict()
+    newest = int(T0.timestamp() * 1_000_000) + int(late["ts"].max())
+    assert blocks["ts_max"] and min(blocks["ts_max"]) > newest - 30 * 60_000_000
     both = {k: np.concatenate([L[k], late[k]]) for k in L}
     for t in parse_tasks(conf["tasks"]):
         got, _ = _pairs(f"{out}/{t.name}")
