@@ -224,6 +224,13 @@ def main() -> None:
             res["sss"][str(rows)] = {"ours": ours, "spark": sss, "reference": eq_count(Ls, Rs, window_s * 1_000_000)}
             print(f"eq {rows}: ours {ours['total']:.1f}s, spark {sss['total']:.1f}s", flush=True)
     res["seconds"] = time.perf_counter() - t_all
+    prev = ROOT / "bench" / "results" / "s2j.json"
+    if skip and prev.exists():  # parts skipped now keep the previous run's results, dated
+        old = json.loads(prev.read_text())
+        for part in skip:
+            if part in old:
+                res[part] = old[part]
+                res.setdefault("kept", {})[part] = old.get("started")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     write_results(res, a)
@@ -252,6 +259,8 @@ def write_results(res: dict, a: argparse.Namespace) -> None:
           f"window {a.window}, {a.pieces} micro-batches, {a.workers} workers; every time is the product's "
           "pipeline (`run_pipeline`, what `simjoin s2j run` runs, without a JVM start per micro-batch), "
           "summed over the micro-batches. Reproduce: `make bench-s2j` (or `.venv/bin/python bench/s2j.py`).", ""]
+    for part, when in (res.get("kept") or {}).items():
+        md += [f"Part `{part}` is from the run of {str(when)[:19]}Z (`--skip {part}` kept it).", ""]
     if "concurrency" in res:
         c = res["concurrency"]
         alone, shared, refs = c["alone"], c["shared"], c["reference"]
