@@ -14,8 +14,9 @@ Duplication ratio (paper Section 9.1): average copies of a record at the join =
 (inner + outlier + outer rows routed to worksets) / records of the window, summed over the
 windows. The core cuts each workset's outer set to its members' reach in the window
 (t + member radius, never above the paper's 2t; no outer copies to persisted worksets without
-members in the window) - exact, since outer rows only probe members. The Spark layer keeps the
-full 2t outer sets because a window may span micro-batches.
+members in the window) - exact, since outer rows only probe members. The Spark layer uses the
+same bound; it stays exact across micro-batches because each formulation task gets the window's
+earlier rows (``PartitionState``).
 
 Usage: .venv/bin/python bench/s3j.py [--records 10000] [--windows 5] [--out bench/results/s3j.md]
 """

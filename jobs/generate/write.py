@@ -6,6 +6,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from simjoin.config import parse_duration
 from simjoin.pipeline.spec import Run
 from simjoin.spark import delta
 from simjoin.spark import generate as gen
@@ -16,7 +17,8 @@ def run(spark: SparkSession, run: Run) -> dict[str, Any]:
     if cfg.kind == "sets":
         df = gen.sets_df(spark, cfg.rows, cfg.seed)
     elif cfg.kind == "vectors":
-        df = gen.vectors_df(spark, cfg.rows, cfg.dim, cfg.dist, cfg.rate, cfg.seed)
+        df = gen.vectors_df(spark, cfg.rows, cfg.dim, cfg.dist, cfg.rate, cfg.seed, drift=cfg.drift,
+                            drift_period=parse_duration(cfg.drift_period), drift_after=cfg.drift_after)
     elif cfg.kind == "ineq":
         df = gen.ineq_df(spark, cfg.rows, cfg.dist, cfg.seed, cfg.rate)
     elif cfg.kind == "aqi":

@@ -28,11 +28,12 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     members = new
     js = read_state(spark, run_.join_state, u.id)
     if js is not None:
-        keys = new.where("is_new").select("w", "partition", "workset_id").distinct()
+        # each workset's earlier rows go where its new rows go (its worker now)
+        keys = new.where("is_new").select("w", "partition", "workset_id", "worker").distinct()
         old = (js.where(F.col("role") != int(Role.BUFFER))
                .select(micros("window_start").alias("w"), micros("window_end").alias("we"), "partition",
-                       "workset_id", "worker", "side", "id", "vector", "role", F.lit(False).alias("is_new"))
-               .join(keys, ["w", "partition", "workset_id"], "left_semi"))
+                       "workset_id", "side", "id", "vector", "role", F.lit(False).alias("is_new"))
+               .join(keys, ["w", "partition", "workset_id"], "inner").select(*MEMBER_COLS))
         members = new.unionByName(old)
     path = u.write_work(join_worksets_df(members, run_.params(u.dim)), "joined")
     n = (u.work("joined").where(F.col("kind") == int(RowKind.STATS)).agg(F.sum("results")).first()[0])  # type: ignore

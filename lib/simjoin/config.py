@@ -486,9 +486,19 @@ class GenerateConfig:
     rate: float = param(100.0, "Rows per second of ts.", gt=0)
     alpha: float = param(1.2, "Zipf exponent of the key distribution (0: uniform).", ge=0, le=10)
     domain: int = param(1000, "Number of distinct keys K (aqi: stations).", ge=1)
+    drift: str = param("none", "Vectors whose distribution moves with ts, one step per drift period: "
+                               "wander (80% in a Gaussian cluster, sd 0.08, whose centre moves 0.35 per "
+                               "period across [-0.7, 0.7]^dim; the rest from dist) or skew (dist for "
+                               "drift_after periods, then 90% in one small blob, sd 0.05).",
+                       choices=("none", "wander", "skew"))
+    drift_period: str = param("60s", "Length of a drift period on ts, e.g. 60s (use the join's window).",
+                              duration=True)
+    drift_after: int = param(2, "skew: number of drift periods of dist before it turns skewed.", ge=0)
 
     def __post_init__(self) -> None:
         check_fields(self, "generate")
+        _check(self.drift == "none" or self.kind == "vectors", "generate", "drift", self.drift,
+               f"none for kind {self.kind} (wander and skew only for vectors)")
         if self.kind == "ineq":
             _check(self.dist in ("uniform", "pareto", "correlated"), "generate", "dist", self.dist,
                    "uniform, pareto or correlated for ineq")

@@ -119,10 +119,12 @@ def test_transforms_match_brute_force(spark, dim, metric, inclusive, two, algori
     assert sum(r.results for r in stats) == len(ref)
 
 
-def test_pipeline_two_streams_sliding_windows_across_microbatches(spark, tmp_path):
+@pytest.mark.parametrize("seed", [5, 8])
+def test_pipeline_two_streams_sliding_windows_across_microbatches(spark, tmp_path, seed):
     """Two streams, sliding 60 s windows every 30 s; the second run appends records into windows
-    that are still open, so they must join the first run's records (join state) exactly once."""
-    rng = np.random.default_rng(5)
+    that are still open, so they must join the first run's records (join state) exactly once.
+    Seed 8 lost 2 of 335 pairs before earlier rows reached worksets opened in between (issue 9)."""
+    rng = np.random.default_rng(seed)
     n = 240
     XL, XR = rng.uniform(-1, 1, (n, 3)), rng.uniform(-1, 1, (n, 3))
     tl, tr = np.sort(rng.uniform(0, 150, n)), np.sort(rng.uniform(0, 150, n))

@@ -61,3 +61,18 @@ def test_parse_duration():
     assert parse_duration("60s") == 60 and parse_duration("5m") == 300 and parse_duration("250ms") == 0.25
     with pytest.raises(ValueError, match="allowed"):
         parse_duration("soon")
+
+
+def test_generate_drift_params():
+    from simjoin.config import GenerateConfig
+
+    cfg = load_config(GenerateConfig, "generate", {"out": "/tmp/x", "drift": "wander", "drift_period": "30s"})
+    assert (cfg.drift, parse_duration(cfg.drift_period), cfg.drift_after) == ("wander", 30.0, 2)
+    with pytest.raises(ConfigError, match=r"generate\.drift='skew'.*only for vectors"):
+        GenerateConfig(kind="keys", out="/tmp/x", drift="skew")
+    with pytest.raises(ConfigError, match=r"generate\.drift='drifty'.*none, wander or skew"):
+        GenerateConfig(out="/tmp/x", drift="drifty")
+    with pytest.raises(ConfigError, match=r"generate\.drift_period"):
+        GenerateConfig(out="/tmp/x", drift="skew", drift_period="0s")
+    with pytest.raises(ConfigError, match=r"generate\.drift_after"):
+        GenerateConfig(out="/tmp/x", drift="skew", drift_after=-1)

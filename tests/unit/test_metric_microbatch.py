@@ -6,9 +6,9 @@
 * ``join_worker_window``: a window split into state + new rows finds exactly the pairs of
   the whole window, once;
 * ``formulate_partition_window`` / ``formulate_partition_microbatch``: the formulation
-  driver over several windows (arrival order, centroid growth, workers, buffered copies);
-* the whole micro-batch path (space partitioning -> formulation per partition over two
-  micro-batches -> per-worker window join) against brute force per window.
+  driver over several windows (arrival order, centroid growth, workers, earlier rows);
+* the whole micro-batch path is ``S3JStream``, checked against brute force over many stream
+  shapes in ``test_metric_stream.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import pytest
 from simjoin.core.metric import (
     INNER,
     OUTER,
+    EarlierRows,
+    PartitionState,
     brute_force_join,
     cross_join,
     formulate_partition_microbatch,
@@ -29,9 +31,7 @@ from simjoin.core.metric import (
     matches,
     pairwise,
     partition_bounds,
-    random_centroids,
     s3j_join_window,
-    space_partition,
     workset_key,
     workset_load,
 )
@@ -200,7 +200,7 @@ def test_join_worker_window_all_new_equals_join_worksets() -> None:
 # ----------------------------------------------------------------------------- formulation
 
 
-def test_formulate_partition_window_routes_buffered_copies_to_new_worksets() -> None:
+def test_formulate_partition_window_routes_earlier_rows_to_worksets_with_new_members() -> None:
     rng = np.random.default_rng(4)
     t = 0.15
     X = rng.uniform(-1, 1, (80, 2))
@@ -208,8 +208,9 @@ def test_formulate_partition_window_routes_buffered_copies_to_new_worksets() -> 
     Xb = rng.uniform(-1, 1, (30, 2))
     old_ids, old_C, old_w = np.array([3, 1]), rng.uniform(-1, 1, (2, 2)), np.array([0, 2])
     b = partition_bounds("euclidean", t, 2)
+    earlier = EarlierRows(Xb, np.zeros(30, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
     res = formulate_partition_window(X, is_outer, "euclidean", t, partition=4, n_workers=3, workset_id=old_ids,
-                                     centroid=old_C, worker=old_w, buffered=Xb, prune_outer=False)
+                                     centroid=old_C, worker=old_w, earlier=earlier, prune_outer=False)
     plain = formulate_partition_worksets(X, is_outer, "euclidean", t, workset_id=old_ids, centroid=old_C,
                                          prune_outer=False)
     assert np.array_equal(res.record, plain.record) and np.array_equal(res.workset_id, plain.workset_id)
@@ -218,21 +219,30 @@ def test_formulate_partition_window_routes_buffered_copies_to_new_worksets() -> 
     # every member's worker: persisted worksets keep theirs, new ones start on partition % P
     expect = {1: 2, 3: 0, **{int(g): 1 for g in res.new_workset_id}}
     assert [expect[int(g)] for g in res.workset_id] == res.worker.tolist()
-    # buffered copies: to every *new* workset within the 2t outer radius, brute force
-    Dn = pairwise("euclidean", Xb, res.new_centroid)
-    ref = sorted((int(r), int(res.new_workset_id[g])) for r, g in zip(*np.nonzero(Dn <= b.outer_radius)))
-    assert sorted(zip(res.buffered_record.tolist(), res.buffered_workset_id.tolist())) == ref and ref
-    assert (res.buffered_worker == 1).all()
+    # earlier copies: to every workset with new members (old or new) within the 2t outer radius
+    ids_all = np.concatenate([old_ids[np.argsort(old_ids)], res.new_workset_id])
+    C_all = np.concatenate([old_C[np.argsort(old_ids)], res.new_centroid])
+    with_members = np.isin(ids_all, res.workset_id[res.role != OUTER])
+    Dn = pairwise("euclidean", Xb, C_all[with_members])
+    ref = sorted((int(r), int(ids_all[with_members][g])) for r, g in zip(*np.nonzero(Dn <= b.outer_radius)))
+    assert sorted(zip(res.routed_record.tolist(), res.routed_workset_id.tolist())) == ref and ref
+    assert [expect[int(g)] for g in res.routed_workset_id] == res.routed_worker.tolist()
     assert res.centroid_distance_computations == plain.centroid_distance_computations + Dn.size
-    # no new workset: nothing routed, nothing counted
-    again = formulate_partition_window(X[~is_outer][:1], [False], "euclidean", t, partition=4, n_workers=3,
-                                       workset_id=np.concatenate([old_ids, res.new_workset_id]),
-                                       centroid=np.concatenate([old_C, res.new_centroid]), buffered=Xb)
-    assert again.n_new_worksets == 0 and again.buffered_record.size == 0
+    # memberships already made are not made again
+    done = EarlierRows(Xb, np.zeros(30, np.int64), np.array([r for r, _ in ref]), np.array([g for _, g in ref]))
+    again = formulate_partition_window(X, is_outer, "euclidean", t, partition=4, n_workers=3, workset_id=old_ids,
+                                       centroid=old_C, worker=old_w, earlier=done, prune_outer=False)
+    assert again.routed_record.size == 0
+    # an earlier inner record only reaches worksets with a smaller id than its home (Definition 10)
+    home = EarlierRows(Xb, np.full(30, 3, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    res3 = formulate_partition_window(X, is_outer, "euclidean", t, partition=4, n_workers=3, workset_id=old_ids,
+                                      centroid=old_C, worker=old_w, earlier=home, prune_outer=False)
+    assert set(res3.routed_workset_id.tolist()) <= {1}
 
 
 def _manual_microbatch(win, ts, side, ids, X, is_outer, t, part, P, ids0, C0, wk0, bwin, Xb):  # type: ignore[no-untyped-def]
-    """The driver written out: windows ascending, (ts, side, id) order, growing centroid list."""
+    """The driver written out: windows ascending, (ts, side, id) order, growing centroid list;
+    earlier physical outer copies (Xb, windows bwin) go to every workset with new members."""
     b = partition_bounds("euclidean", t, X.shape[1])
     out = []
     ids0, C0, wk0 = ids0.copy(), C0.copy(), wk0.copy()
@@ -245,18 +255,20 @@ def _manual_microbatch(win, ts, side, ids, X, is_outer, t, part, P, ids0, C0, wk
         wmap = dict(zip(ids0.tolist(), wk0.tolist())) | {int(g): part % P for g in res.new_workset_id}
         members = sorted((int(sel[r]), int(g), int(ro), wmap[int(g)])
                          for r, g, ro in zip(res.record, res.workset_id, res.role))
+        bsel = np.flatnonzero(bwin == w)
+        all_ids = np.concatenate([ids0, res.new_workset_id])
+        all_C = np.concatenate([C0, res.new_centroid])
+        tgt = np.isin(all_ids, res.workset_id[res.role != OUTER])
+        comps = res.centroid_distance_computations
         routed = []
+        if bsel.size and tgt.any():
+            D = pairwise("euclidean", Xb[bsel], all_C[tgt])
+            routed = sorted((int(bsel[r]), int(all_ids[tgt][g])) for r, g in zip(*np.nonzero(b.outer_radius >= D)))
+            comps += D.size
         if k:
-            bsel = np.flatnonzero(bwin == w)
-            D = pairwise("euclidean", Xb[bsel], res.new_centroid)
-            hit = zip(*np.nonzero(b.outer_radius >= D))
-            routed = sorted((int(bsel[r]), int(res.new_workset_id[g])) for r, g in hit)
-            comps = res.centroid_distance_computations + D.size
             ids0 = np.concatenate([ids0, res.new_workset_id])
             C0 = np.concatenate([C0, res.new_centroid])
             wk0 = np.concatenate([wk0, np.full(k, part % P)])
-        else:
-            comps = res.centroid_distance_computations
         out.append((int(w), members, routed, res.new_workset_id.tolist(), comps))
     return out
 
@@ -273,9 +285,10 @@ def test_formulate_partition_microbatch_matches_the_driver_written_out() -> None
     ids0, C0, wk0 = np.array([2, 1]), rng.uniform(-1, 1, (2, 2)), np.array([1, 0])
     bwin = rng.choice([0, 60, 120, 180], 40)
     Xb = rng.uniform(-1, 1, (40, 2))
+    state = PartitionState.from_arrays(bwin, np.ones(40), np.arange(40) + 1000, Xb, np.zeros(40), dim=2)
     got = formulate_partition_microbatch(win, ts, side, ids, X, is_outer, "euclidean", t, partition=part,
-                                         n_workers=P, workset_id=ids0, centroid=C0, worker=wk0,
-                                         buffered_window=bwin, buffered=Xb)
+                                         n_workers=P, workset_id=ids0, centroid=C0, worker=wk0, state=state,
+                                         prune_outer=False)
     ref = _manual_microbatch(win, ts, side, ids, X, is_outer, t, part, P, ids0, C0, wk0, bwin, Xb)
     assert [g.window for g in got] == [0, 60, 120]
     n_routed = 0
@@ -283,7 +296,7 @@ def test_formulate_partition_microbatch_matches_the_driver_written_out() -> None
         r = g.worksets
         assert g.window == w
         assert sorted(zip(r.record.tolist(), r.workset_id.tolist(), r.role.tolist(), r.worker.tolist())) == members
-        assert sorted(zip(r.buffered_record.tolist(), r.buffered_workset_id.tolist())) == routed
+        assert sorted(zip(r.routed_record.tolist(), r.routed_workset_id.tolist())) == routed
         assert r.new_workset_id.tolist() == new_ids and r.centroid_distance_computations == comps
         n_routed += len(routed)
     assert n_routed > 0 and sum(len(g.worksets.new_workset_id) for g in got) > 0
@@ -291,106 +304,8 @@ def test_formulate_partition_microbatch_matches_the_driver_written_out() -> None
     perm = rng.permutation(n)
     again = formulate_partition_microbatch(win[perm], ts[perm], side[perm], ids[perm], X[perm], is_outer[perm],
                                            "euclidean", t, partition=part, n_workers=P, workset_id=ids0[::-1],
-                                           centroid=C0[::-1], worker=wk0[::-1], buffered_window=bwin, buffered=Xb)
+                                           centroid=C0[::-1], worker=wk0[::-1], state=state, prune_outer=False)
     for a, b in zip(got, again):
         assert np.array_equal(perm[b.worksets.record], a.worksets.record)
         assert np.array_equal(b.worksets.workset_id, a.worksets.workset_id)
         assert np.array_equal(b.worksets.worker, a.worksets.worker)
-
-
-# ----------------------------------------------------------------------------- the micro-batch path
-
-
-def _microbatch_join(X, ids, side, ts, win, batch, metric, t, inclusive, P, seed):  # type: ignore[no-untyped-def]
-    """What the Spark stages do, in numpy: per micro-batch, space partition -> formulation per
-    partition (centroids and buffered outer copies carried) -> per (window, worker) join with
-    the window's join state."""
-    C = random_centroids(P, X.shape[1], seed)
-    sp = space_partition(X, C, metric, t, inclusive)
-    cent: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    buf: list[tuple[int, int, int]] = []  # (partition, window, record) of physical outer copies
-    state: list[tuple] = []  # (window, worker, partition, workset, record, role)  # type: ignore[type-arg]
-    pairs: list[tuple[int, int, int]] = []
-    n_routed = 0
-    for bt in sorted(set(batch.tolist())):
-        new_rows: list[tuple] = []  # type: ignore[type-arg]
-        routed: list[tuple] = []  # type: ignore[type-arg]
-        for p in range(P):
-            m = (sp.partition == p) & (batch[sp.record] == bt)
-            rec = sp.record[m]
-            if rec.size == 0:
-                continue
-            ids0, C0, wk0 = cent.get(p, (np.zeros(0, np.int64), np.zeros((0, X.shape[1])), np.zeros(0, np.int64)))
-            bsel = [r for (q, _, r) in buf if q == p]
-            bw = np.array([w for (q, w, _) in buf if q == p], dtype=np.int64)
-            res = formulate_partition_microbatch(win[rec], ts[rec], side[rec], ids[rec], X[rec], sp.is_outer[m],
-                                                 metric, t, inclusive, partition=p, n_workers=P, workset_id=ids0,
-                                                 centroid=C0, worker=wk0, buffered_window=bw,
-                                                 buffered=X[np.array(bsel, dtype=np.int64)] if bsel else None)
-            for mw in res:
-                r = mw.worksets
-                new_rows += [(mw.window, int(k), p, int(g), int(rec[i]), int(ro))
-                             for i, g, ro, k in zip(r.record, r.workset_id, r.role, r.worker)]
-                routed += [(mw.window, int(k), p, int(g), bsel[i], OUTER)
-                           for i, g, k in zip(r.buffered_record, r.buffered_workset_id, r.buffered_worker)]
-                ids0 = np.concatenate([ids0, r.new_workset_id])
-                C0 = np.concatenate([C0, r.new_centroid])
-                wk0 = np.concatenate([wk0, r.new_worker])
-            cent[p] = (ids0, C0, wk0)
-            buf += [(p, int(win[r]), int(r)) for r in rec[sp.is_outer[m]]]
-        # buffered copies routed to new worksets are state rows: they only meet new rows
-        rows = [(*r, True) for r in new_rows] + [(*r, False) for r in routed + state]
-        for w, k in sorted({(r[0], r[1]) for r in new_rows}):
-            sel = [r for r in rows if r[0] == w and r[1] == k]
-            rec = np.array([r[4] for r in sel])
-            jw = join_worker_window(X[rec], ids[rec], np.array([r[5] for r in sel]), np.array([r[2] for r in sel]),
-                                    np.array([r[3] for r in sel]), np.array([r[6] for r in sel]), metric, t,
-                                    inclusive, side=side[rec] if side.any() else None)
-            pairs += [(w, int(a), int(b)) for a, b in zip(jw.left_id, jw.right_id)]
-        state += new_rows + routed
-        n_routed += len(routed)
-    return pairs, n_routed
-
-
-@pytest.mark.parametrize("metric,dim,inclusive,two", [("euclidean", 2, True, False), ("angular", 3, False, True),
-                                                      ("cosine", 3, True, True)])
-def test_microbatch_path_matches_brute_force_per_window(metric: str, dim: int, inclusive: bool, two: bool) -> None:
-    rng = np.random.default_rng(21)
-    n, P = 300, 3
-    X = rng.uniform(-1, 1, (n, dim))
-    X[1] = X[0]  # a duplicate: distance 0
-    ts = np.sort(rng.integers(60, 240, n))
-    win = (ts // 60) * 60
-    # Micro-batch 0 holds the start of window 60 only; micro-batch 1 the rest of it (opening
-    # worksets that receive window 60's buffered outer copies) and windows 120 and 180.
-    batch = (ts >= 75).astype(np.int64)
-    ids = np.arange(n, dtype=np.int64) + 7
-    side = rng.integers(0, 2, n).astype(np.int8) if two else np.zeros(n, np.int8)
-    D = pairwise(metric, X, X)
-    t = float(np.quantile(D[np.triu_indices(n, 1)], 0.05, method="lower"))
-    got, n_routed = _microbatch_join(X, ids, side, ts, win, batch, metric, t, inclusive, P, 42)
-    ref = set()
-    for w in np.unique(win):
-        m = win == w
-        L, R, _ = brute_force_join(X[m], ids[m], side[m] if two else None, metric, t, inclusive)
-        ref |= {(int(w), int(a), int(b)) for a, b in zip(L, R)}
-    assert len(got) == len(set(got)), "a pair reported twice"
-    assert set(got) == ref and ref
-    assert n_routed > 0  # buffered copies did meet worksets opened in the later micro-batch
-    # the second micro-batch joined new records with the first one's (window 60 spans both)
-    assert any(batch[ids == a][0] != batch[ids == b][0] for (_, a, b) in got)
-
-
-@pytest.mark.xfail(strict=True, reason="known defect that issue 9 (S3J exact on every stream shape) fixes: "
-                   "buffered copies reach only the worksets opened by their own window's step in the same call")
-def test_buffered_copy_reaches_workset_opened_by_an_earlier_window_of_the_call() -> None:
-    t = 0.2
-    x = np.array([[0.0, 0.0]])
-    # micro-batch 1, partition 0: a late record of window 0 opens workset G near the buffered
-    # physical outer copy x of window 60; then a record of window 60 joins G as inner, 0.12 from x.
-    X = np.array([[0.1, 0.0], [0.12, 0.0]])
-    res = formulate_partition_microbatch([0, 60], [5, 61], [0, 0], [1, 2], X, [False, False], "euclidean", t,
-                                         partition=0, n_workers=1, buffered_window=[60], buffered=x)
-    g = res[0].worksets.new_workset_id[0]
-    assert res[1].worksets.workset_id.tolist() == [g]  # the window-60 record is a member of G
-    assert (0, g) in zip(res[1].worksets.buffered_record.tolist(), res[1].worksets.buffered_workset_id.tolist())

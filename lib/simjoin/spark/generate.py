@@ -40,12 +40,18 @@ def sets_df(spark: SparkSession, rows: int, seed: int, universe: int = 20_000, a
     return _chunked(spark, rows, "id long, text string", make)
 
 
-def vectors_df(spark: SparkSession, rows: int, dim: int, dist: str, rate: float, seed: int) -> DataFrame:
+def vectors_df(spark: SparkSession, rows: int, dim: int, dist: str, rate: float, seed: int, drift: str = "none",
+               drift_period: float = 60.0, drift_after: int = 2) -> DataFrame:
+    """id, ts, vector; ``drift`` (``datagen.VECTOR_DRIFTS``) makes the distribution move with ts, one
+    step per ``drift_period`` seconds (``datagen.gen_drift_vectors``)."""
     if dist not in datagen.VECTOR_DISTS:
         raise ValueError(f"invalid dist {dist!r}: allowed {', '.join(datagen.VECTOR_DISTS)}")
+    if drift not in datagen.VECTOR_DRIFTS:
+        raise ValueError(f"invalid drift {drift!r}: allowed {', '.join(datagen.VECTOR_DRIFTS)}")
 
     def make(s: int, e: int) -> pa.RecordBatch:
-        x = datagen.gen_vectors(s, e, dim, dist, seed)
+        x = datagen.gen_vectors(s, e, dim, dist, seed, drift=drift, rate=rate, period=drift_period,
+                                after=drift_after)
         vec = pa.ListArray.from_arrays(pa.array(np.arange(0, x.size + 1, dim, dtype=np.int32)), pa.array(x.ravel()))
         ts = pa.array(datagen.timestamps_us(s, e, rate), TS)
         return pa.RecordBatch.from_arrays([pa.array(np.arange(s, e, dtype=np.int64)), ts, vec],

@@ -10,9 +10,9 @@ the algorithm rules live in the core:
 * Section 7 steps 1-5, workset formulation: ``formulate_worksets_df`` -
   ``groupBy(partition).applyInArrow``; each task runs the core's micro-batch driver
   ``core.metric.formulate_partition_microbatch`` (windows ascending, arrival order,
-  persisted centroids, new worksets on worker ``partition % P``, buffered physical outer
-  copies of earlier micro-batches routed to newly opened worksets - see its docstring for
-  the buffering's known limitation).
+  persisted centroids, new worksets on worker ``partition % P``, the join state of the
+  windows so the outer sets keep the exact t + m_W bound and earlier rows reach every
+  workset that gets new members, whenever it was opened).
 * Section 7.7, similarity computation: ``join_worksets_df`` - rows routed by worker,
   ``groupBy(worker).applyInArrow``; per window the task runs the core's
   ``core.metric.join_worker_window`` (new rows x new rows, new rows x the window's
@@ -44,6 +44,7 @@ from simjoin.contracts import Role, RowKind
 from simjoin.core.metric import (
     OUTER,
     OUTLIER,
+    PartitionState,
     check_threshold,
     formulate_partition_microbatch,
     join_worker_window,
@@ -202,19 +203,21 @@ def _member_batch(w: int, we: int, part: int, ws: np.ndarray, worker: np.ndarray
 # Sources of the rows in the formulation task's input (column ``source``, not ``kind``).
 _SOURCE_COPY = 0  # this micro-batch's space-partition copies
 _SOURCE_CENTROID = 1  # persisted workset centroids
-_SOURCE_BUFFERED = 2  # buffered physical outer copies of earlier micro-batches
+_SOURCE_STATE = 2  # join state: a record copy of an open window (inner with its home, or buffered outer)
+_SOURCE_ROUTED = 3  # join state: an outer-set membership already made (no vector)
 
 
-def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, buffered: DataFrame | None,
+def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, state: DataFrame | None,
                           p: JoinParams) -> DataFrame:
     """Workset formulation per space partition (one task per partition, ``FORM_SCHEMA`` out).
 
     copies: this micro-batch's copies (``COPY_SCHEMA``); centroids: the persisted workset
-    centroids (``partition, workset_id, vector, worker``); buffered: physical outer copies
-    of still-open windows from earlier micro-batches (``w, we, partition, side, id, vector``).
-    Out, per (partition, window): ``RowKind.MEMBER`` workset members (is_new False for
-    buffered copies routed to new worksets), ``RowKind.CENTROID`` centroids of new worksets
-    (role = -1), ``RowKind.COUNTER`` one row with the centroid distance computations in ``n``.
+    centroids (``partition, workset_id, vector, worker``); state: the join state of the
+    micro-batch's windows from earlier micro-batches (``w, we, partition, workset_id, side, id,
+    vector, role``). Out, per (partition, window): ``RowKind.MEMBER`` workset members - the new
+    rows (is_new True) and the earlier rows routed now (is_new False, role outer) -,
+    ``RowKind.CENTROID`` centroids of new worksets (role = -1), ``RowKind.COUNTER`` one row with
+    the centroid distance computations in ``n``. See ``formulate_partition_microbatch``.
     """
     parts = [copies.select(F.lit(_SOURCE_COPY).cast("byte").alias("source"), "w", "we", "ts", "partition",
                            F.lit(None).cast("long").alias("workset_id"), F.lit(None).cast("int").alias("worker"),
@@ -226,12 +229,15 @@ def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, buffer
             F.col("partition").cast("int"), F.col("workset_id").cast("long"), F.col("worker").cast("int"),
             F.lit(None).cast("byte").alias("side"), F.lit(None).cast("long").alias("id"), "vector",
             F.lit(None).cast("boolean").alias("is_outer")))
-    if buffered is not None:
-        parts.append(buffered.select(
-            F.lit(_SOURCE_BUFFERED).cast("byte").alias("source"), "w", "we", F.lit(None).cast("long").alias("ts"),
-            F.col("partition").cast("int"), F.lit(None).cast("long").alias("workset_id"),
+    if state is not None:
+        routed = F.col("role") == OUTER
+        parts.append(state.where(F.col("role") != OUTER).unionByName(
+            state.where(routed).withColumn("vector", F.lit(None).cast("array<double>"))).select(
+            F.when(routed, _SOURCE_ROUTED).otherwise(_SOURCE_STATE).cast("byte").alias("source"), "w", "we",
+            F.lit(None).cast("long").alias("ts"), F.col("partition").cast("int"),
+            F.when(F.col("role") == int(BUFFER), 0).otherwise(F.col("workset_id")).cast("long").alias("workset_id"),
             F.lit(None).cast("int").alias("worker"), "side", "id", "vector",
-            F.lit(True).alias("is_outer")))
+            F.lit(None).cast("boolean").alias("is_outer")))
     df = parts[0]
     for extra in parts[1:]:
         df = df.unionByName(extra)
@@ -245,20 +251,23 @@ def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, buffer
         part = int(t.column("partition")[0].as_py())
         cen = t.filter(pa.array(source == _SOURCE_CENTROID))
         new = t.filter(pa.array(source == _SOURCE_COPY))
-        buf = t.filter(pa.array(source == _SOURCE_BUFFERED))
+        old = t.filter(pa.array(source == _SOURCE_STATE))
+        done = t.filter(pa.array(source == _SOURCE_ROUTED))
+        if new.num_rows == 0:
+            return pa.Table.from_batches([], schema=_FORM_ARROW)
         X = to_matrix(new.column("vector"), dim)
-        Xb = to_matrix(buf.column("vector"), dim)
         w_new, we_new = _np(new, "w", np.int64), _np(new, "we", np.int64)
         sd, rid = _np(new, "side", np.int8), _np(new, "id", np.int64)
-        sd_b, rid_b = _np(buf, "side", np.int8), _np(buf, "id", np.int64)
+        st = PartitionState.from_arrays(
+            _np(old, "w", np.int64), _np(old, "side", np.int8), _np(old, "id", np.int64),
+            to_matrix(old.column("vector"), dim), _np(old, "workset_id", np.int64), _np(done, "w", np.int64),
+            _np(done, "side", np.int8), _np(done, "id", np.int64), _np(done, "workset_id", np.int64), dim=dim)
         windows = formulate_partition_microbatch(
             w_new, _np(new, "ts", np.int64), sd, rid, X, _np(new, "is_outer", bool),
             p.metric, p.threshold, p.inclusive, partition=part, n_workers=P,
             workset_id=_np(cen, "workset_id", np.int64), centroid=to_matrix(cen.column("vector"), dim),
-            worker=_np(cen, "worker", np.int64), buffered_window=_np(buf, "w", np.int64), buffered=Xb,
-            bounds=partition_bounds(p.metric, p.threshold, dim, p.inclusive),
-            # A window may span micro-batches: later members need the full 2t outer sets.
-            prune_outer=False)
+            worker=_np(cen, "worker", np.int64), state=st,
+            bounds=partition_bounds(p.metric, p.threshold, dim, p.inclusive), prune_outer=True)
         out: list[pa.RecordBatch] = []
         for w, res in windows:
             we = int(we_new[np.flatnonzero(w_new == w)[0]])
@@ -269,10 +278,10 @@ def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, buffer
                 out.append(_member_batch(w, we, part, res.new_workset_id, res.new_worker, np.zeros(k_new),
                                          np.zeros(k_new), res.new_centroid, np.full(k_new, -1), True,
                                          kind=RowKind.CENTROID))
-            b = res.buffered_record
+            b = res.routed_record
             if b.size:
-                out.append(_member_batch(w, we, part, res.buffered_workset_id, res.buffered_worker, sd_b[b],
-                                         rid_b[b], Xb[b], np.full(b.size, OUTER), False))
+                out.append(_member_batch(w, we, part, res.routed_workset_id, res.routed_worker, st.side[b],
+                                         st.id[b], st.X[b], np.full(b.size, OUTER), False))
             out.append(_member_batch(w, we, part, np.zeros(1), np.full(1, part % P), np.zeros(1), np.zeros(1),
                                      np.zeros((1, dim)), np.full(1, -1), True, kind=RowKind.COUNTER,
                                      n=res.centroid_distance_computations))

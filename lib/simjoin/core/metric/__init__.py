@@ -4,6 +4,7 @@
 space partitions (Sec. 6), ``worksets`` workset formulation (Sec. 7.1-7.5),
 ``join`` similarity computations, the per-worker window join and the window driver (Sec. 7.7),
 ``microbatch`` workset formulation of a space partition over a micro-batch (Sec. 7),
+``stream`` the whole micro-batch pipeline in process (the reference of the Spark stages),
 ``load`` workset load, balancer and statistics (Sec. 8, 9.1),
 ``clusterjoin`` the baseline (Sec. 9.4), ``bruteforce`` the exact reference.
 """
@@ -54,14 +55,16 @@ from .load import (
     worker_loads,
     workset_load,
 )
-from .microbatch import MicroBatchWindow, formulate_partition_microbatch
+from .microbatch import MicroBatchWindow, PartitionState, formulate_partition_microbatch
 from .partitioning import SpacePartitioning, random_centroids, routes_outer, space_partition
+from .stream import S3JBatch, S3JStream, window_copies
 from .worksets import (
     INNER,
     OUTER,
     OUTLIER,
     ROLE_NAMES,
     CentroidState,
+    EarlierRows,
     PartitionWorksets,
     WindowWorksets,
     WorksetFormulation,
@@ -84,9 +87,13 @@ __all__ = [
     "ClusterJoinResult",
     "CopyInfo",
     "CrossJoinResult",
+    "EarlierRows",
     "MicroBatchWindow",
     "MultiWindowResult",
     "PartitionBounds",
+    "PartitionState",
+    "S3JBatch",
+    "S3JStream",
     "PartitionWorksets",
     "S3JWindowResult",
     "SpacePartitioning",
@@ -128,6 +135,7 @@ __all__ = [
     "s3j_join_windows",
     "space_partition",
     "virtual_partition_workers",
+    "window_copies",
     "worker_loads",
     "workset_key",
     "workset_load",

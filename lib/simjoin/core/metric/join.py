@@ -47,11 +47,9 @@ API:
 The single-process driver and the Spark tasks share their code path: per space
 partition ``worksets.formulate_partition_window`` (the Spark task drives it over the
 windows of a micro-batch, ``microbatch.formulate_partition_microbatch``), per worker
-``join_worker_window``. One difference is kept on purpose, as a parameter: this driver
-holds every record of a window in one call, so it cuts outer sets to t + member radius
-(``prune_outer=True``); the Spark tasks keep the paper's 2t outer sets
-(``prune_outer=False``) because a window may span micro-batches. Pairs are the same;
-copies and distance computations differ.
+``join_worker_window``. Both cut outer sets to t + member radius (``prune_outer=True``,
+never above the paper's 2t, which ``prune_outer=False`` keeps): the Spark tasks pass the
+window's earlier rows, so the bound stays exact when a window spans micro-batches.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ from .distance import (
     _dist,
     check_threshold,
     check_vectors,
-    pairwise,
+    paired,
     pairwise_blocks,
     partition_bounds,
     row_norms,
@@ -82,6 +82,7 @@ __all__ = [
     "OUTLIER",
     "ROLE_NAMES",
     "CentroidState",
+    "EarlierRows",
     "PartitionWorksets",
     "WindowWorksets",
     "WorksetFormulation",
@@ -268,7 +269,9 @@ class PartitionWorksets:
 
     record, workset_id, role: one row per (record, workset) membership; record
     indexes the partition's input rows. new_workset_id / new_centroid: worksets
-    opened in this window (to append to the centroid state).
+    opened in this window (to append to the centroid state). member_radius: per workset
+    (the given ones by ascending id, then the new ones) the largest computed home distance
+    of this call's members, -inf for a workset without one.
     """
 
     record: IntArray
@@ -277,6 +280,7 @@ class PartitionWorksets:
     new_workset_id: IntArray
     new_centroid: FloatArray
     centroid_distance_computations: int
+    member_radius: FloatArray
 
 
 def formulate_partition_worksets(
@@ -288,6 +292,7 @@ def formulate_partition_worksets(
     *,
     workset_id: npt.ArrayLike | None = None,
     centroid: npt.ArrayLike | None = None,
+    member_radius: npt.ArrayLike | None = None,
     bounds: PartitionBounds | None = None,
     max_block_elements: int = DEFAULT_BLOCK_ELEMENTS,
     prune_outer: bool = True,
@@ -305,9 +310,13 @@ def formulate_partition_worksets(
     can match a member of W only if it lies within ``bounds.outer_radius_for(m_W)``
     (nominally t + m_W <= 2t) of the centroid; a workset without members in this
     call takes no outer copies at all. The result is unchanged; copies and
-    distance computations can only drop. This needs every record of the window in this one
-    call: a caller that formulates a window piecewise (Spark micro-batches) must
-    pass ``prune_outer=False`` (the paper's full 2t outer sets).
+    distance computations can only drop.
+
+    member_radius (aligned with workset_id): the computed member radius each given workset
+    already has in this window from earlier micro-batches (-inf: no member yet). A window
+    formulated piecewise passes it, so a new record reaches every workset whose earlier
+    members it may match; the earlier records that the grown radius now reaches are routed
+    by ``formulate_partition_window`` (its ``old`` rows).
     """
     t = check_threshold(metric, t)
     Xv = check_vectors(X, metric)
@@ -320,13 +329,19 @@ def formulate_partition_worksets(
     if centroid is None or np.size(centroid) == 0:
         ids0 = np.zeros(0, dtype=np.int64)
         C0 = np.zeros((0, d))
+        m0 = np.zeros(0)
     else:
         ids0 = np.asarray(workset_id, dtype=np.int64).reshape(-1)
         C0 = check_vectors(centroid, metric, name="centroid")
         if C0.shape[0] != ids0.shape[0] or (C0.shape[0] and C0.shape[1] != d):
             raise ValueError(f"centroid state shape {C0.shape} does not fit ids {ids0.shape} and d={d}")
+        m0 = np.full(ids0.shape[0], -np.inf)
+        if member_radius is not None:
+            m0 = np.asarray(member_radius, dtype=np.float64).reshape(-1)
+            if m0.shape != ids0.shape:
+                raise ValueError(f"member_radius has {m0.shape[0]} entries, workset_id has {ids0.shape[0]}")
         order = np.argsort(ids0, kind="stable")
-        ids0, C0 = ids0[order], C0[order]
+        ids0, C0, m0 = ids0[order], C0[order], m0[order]
     C0 = C0.reshape(-1, d)
     code = METRIC_CODES[bounds.space]
 
@@ -351,11 +366,13 @@ def formulate_partition_worksets(
     home_of_row = np.full(n, K, dtype=np.int64)  # physical outer: every workset qualifies
     home_of_row[inner_rows] = home_idx
     comps2 = 0
+    # Member radius per workset in this call (-inf: no member).
+    m_new = np.full(K, -np.inf)
+    if home_idx.size:
+        np.maximum.at(m_new, home_idx, d_home)
     if prune_outer:
-        # Member radius per workset in this window (-inf: no member, no outer copies).
-        m_ws = np.full(K, -np.inf)
-        if home_idx.size:
-            np.maximum.at(m_ws, home_idx, d_home)
+        # ... and in the window so far (-inf: no member, no outer copies).
+        m_ws = np.maximum(m_new, np.concatenate([m0, np.full(K - m0.shape[0], -np.inf)]))
         rad = np.asarray(bounds.outer_radius_for(m_ws), dtype=np.float64)
     else:
         rad = np.full(K, bounds.outer_radius)
@@ -379,7 +396,31 @@ def formulate_partition_worksets(
         new_workset_id=new_ids,
         new_centroid=np.ascontiguousarray(X_in[new_local]).reshape(-1, d),
         centroid_distance_computations=int(comps1) + int(comps2),
+        member_radius=m_new,
     )
+
+
+@dataclass(frozen=True)
+class EarlierRows:
+    """One window's rows in one space partition from earlier micro-batches (the join state).
+
+    X (b, d): every record copy once - an inner record with its home workset (home >= 1,
+    role inner or outlier), a physical outer copy with home 0 (the paper's buffer).
+    routed_row / routed_workset_id: the outer-set memberships already made (row indexes X).
+    """
+
+    X: FloatArray
+    home: IntArray
+    routed_row: IntArray
+    routed_workset_id: IntArray
+
+    @classmethod
+    def empty(cls, dim: int) -> EarlierRows:
+        z = np.zeros(0, np.int64)
+        return cls(np.zeros((0, int(dim))), z, z.copy(), z.copy())
+
+    def __len__(self) -> int:
+        return int(self.home.shape[0])
 
 
 @dataclass(frozen=True)
@@ -389,9 +430,10 @@ class WindowWorksets:
     record, workset_id, worker, role: one row per (record, workset) membership
     (``formulate_partition_worksets``), record indexing the step's input rows.
     new_workset_id / new_centroid / new_worker: worksets opened by this step.
-    buffered_record / buffered_workset_id / buffered_worker: buffered physical outer
-    copies (indexing the ``buffered`` input) routed to the outer sets of the new worksets
-    (role ``OUTER``). centroid_distance_computations: formulation plus buffer routing.
+    routed_record / routed_workset_id / routed_worker: earlier rows (indexing the
+    ``earlier`` input) that must now join the outer set of a workset with new members
+    (role ``OUTER``; in the join they meet only new rows). centroid_distance_computations:
+    formulation plus the member radii and the routing of earlier rows.
     """
 
     record: IntArray
@@ -401,9 +443,9 @@ class WindowWorksets:
     new_workset_id: IntArray
     new_centroid: FloatArray
     new_worker: IntArray
-    buffered_record: IntArray
-    buffered_workset_id: IntArray
-    buffered_worker: IntArray
+    routed_record: IntArray
+    routed_workset_id: IntArray
+    routed_worker: IntArray
     centroid_distance_computations: int
 
     @property
@@ -423,27 +465,33 @@ def formulate_partition_window(
     workset_id: npt.ArrayLike | None = None,
     centroid: npt.ArrayLike | None = None,
     worker: npt.ArrayLike | None = None,
-    buffered: npt.ArrayLike | None = None,
+    earlier: EarlierRows | None = None,
     bounds: PartitionBounds | None = None,
     max_block_elements: int = DEFAULT_BLOCK_ELEMENTS,
     prune_outer: bool = True,
 ) -> WindowWorksets:
     """Steps 1-5 for one space partition and one window, with workers (Section 7.5).
 
-    X / is_outer: the partition's rows of the window in arrival order (see
+    X / is_outer: the partition's new rows of the window in arrival order (see
     ``formulate_partition_worksets``). workset_id / centroid / worker: the partition's
     worksets so far (ids unique, any order; worker defaults to ``partition % n_workers``).
     A new workset starts on worker ``partition % n_workers``.
 
-    buffered: (b, d) physical outer copies of this window from earlier micro-batches (the
-    paper's buffering). Each goes to the outer set of every workset *opened by this step*
-    within ``bounds.outer_radius`` (2t) of its centroid; the ``b x k_new`` centroid
-    distances count as computations. Known limitation (kept as is, tracked separately):
-    worksets that did not exist when the copies were buffered but were opened before this
-    step - e.g. by an earlier window of the same micro-batch - do not receive them.
+    earlier: the window's rows from earlier micro-batches (``EarlierRows``), or None when
+    the window starts here. They make a piecewise window exact, whenever a workset and a
+    record were created:
 
-    prune_outer: as in ``formulate_partition_worksets`` (needs the whole window in one
-    call; micro-batches pass False). Buffered copies always use the full 2t radius.
+    * the member radius m_W of each workset so far (its earlier members' computed
+      distance to the centroid), so new rows reach every workset whose earlier members
+      they may match (``prune_outer``: within ``outer_radius_for(m_W)``, else 2t);
+    * every earlier row goes to the outer set of every workset that gets new members now
+      - whether it was opened by this step, by an earlier window of the micro-batch or by
+      an intervening one - within ``outer_radius_for`` of its new members' radius (2t
+      without pruning), by the routing rule of Definition 10 (an inner record only to
+      worksets with a smaller id than its home, a physical outer copy to any), unless it
+      is in that outer set already. Earlier members met earlier rows before, so the new
+      members' radius is enough. This generalises the paper's buffering, which only
+      serves worksets opened after a copy was buffered.
     """
     if n_workers < 1:
         raise ValueError(f"n_workers must be >= 1, got {n_workers}")
@@ -467,6 +515,20 @@ def formulate_partition_window(
         raise ValueError(f"centroid has shape {C0.shape}, expected ({ids0.shape[0]}, {d}) for the given workset ids")
     order = np.argsort(ids0, kind="stable")
     ids0, C0, wk0 = ids0[order], C0[order], wk0[order]
+    comps = 0
+    m_old = np.full(ids0.shape[0], -np.inf)
+    ex = earlier if earlier is not None and len(earlier) else None
+    if ex is not None:
+        if ex.X.ndim != 2 or ex.X.shape != (len(ex), d):
+            raise ValueError(f"earlier rows have shape {ex.X.shape}, expected ({len(ex)}, {d})")
+        mem = np.flatnonzero(ex.home > 0)
+        pos = np.searchsorted(ids0, ex.home[mem])
+        if mem.size:
+            known = (pos < ids0.shape[0]) & (ids0[np.minimum(pos, max(ids0.shape[0] - 1, 0))] == ex.home[mem])
+            if not ids0.size or not known.all():
+                raise KeyError(f"partition {partition}: an earlier member's workset is unknown")
+            np.maximum.at(m_old, pos, paired(bounds.space, ex.X[mem], C0[pos]))
+            comps += int(mem.size)
     res = formulate_partition_worksets(
         Xv,
         is_outer,
@@ -475,6 +537,7 @@ def formulate_partition_window(
         inclusive,
         workset_id=ids0 if ids0.size else None,
         centroid=C0 if ids0.size else None,
+        member_radius=m_old if ids0.size else None,
         bounds=bounds,
         max_block_elements=max_block_elements,
         prune_outer=prune_outer,
@@ -487,15 +550,27 @@ def formulate_partition_window(
     pos = np.searchsorted(ids_all, res.workset_id, side="right") - 1
     if res.workset_id.size and (pos.min() < 0 or np.any(ids_all[np.maximum(pos, 0)] != res.workset_id)):
         raise KeyError(f"partition {partition}: a member's workset is unknown")
-    comps = res.centroid_distance_computations
+    comps += res.centroid_distance_computations
     z = np.zeros(0, np.int64)
-    b_rec, b_ws = z, z.copy()
-    if k_new and buffered is not None and np.size(buffered):
-        Xb = np.asarray(buffered, dtype=np.float64).reshape(-1, d)
-        D = pairwise(bounds.space, Xb, res.new_centroid)
-        comps += int(D.size)
-        r, g = np.nonzero(bounds.outer_radius >= D)
-        b_rec, b_ws = r.astype(np.int64), res.new_workset_id[g]
+    b_rec, b_idx = z, z.copy()
+    targets = np.flatnonzero(np.isfinite(res.member_radius)).astype(np.int64)
+    if ex is not None and targets.size:
+        C_t = np.ascontiguousarray(np.concatenate([C0, res.new_centroid])[targets])
+        rad = (np.asarray(bounds.outer_radius_for(res.member_radius[targets]), dtype=np.float64) if prune_outer
+               else np.full(targets.shape[0], bounds.outer_radius))
+        tid = ids_all[targets]
+        recs, idxs = [], []
+        for s, D in pairwise_blocks(bounds.space, ex.X, C_t, max_block_elements):
+            h = ex.home[s : s + D.shape[0], None]
+            r, g = np.nonzero((rad[None, :] >= D) & ((h == 0) | (tid[None, :] < h)))
+            recs.append(r.astype(np.int64) + s)
+            idxs.append(targets[g])
+        comps += len(ex) * int(targets.size)
+        b_rec, b_idx = np.concatenate(recs), np.concatenate(idxs)
+        if ex.routed_row.size and b_rec.size:
+            done = workset_key(ex.routed_row, ex.routed_workset_id)
+            keep = ~np.isin(workset_key(b_rec, ids_all[b_idx]), done)
+            b_rec, b_idx = b_rec[keep], b_idx[keep]
     return WindowWorksets(
         record=res.record,
         workset_id=res.workset_id,
@@ -504,9 +579,9 @@ def formulate_partition_window(
         new_workset_id=res.new_workset_id,
         new_centroid=res.new_centroid,
         new_worker=new_worker,
-        buffered_record=b_rec,
-        buffered_workset_id=b_ws,
-        buffered_worker=np.full(b_rec.shape[0], home_worker, np.int64),
+        routed_record=b_rec,
+        routed_workset_id=ids_all[b_idx],
+        routed_worker=wk_all[b_idx].astype(np.int64),
         centroid_distance_computations=int(comps),
     )
 
