@@ -74,3 +74,59 @@ def test_balancer_migration_cost_blocks_expensive_moves() -> None:
     assert len(free.moved) > 0
     costly = balance_worksets(load, worker, 2, size_bytes=np.full(4, 1e6), migration_factor=1.0)
     assert len(costly.moved) == 0 and np.array_equal(costly.worker, worker)
+
+
+def test_rebalance_splits_an_oversized_workset_and_balances() -> None:
+    from simjoin.core.metric import Assignment, rebalance
+
+    # worker 0 holds one workset of 10x the rest: Algorithm 1 alone must pin it; splitting fixes it
+    load = np.array([1000.0, 50, 60, 40, 70, 30, 80, 20])
+    p = np.zeros(8, np.int64)
+    g = np.arange(1, 9)
+    home = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    size = np.full(8, 100.0)
+    plain = rebalance(p, g, load, size, home, 4)
+    assert plain.fired and plain.split == 0
+    assert plain.load_after.max() == 1000.0  # the big workset stays where it is (irremovable)
+    res = rebalance(p, g, load, size, home, 4, split=True)
+    assert res.fired and res.split == 1
+    assert res.load_after.max() / res.load_after.mean() <= 1.25
+    assert res.imbalance_after < res.imbalance_before
+    a = res.assignment
+    big = a.workset_id == 1
+    # ceil(1000 / average 337.5) = 3 parts on three workers
+    assert a.parts[big].tolist() == [3, 3, 3] and len(set(a.worker[big].tolist())) == 3
+    assert a.worker[big][0] == 0  # part 0 stays
+    assert res.bytes_migrated >= 200  # two new parts, each with the workset's state
+    # balanced: nothing fires, the assignment is kept
+    again = rebalance(p, g, load / 4 * 0 + 10, size, home, 4, previous=a)
+    assert not again.fired and again.assignment is a
+    # a workset without load now keeps its placement
+    later = rebalance(p[1:], g[1:], load[1:], size[1:], home[1:], 4, previous=a, split=True)
+    assert (later.assignment.workset_id == 1).sum() == 3
+    assert isinstance(later.assignment, Assignment)
+
+
+def test_split_rows_each_pair_once() -> None:
+    from simjoin.core.metric import INNER, OUTER, OUTLIER, split_rows
+
+    rng = np.random.default_rng(0)
+    n = 60
+    role = rng.choice([INNER, OUTLIER, OUTER], n)
+    new = rng.random(n) < 0.6
+    ids = np.arange(n)
+    for k in (1, 2, 3, 5):
+        row, part, isn = split_rows(role, new, np.zeros(n), ids, np.full(n, k))
+        met: dict[tuple[int, int], int] = {}
+        for q in range(k):
+            s = row[part == q]
+            fl = isn[part == q]
+            for i in range(s.size):
+                for j in range(i + 1, s.size):
+                    a, b = s[i], s[j]
+                    if not (fl[i] or fl[j]) or (role[a] == OUTER and role[b] == OUTER):
+                        continue
+                    met[(min(a, b), max(a, b))] = met.get((min(a, b), max(a, b)), 0) + 1
+        want = {(a, b) for a in range(n) for b in range(a + 1, n)
+                if (new[a] or new[b]) and not (role[a] == OUTER and role[b] == OUTER)}
+        assert set(met) == want and set(met.values()) == {1}

@@ -158,3 +158,46 @@ def test_earlier_rows_reach_a_workset_opened_by_an_earlier_window_of_the_call() 
     again = formulate_partition_microbatch([60], [62], [0], [3], np.array([[0.11, 0.0]]), [False], "euclidean", t,
                                            partition=0, n_workers=1, workset_id=[g], centroid=X[:1], state=st2)
     assert again[0].worksets.routed_record.size == 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("mode", ["balance", "split"])
+def test_rebalancing_and_splitting_keep_the_pairs(seed: int, mode: str) -> None:
+    """Rebalance between micro-batches (Algorithm 1, and with splitting): the same pairs as
+    without, each once - on skewed data, so that worksets move and big ones are split."""
+    rng = np.random.default_rng(100 + seed)
+    metric = METRICS[seed % len(METRICS)]
+    n, dim, P = 400, 2, 3 + seed % 2
+    U = rng.uniform(-1, 1, (n, dim))
+    D = pairwise(metric, U, U)
+    t = float(np.quantile(D[np.triu_indices(n, 1)], 0.03, method="lower"))
+    # a blob far tighter than t: one workset far heavier than the average worker load
+    hot = int(0.6 * n)
+    c = np.array([0.5, 0.3])
+    X = np.vstack([c + rng.normal(0, t / 40, (hot, dim)), U[hot:]])
+    X = X[rng.permutation(n)]
+    ts = np.sort(rng.integers(0, 240, n))
+    two = bool(seed % 2)
+    side = rng.integers(0, 2, n).astype(np.int8) if two else np.zeros(n, np.int8)
+    ids = np.arange(n, dtype=np.int64)
+    size, slide = (60, 30) if seed % 3 else (60, 60)
+    rec, ws = window_copies(ts, size, slide)
+    batch = np.minimum(ts[rec] // 40, 5)  # six micro-batches, cuts inside windows
+    plain = S3JStream(metric, t, n_workers=P, dim=dim, seed=3, self_join=not two)
+    adapt = S3JStream(metric, t, n_workers=P, dim=dim, seed=3, self_join=not two)
+    got_plain, got_adapt, fired, split = [], [], 0, 0
+    for b in range(6):
+        m = batch == b
+        r = rec[m]
+        for s, got in ((plain, got_plain), (adapt, got_adapt)):
+            out = s.push(ws[m], ts[r], side[r], ids[r], X[r])
+            got += list(zip(out.window.tolist(), out.left_id.tolist(), out.right_id.tolist()))
+        res = adapt.rebalance(trigger=0.05, split=mode == "split")
+        fired += res.fired
+        split += res.split
+        if res.fired:
+            assert res.imbalance_after <= res.imbalance_before + 1e-9
+    assert len(got_adapt) == len(set(got_adapt)) and sorted(got_adapt) == sorted(got_plain) and got_plain
+    assert fired > 0
+    if mode == "split":
+        assert split > 0

@@ -32,6 +32,7 @@ from .distance import (
     row_norms,
 )
 from .join import (
+    PART_SHIFT,
     CopyInfo,
     CrossJoinResult,
     MultiWindowResult,
@@ -41,17 +42,23 @@ from .join import (
     cross_join,
     join_worker_window,
     join_worksets,
+    member_part,
     s3j_join_window,
     s3j_join_windows,
+    split_key,
+    split_rows,
 )
 from .load import (
+    Assignment,
     BalanceResult,
+    RebalanceResult,
     WindowStats,
     assign_worksets_greedy,
     balance_worksets,
     comparisons_ratio,
     imbalance,
     needs_rebalance,
+    rebalance,
     worker_loads,
     workset_load,
 )
@@ -76,6 +83,13 @@ from .worksets import (
 )
 
 __all__ = [
+    "PART_SHIFT",
+    "Assignment",
+    "RebalanceResult",
+    "member_part",
+    "rebalance",
+    "split_key",
+    "split_rows",
     "DEFAULT_VIRTUAL_PARTITIONS",
     "INNER",
     "METRICS",

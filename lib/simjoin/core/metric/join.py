@@ -54,7 +54,7 @@ window's earlier rows, so the bound stays exact when a window spans micro-batche
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -63,6 +63,7 @@ from numba import njit
 
 from simjoin.contracts import orient_pairs
 
+from ..hashing import splitmix64
 from .distance import METRIC_CODES, _dist, check_threshold, check_vectors, matches, pairwise, row_norms
 from .load import WindowStats, workset_load
 from .partitioning import SpacePartitioning, random_centroids, space_partition
@@ -77,6 +78,10 @@ from .worksets import (
 )
 
 __all__ = [
+    "PART_SHIFT",
+    "member_part",
+    "split_key",
+    "split_rows",
     "CopyInfo",
     "CrossJoinResult",
     "MultiWindowResult",
@@ -503,7 +508,9 @@ class WorkerWindowJoin:
     n_*: new rows by role; state_*: join-state rows (earlier micro-batches) of the worksets
     that have new rows; worksets: worksets with new rows; computations / shortcut_pairs:
     distance computations and pairs emitted without one; load: Definition 5 summed over the
-    worksets with new rows.
+    worksets with new rows. workset_*: per workset with new rows (the part of a split workset
+    folded back, ``split_key``): partition, id, rows (new + state) and Definition 5 load -
+    the rebalance stage's load statistics.
     """
 
     left_id: IntArray
@@ -519,6 +526,10 @@ class WorkerWindowJoin:
     computations: int
     shortcut_pairs: int
     load: float
+    workset_partition: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    workset_id: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    workset_rows: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    workset_load: FloatArray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def result_pairs(self) -> int:
@@ -615,6 +626,9 @@ def join_worker_window(
         cnt_old[:, OUTLIER],
         cnt_old[:, OUTER],
     )[has_new]
+    wk_part = (uk[has_new] >> 40).astype(np.int64)
+    wk_id = (uk[has_new] & ((1 << 40) - 1)) % (1 << PART_SHIFT)
+    wk_rows = (cnt_new.sum(1) + cnt_old.sum(1))[has_new]
     return WorkerWindowJoin(
         left_id=L,
         right_id=R,
@@ -629,7 +643,66 @@ def join_worker_window(
         computations=int(jr.computations.sum()) + cr.computations,
         shortcut_pairs=int(jr.shortcut_pairs.sum()) + cr.shortcut_pairs,
         load=float(load.sum()),
+        workset_partition=wk_part,
+        workset_id=wk_id.astype(np.int64),
+        workset_rows=wk_rows.astype(np.int64),
+        workset_load=np.asarray(load, dtype=np.float64),
     )
+
+
+# A split workset's part k joins under the key workset_id + k * 2**PART_SHIFT (ids < 2**32).
+PART_SHIFT = 32
+
+
+def split_key(workset_id: npt.ArrayLike, part: npt.ArrayLike) -> IntArray:
+    """The join key of part ``part`` of a workset: ``workset_id + part << 32`` (distinct per part)."""
+    g = np.asarray(workset_id, dtype=np.int64)
+    k = np.asarray(part, dtype=np.int64)
+    if g.size and (g.min() < 0 or g.max() >= 1 << PART_SHIFT):
+        raise ValueError(f"workset ids must be in [0, 2**32) to split, got {int(g.min())}..{int(g.max())}")
+    if k.size and (k.min() < 0 or k.max() >= 1 << 8):
+        raise ValueError(f"parts must be in [0, 256), got {int(k.min())}..{int(k.max())}")
+    return np.asarray(g + (k << PART_SHIFT), dtype=np.int64)
+
+
+def member_part(side: npt.ArrayLike, ids: npt.ArrayLike, parts: npt.ArrayLike) -> IntArray:
+    """The part of a split workset a new member belongs to: a hash of (side, id) mod parts."""
+    s = np.asarray(side, dtype=np.int64).reshape(-1).astype(np.uint64)
+    i = np.asarray(ids, dtype=np.int64).reshape(-1).view(np.uint64)
+    k = np.maximum(np.asarray(parts, dtype=np.int64).reshape(-1), 1).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        h = splitmix64(i * np.uint64(2) + s)
+    return (h % k).astype(np.int64)
+
+
+def split_rows(role: npt.ArrayLike, is_new: npt.ArrayLike, side: npt.ArrayLike, ids: npt.ArrayLike,
+               parts: npt.ArrayLike) -> tuple[IntArray, IntArray, npt.NDArray[np.bool_]]:
+    """Replicate the rows of split worksets so that every pair still meets exactly once.
+
+    One row per (record, workset) of one micro-batch; parts: the workset's number of parts
+    (1: not split). Returns (row, part, is_new) of the replicated rows. For a workset in k
+    parts, with new members N_0..N_{k-1} (``member_part``), new outer rows O and state rows S:
+    part i holds N_i as new rows and, as earlier rows (which meet only new rows), S, the
+    new members of the parts before it and the new outer rows; part 0 holds O as new rows.
+    So N_i x N_i and N_i x N_j (j < i) meet in part i, N_i x O in part i (i > 0) or 0, N x S
+    in the member's part, O x S in part 0 only, and O x O never (outer rows probe members
+    only, Section 7.7): exact, each pair once. The members' comparisons are divided among
+    the parts; the state is replicated to each.
+    """
+    rl = np.asarray(role).reshape(-1)
+    isn = np.asarray(is_new, dtype=bool).reshape(-1)
+    k = np.maximum(np.asarray(parts, dtype=np.int64).reshape(-1), 1)
+    n = rl.shape[0]
+    row = np.repeat(np.arange(n, dtype=np.int64), k)
+    start = np.repeat(np.cumsum(k) - k, k)
+    part = np.arange(row.shape[0], dtype=np.int64) - start
+    member = isn & (rl != OUTER)
+    home = np.zeros(n, np.int64)
+    home[member] = member_part(np.asarray(side).reshape(-1)[member], np.asarray(ids).reshape(-1)[member], k[member])
+    keep = ~member[row] | (part >= home[row])
+    row, part = row[keep], part[keep]
+    new = isn[row] & (part == home[row])
+    return row, part, new
 
 
 class CopyInfo(NamedTuple):

@@ -29,7 +29,11 @@ Siachamis et al., DEBS'23:
 no result reports its number of computations (finite, plottable, 0 for an
 empty window).
 
-API: ``workset_load``, ``worker_loads``, ``imbalance``, ``needs_rebalance``,
+* The rebalance stage (``rebalance``): Algorithm 1 over (workset, part) units from the
+  monitoring window's loads, after splitting oversized worksets (the paper's future work;
+  the join side is ``join.split_rows``); the result is an ``Assignment``, the savepoint.
+
+API: ``workset_load``, ``worker_loads``, ``imbalance``, ``needs_rebalance``, ``rebalance``,
 ``assign_worksets_greedy``, ``balance_worksets -> BalanceResult``,
 ``WindowStats`` (``to_dict()``, ``per_worker()``).
 """
@@ -37,19 +41,23 @@ API: ``workset_load``, ``worker_loads``, ``imbalance``, ``needs_rebalance``,
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "Assignment",
     "BalanceResult",
+    "RebalanceResult",
     "WindowStats",
     "assign_worksets_greedy",
     "balance_worksets",
     "comparisons_ratio",
     "imbalance",
     "needs_rebalance",
+    "rebalance",
     "worker_loads",
     "workset_load",
 ]
@@ -320,3 +328,171 @@ class WindowStats:
             "result_pairs": self.worker_result_pairs,
             "load": self.worker_load,
         }
+
+
+# --------------------------------------------------------------------------- the rebalance stage
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Workset -> worker map, the rebalance savepoint: one row per (partition, workset_id, part).
+
+    A workset not listed runs on the worker its centroid state names (where it was opened).
+    parts > 1: the workset is split (``split_rows``); part k of it runs on ``worker``.
+    """
+
+    partition: IntArray
+    workset_id: IntArray
+    part: IntArray
+    parts: IntArray
+    worker: IntArray
+
+    @classmethod
+    def empty(cls) -> Assignment:
+        z = _zeros_i()
+        return cls(z, z.copy(), z.copy(), z.copy(), z.copy())
+
+    @classmethod
+    def from_arrays(cls, partition: npt.ArrayLike, workset_id: npt.ArrayLike, part: npt.ArrayLike,
+                    parts: npt.ArrayLike, worker: npt.ArrayLike) -> Assignment:
+        a = [np.asarray(x, dtype=np.int64).reshape(-1) for x in (partition, workset_id, part, parts, worker)]
+        if len({x.shape[0] for x in a}) != 1:
+            raise ValueError(f"assignment arrays disagree: {[x.shape[0] for x in a]}")
+        order = np.lexsort((a[2], a[1], a[0]))
+        return cls(*(x[order] for x in a))
+
+    def __len__(self) -> int:
+        return int(self.partition.shape[0])
+
+    def placements(self) -> dict[tuple[int, int], list[int]]:
+        """(partition, workset_id) -> the worker of each part, in part order."""
+        out: dict[tuple[int, int], list[int]] = {}
+        for p, g, k in zip(self.partition.tolist(), self.workset_id.tolist(), self.worker.tolist()):
+            out.setdefault((p, g), []).append(k)
+        return out
+
+
+@dataclass(frozen=True)
+class RebalanceResult:
+    """What the rebalance stage decided (Section 8.3, Algorithm 1, plus workset splitting)."""
+
+    assignment: Assignment
+    fired: bool
+    imbalance_before: float
+    imbalance_after: float
+    load_before: FloatArray  # per worker
+    load_after: FloatArray
+    moved: int  # (workset, part) units that changed worker
+    split: int  # worksets split into more than one part
+    bytes_migrated: float
+
+
+def rebalance(
+    partition: npt.ArrayLike,
+    workset_id: npt.ArrayLike,
+    load: npt.ArrayLike,
+    size_bytes: npt.ArrayLike,
+    home_worker: npt.ArrayLike,
+    n_workers: int,
+    *,
+    previous: Assignment | None = None,
+    trigger: float = 0.2,
+    migration_factor: float = 0.0,
+    split: bool = False,
+) -> RebalanceResult:
+    """Rebalance worksets between windows from their load in the monitoring window.
+
+    partition / workset_id / load / size_bytes / home_worker: one entry per workset with load
+    in the monitoring window (load by Definition 5, bytes of its join state, the worker its
+    centroid state names). previous: the assignment in force. Each (workset, part) is a unit
+    of load/parts on its worker. Nothing changes unless a worker deviates more than
+    ``trigger`` x the average (``needs_rebalance``). Then:
+
+    * split (beyond the paper, its future work): a workset heavier than the average worker
+      load is cut into k = min(P, ceil(load / average)) parts - part 0 stays, the others go
+      to the least-loaded other workers; a split workset that became light is merged back;
+    * Algorithm 1 (``balance_worksets``) over the units: irremovables, moves by removal
+      benefit to the best addition benefit, an ignore list, benefit = DI reduction minus
+      migration_factor x bytes.
+
+    Bytes migrated: the state bytes of every unit placed on a new worker (a part holds the
+    workset's whole state, ``split_rows``). The returned assignment keeps every workset of
+    ``previous`` that had no load now.
+    """
+    p = np.asarray(partition, dtype=np.int64).reshape(-1)
+    g = np.asarray(workset_id, dtype=np.int64).reshape(-1)
+    ld = np.asarray(load, dtype=np.float64).reshape(-1)
+    sz = np.asarray(size_bytes, dtype=np.float64).reshape(-1)
+    hw = np.asarray(home_worker, dtype=np.int64).reshape(-1)
+    if not (p.shape == g.shape == ld.shape == sz.shape == hw.shape):
+        raise ValueError("partition, workset_id, load, size_bytes and home_worker must have equal lengths")
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+    prev = previous if previous is not None else Assignment.empty()
+    placed = prev.placements()
+    # current units: (workset index, part, worker, load share)
+    u_ws, u_part, u_wk, u_ld = [], [], [], []
+    for i in range(p.shape[0]):
+        wks = placed.get((int(p[i]), int(g[i])), [int(hw[i])])
+        for k, w in enumerate(wks):
+            u_ws.append(i)
+            u_part.append(k)
+            u_wk.append(w)
+            u_ld.append(ld[i] / len(wks))
+    uw = np.asarray(u_ws, dtype=np.int64)
+    uk = np.asarray(u_part, dtype=np.int64)
+    wk = np.asarray(u_wk, dtype=np.int64)
+    ul = np.asarray(u_ld, dtype=np.float64)
+    L0 = worker_loads(ul, wk, n_workers)
+    before = imbalance(L0)
+    if not needs_rebalance(L0, trigger):
+        return RebalanceResult(prev, False, before, before, L0, L0, 0, 0, 0.0)
+    avg = float(L0.mean())
+    old_place = {(int(a), int(b)): int(c) for a, b, c in zip(uw, uk, wk)}
+    if split:
+        L = L0.copy()
+        nw, nk, nwk, nl = [], [], [], []
+        for i in range(p.shape[0]):
+            mine = uw == i
+            k_new = min(n_workers, max(1, math.ceil(ld[i] / avg))) if avg > 0 else 1
+            cur = wk[mine]
+            if k_new == cur.shape[0]:
+                for a, b, c in zip(uk[mine], cur, ul[mine]):
+                    nw.append(i)
+                    nk.append(int(a))
+                    nwk.append(int(b))
+                    nl.append(float(c))
+                continue
+            np.subtract.at(L, cur, ul[mine])
+            first = int(cur[0])
+            chosen = [first]
+            share = ld[i] / k_new
+            L[first] += share
+            for _ in range(1, k_new):
+                cand = [w for w in np.argsort(L, kind="stable").tolist() if w not in chosen]
+                chosen.append(int(cand[0]))
+                L[cand[0]] += share
+            for k, w in enumerate(chosen):
+                nw.append(i)
+                nk.append(k)
+                nwk.append(w)
+                nl.append(share)
+        uw, uk = np.asarray(nw, np.int64), np.asarray(nk, np.int64)
+        wk, ul = np.asarray(nwk, np.int64), np.asarray(nl, np.float64)
+    bal = balance_worksets(ul, wk, n_workers, size_bytes=sz[uw], migration_factor=migration_factor, trigger=trigger)
+    wk = bal.worker
+    L1 = worker_loads(ul, wk, n_workers)
+    parts = np.bincount(uw, minlength=p.shape[0])[uw]
+    migrated = sum(float(sz[a]) for a, b, c in zip(uw.tolist(), uk.tolist(), wk.tolist())
+                   if old_place.get((a, b)) != c)
+    moved = sum(1 for a, b, c in zip(uw.tolist(), uk.tolist(), wk.tolist()) if old_place.get((a, b)) != c)
+    # keep what the previous assignment says about worksets without load now
+    now = {(int(p[i]), int(g[i])) for i in range(p.shape[0])}
+    keep = np.array([(a, b) not in now for a, b in zip(prev.partition.tolist(), prev.workset_id.tolist())], bool)
+    keep = keep if keep.size else np.zeros(0, bool)
+    new = Assignment.from_arrays(
+        np.concatenate([prev.partition[keep], p[uw]]), np.concatenate([prev.workset_id[keep], g[uw]]),
+        np.concatenate([prev.part[keep], uk]), np.concatenate([prev.parts[keep], parts]),
+        np.concatenate([prev.worker[keep], wk]))
+    n_split = int(np.sum(np.bincount(uw, minlength=p.shape[0]) > 1))
+    return RebalanceResult(new, True, before, imbalance(L1), L0, L1, int(moved), n_split, float(migrated))

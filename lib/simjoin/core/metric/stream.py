@@ -27,7 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .distance import check_threshold, partition_bounds
-from .join import join_worker_window
+from .join import join_worker_window, split_key, split_rows
+from .load import Assignment, RebalanceResult, rebalance
 from .microbatch import PartitionState, formulate_partition_microbatch
 from .partitioning import random_centroids, space_partition
 from .worksets import OUTER
@@ -101,6 +102,9 @@ class S3JStream:
         # join state: base rows (one per record copy) and memberships (one per (copy, workset))
         self.base = _Rows()
         self.members = _Rows()
+        # the rebalance stage: the assignment in force and the loads since it was made
+        self.assignment = Assignment.empty()
+        self.monitor: dict[tuple[int, int], list[float]] = {}
 
     def _partition_state(self, p: int, windows: np.ndarray) -> PartitionState:
         b, m = self.base, self.members
@@ -189,6 +193,7 @@ class S3JStream:
         c = {k: np.concatenate(v) for k, v in cols.items()}
         wk = np.array([worker_of[(a, b, g)] for a, b, g in zip(c["w"].tolist(), c["p"].tolist(), c["g"].tolist())],
                       dtype=np.int64)
+        c, wk = self._route(c, wk)
         Ws, Ls, Rs, Ds = [], [], [], []
         comps = 0
         loads: dict[tuple[int, int], float] = {}
@@ -204,6 +209,11 @@ class S3JStream:
                 Ds.append(jw.distance)
                 comps += jw.computations
                 loads[(int(w), int(k))] = jw.load
+                for pp, gg, rr, ll in zip(jw.workset_partition.tolist(), jw.workset_id.tolist(),
+                                          jw.workset_rows.tolist(), jw.workset_load.tolist()):
+                    acc = self.monitor.setdefault((pp, gg), [0.0, 0])
+                    acc[0] += ll
+                    acc[1] = max(acc[1], rr)
         # the join state grows by this micro-batch's memberships and record copies
         self.members.add(w=n_w, partition=n_p, workset_id=n_g, role=n_r, side=sd_all[nrec], id=id_all[nrec],
                          X=Xv[nrec])
@@ -218,6 +228,38 @@ class S3JStream:
             right_id=np.concatenate(Rs) if Rs else z.copy(), distance=np.concatenate(Ds) if Ds else np.zeros(0),
             copies=int(n_w.shape[0]), routed=int(r_w.shape[0]), computations=int(comps),
             centroid_distance_computations=int(cdc), worker_load=loads)
+
+    def _route(self, c: dict[str, np.ndarray], wk: IntArray) -> tuple[dict[str, np.ndarray], IntArray]:
+        """Rows to workers by the assignment in force: split worksets are replicated per part."""
+        placed = self.assignment.placements()
+        if not placed:
+            return c, wk
+        keys = list(zip(c["p"].tolist(), c["g"].tolist()))
+        parts = np.array([len(placed.get(k, (0,))) for k in keys], np.int64)
+        row, part, new = split_rows(c["role"], c["new"], c["side"], c["id"], parts)
+        out = {k: v[row] for k, v in c.items()}
+        out["new"] = new
+        out["g"] = split_key(out["g"], part)
+        wk2 = np.array([placed[keys[r]][q] if keys[r] in placed else int(wk[r])
+                        for r, q in zip(row.tolist(), part.tolist())], np.int64)
+        return out, wk2
+
+    def rebalance(self, *, trigger: float = 0.2, migration_factor: float = 0.0, split: bool = False) -> RebalanceResult:
+        """The rebalance stage: Algorithm 1 (and splitting) over the loads since the last call."""
+        keys = sorted(self.monitor)
+        p = np.array([k[0] for k in keys], np.int64)
+        g = np.array([k[1] for k in keys], np.int64)
+        home = np.zeros(len(keys), np.int64)
+        for i, (pp, gg) in enumerate(keys):
+            ids0, _, wk0 = self.centroids[pp]
+            home[i] = int(wk0[np.flatnonzero(ids0 == gg)[0]])
+        load = [self.monitor[k][0] for k in keys]
+        size = [self.monitor[k][1] * (8 * self.dim + 32) for k in keys]
+        res = rebalance(p, g, load, size, home, self.P, previous=self.assignment, trigger=trigger,
+                        migration_factor=migration_factor, split=split)
+        self.assignment = res.assignment
+        self.monitor = {}
+        return res
 
     def expire(self, before: int) -> None:
         """Drop the join state of windows starting before ``before`` (centroids persist)."""
