@@ -4,10 +4,11 @@ A *unit* is what one ingest staged (the micro-batch engine, ``simjoin.spark.engi
 stages after ingest work on the open unit and write ``<output>_work/<name>`` tables tagged with
 it, so any of them can be rerun. State tables under ``<output>_state/``: ``progress`` (the
 engine's: one row per side per committed unit), ``centroids`` (workset centroids, persist across
-windows) and ``join`` (members of still-open windows and buffered physical outer copies; a
-window's rows are dropped when the watermark passes its end). State rows carry the ``unit``
-that wrote them and a unit reads only state of earlier units, so a replay sees exactly what the
-first attempt saw.
+windows), ``join`` (members of still-open windows and buffered physical outer copies; a window's
+rows are dropped when the watermark passes its end) and ``assignment`` (the rebalance stage's
+workset -> worker snapshots, one Delta commit each; the latest before a unit routes it). State
+rows carry the ``unit`` that wrote them and a unit reads only state of earlier units, so a
+replay sees exactly what the first attempt saw.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from typing import Any, ClassVar
 
 from simjoin.pipeline.stream import OpenUnit, StreamRun
 
-__all__ = ["S3JRun", "S3JUnit", "open_unit", "micros", "read_state"]
+__all__ = ["S3JRun", "S3JUnit", "open_unit", "micros", "read_assignment", "read_state"]
 
 
 class S3JRun(StreamRun):
-    STATE: ClassVar[dict[str, str]] = {"join_state": "join", "centroids": "centroids"}
+    STATE: ClassVar[dict[str, str]] = {"join_state": "join", "centroids": "centroids", "assignment": "assignment"}
 
     @property
     def join_state(self) -> str:
@@ -29,6 +30,10 @@ class S3JRun(StreamRun):
     @property
     def centroids(self) -> str:
         return self.state("centroids")
+
+    @property
+    def assignment(self) -> str:
+        return self.state("assignment")
 
     def params(self, dim: int) -> Any:
         from simjoin.spark.metric import JoinParams
@@ -49,6 +54,17 @@ def read_state(spark: Any, path: str, before_unit: int) -> Any:
     from simjoin.spark.engine import read_state as read
 
     return read(spark, path, before_unit)
+
+
+def read_assignment(spark: Any, run: S3JRun, before_unit: int) -> Any:
+    """The rebalance stage's latest assignment made before ``before_unit`` (the savepoint), or None."""
+    from pyspark.sql import functions as F
+
+    a = read_state(spark, run.assignment, before_unit)
+    if a is None:
+        return None
+    last = a.agg(F.max("unit")).first()[0]
+    return None if last is None else a.where(F.col("unit") == last).drop("unit")
 
 
 class S3JUnit(OpenUnit):

@@ -1,7 +1,9 @@
 """S3J stage 4, similarity computation (Section 7.7): rows routed by worker, joined in tasks.
 
 New members are joined with each other and with the earlier members of the same worksets
-kept in the join state (so a window spanning units reports each pair exactly once). Pairs and
+kept in the join state (so a window spanning units reports each pair exactly once). Worksets
+run where the rebalance stage's latest assignment puts them; a split workset's rows are
+replicated per part (``route_by_assignment``). Pairs and
 the per-(window, worker) counters go to ``<output>_work/joined``; ``publish`` appends the
 pairs to the output once the gate has passed.
 """
@@ -13,9 +15,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.s3j.common import S3JRun, micros, open_unit, read_state
+from jobs.s3j.common import S3JRun, micros, open_unit, read_assignment, read_state
 from simjoin.contracts import Role, RowKind
-from simjoin.spark.metric import join_worksets_df
+from simjoin.spark.metric import join_worksets_df, route_by_assignment
 
 MEMBER_COLS = ["w", "we", "partition", "workset_id", "worker", "side", "id", "vector", "role", "is_new"]
 
@@ -35,6 +37,8 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
                        "workset_id", "side", "id", "vector", "role", F.lit(False).alias("is_new"))
                .join(keys, ["w", "partition", "workset_id"], "inner").select(*MEMBER_COLS))
         members = new.unionByName(old)
+    # the rebalance stage's assignment in force (split worksets replicated per part)
+    members = route_by_assignment(members, read_assignment(spark, run_, u.id))
     path = u.write_work(join_worksets_df(members, run_.params(u.dim)), "joined")
     n = (u.work("joined").where(F.col("kind") == int(RowKind.STATS)).agg(F.sum("results")).first()[0])  # type: ignore
     return {"unit": u.id, "joined": path, "pairs": int(n or 0)}

@@ -1,8 +1,9 @@
-"""S3J stage 7, publish (after the gate): the unit's pairs -> the output, its stats -> the stats
-table, its workset centroids and members (plus, for S3J, its physical outer copies as the
-buffer) -> the state; then the engine commits the unit and windows the watermark has passed are
-dropped from the join state (centroids persist). Every append is idempotent per (checkpoint,
-unit), so a publish rerun after a crash neither repeats nor loses a row."""
+"""S3J stage 8, publish (after the gate): the unit's pairs -> the output, its stats -> the stats
+table (with the rebalance stage's rows), its workset centroids and members (plus, for S3J, its
+physical outer copies as the buffer) -> the state; then the engine commits the unit and windows
+the watermark has passed are dropped from the join state (centroids persist). Every append is
+idempotent per (checkpoint, unit), so a publish rerun after a crash neither repeats nor loses a
+row."""
 
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
                        F.col("partition").cast("int"), F.col("workset_id").cast("long"), F.col("worker").cast("int"),
                        "side", "id", "vector", F.col("role").cast("byte"), unit_col]
     state = members.where(F.col("kind") == int(RowKind.MEMBER)).select(*cols)
-    pieces = [("pairs", staged_pairs(u), run_.output), ("stats", u.work("stats", keep_unit=True), run_.tables.stats)]
+    stats = u.work("stats", keep_unit=True)
+    if run_.cfg.algorithm == "s3j" and run_.cfg.rebalance != "off":
+        stats = stats.unionByName(u.work("rebalance", keep_unit=True))
+    pieces = [("pairs", staged_pairs(u), run_.output), ("stats", stats, run_.tables.stats)]
     if run_.cfg.algorithm == "s3j":
         buf = u.work("copies").where("is_outer").select(
             "w", "we", "partition", F.lit(0).cast("long").alias("workset_id"), F.lit(-1).alias("worker"),
@@ -37,7 +41,8 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
             "partition", "workset_id", "vector", "worker", F.timestamp_micros("w").alias("window_start"), unit_col)
         pieces.append(("centroids", centroids, run_.centroids))
     pieces.append(("join_state", state, run_.join_state))
-    res = u.engine.publish(u.unit, pieces, meta={"dim": u.dim})
+    # the stats table gained columns (workset and rebalance rows): older tables take them on
+    res = u.engine.publish(u.unit, pieces, meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}})
     wm = u.engine.progress().watermark
     u.engine.expire(run_.join_state, wm)
     return res  # type: ignore[no-any-return]

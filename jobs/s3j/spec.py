@@ -41,7 +41,8 @@ SPEC = PipelineSpec(
     doc="Exact streaming similarity join (S3J, Siachamis et al., DEBS'23) of what arrived since the last run.\n\n"
         "A recurring micro-batch on the engine of simjoin.spark.engine: ingest (validate, quarantine, window, "
         "stage one unit) -> partition (Section 6) -> worksets (Section 7, steps 1-5) -> join (Section 7.7) -> "
-        "gate (Great Expectations) -> stats -> publish (pairs, stats and state, exactly once per unit). A failed "
+        "gate (Great Expectations) -> stats -> rebalance (Algorithm 1, Section 8.3) -> publish (pairs, stats and "
+        "state, exactly once per unit). A failed "
         "run is resumed as the same unit by the next one. max_active_runs=1: units are processed in order.",
     stages=(
         Stage("ingest", "jobs.s3j.ingest:run", writes=("work", "quarantine"),
@@ -55,7 +56,11 @@ SPEC = PipelineSpec(
         Stage("gate", "jobs.s3j.gate:run", reads=("work", "output"), gate=True,
               doc="Great Expectations on the unit's pairs, with the pairs already published."),
         Stage("stats", "jobs.s3j.stats:run", reads=("work",), writes=("work",),
-              doc="Per-window and per-worker statistics (Section 9.1)."),
+              doc="Per-window, per-worker and per-workset statistics (Section 9.1)."),
+        Stage("rebalance", "jobs.s3j.rebalance:run", reads=("work", "centroids", "assignment"),
+              writes=("work", "assignment"),
+              doc="Adaptive workset balancing (Section 8.3, Algorithm 1, with splitting): the next unit's "
+                  "workset -> worker assignment, one Delta commit."),
         Stage("publish", "jobs.s3j.publish:run", reads=("work",),
               writes=("output", "stats", "centroids", "join_state", "progress"),
               outlets=("output", "stats", "state"), publishes=True,

@@ -1,8 +1,10 @@
-"""S3J stage 6, statistics: one stats row per window and one per (window, worker) for the unit
-(Section 9.1: records by role, duplication ratio, distance computations, comparisons ratio,
-pairs emitted without computation, per-worker load by Definition 5, and the processing latency
-p50/p99/max of the window's worker tasks), written to ``<output>_work/stats``; ``publish``
-appends them to ``<output>_stats``.
+"""S3J stage 6, statistics: one stats row per window, one per (window, worker) and one per
+(window, workset) for the unit (Section 9.1: records by role, duplication ratio, distance
+computations, comparisons ratio, pairs emitted without computation, load by Definition 5, bytes
+of the join state, and the processing latency p50/p99/max of the window's worker tasks; a
+workset's seconds are its task's by load share), written to ``<output>_work/stats``;
+``publish`` appends them to ``<output>_stats``. The rebalance stage adds its own rows (level
+``rebalance``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,20 @@ STATS_SCHEMA = (
     "space_copies long, inner long, outlier long, outer long, copies long, state_rows long, duplication_ratio double, "
     "worksets long, new_worksets long, distance_computations long, centroid_distance_computations long, "
     "shortcut_pairs long, result_pairs long, comparisons_ratio double, load double, load_imbalance double, "
-    "max_worker_load double, latency_p50_s double, latency_p99_s double, latency_max_s double"
+    "max_worker_load double, latency_p50_s double, latency_p99_s double, latency_max_s double, "
+    "partition int, workset_id long, bytes long, moved long, split long, bytes_migrated double, "
+    "imbalance_after double, max_worker_load_after double, load_after double"
 )
+COLUMNS = [c.strip().split(" ")[0] for c in STATS_SCHEMA.split(",")]
+ROW_BYTES = 48  # bytes of a join-state row besides its vector (ids, window, keys, role)
+
+
+def stats_row(**values: Any) -> tuple[Any, ...]:
+    """One stats row in ``STATS_SCHEMA`` order; columns not given are null."""
+    unknown = set(values) - set(COLUMNS)
+    if unknown:
+        raise KeyError(f"unknown stats columns {sorted(unknown)}")
+    return tuple(values.get(c) for c in COLUMNS)
 UTC = dt.UTC
 
 
@@ -43,6 +57,16 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     cfg = run_.cfg
     P = int(cfg.workers)
     joined = u.work("joined").where(F.col("kind") == int(RowKind.STATS)).collect()
+    # per-workset load statistics (the rebalance stage's input): rows, load, seconds, bytes
+    row_bytes = 8 * u.dim + ROW_BYTES
+    wsets: dict[int, list[Any]] = {}
+    wbytes: dict[int, dict[int, int]] = {}
+    for r in u.work("joined").where(F.col("kind") == int(RowKind.WORKSET)).collect():
+        wsets.setdefault(int(r["w"]), []).append(r)
+        wb = wbytes.setdefault(int(r["w"]), {})
+        nb = int(r["n_inner"]) * row_bytes
+        wb[int(r["worker"])] = wb.get(int(r["worker"]), 0) + nb
+        wb[-1] = wb.get(-1, 0) + nb
     members = u.work("members")
     copies = u.work("copies")
     # new worksets (CENTROID rows) and centroid distance computations (COUNTER rows) per window
@@ -68,15 +92,19 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
             "shortcut", "results")}
         n_rec = int(recs.get(w, 0))
         copies_n = s["n_inner"] + s["n_outlier"] + s["n_outer"]
-        rows.append((
-            "s3j", float(secs.sum()), "window", cfg.algorithm, b, _ts(w), None, n_rec,
-            int(cp.get(w, (0, 0))[0]), s["n_inner"],
-            s["n_outlier"], s["n_outer"], copies_n, s["s_inner"] + s["s_outlier"] + s["s_outer"],
-            copies_n / n_rec if n_rec else 0.0, s["worksets"], int(form.get((w, int(RowKind.CENTROID)), 0) or 0),
-            s["computations"],
-            int(form.get((w, int(RowKind.COUNTER)), 0) or 0), s["shortcut"], s["results"],
-            comparisons_ratio(s["computations"], s["results"]), float(load.sum()), imbalance(load),
-            float(load.max()), float(np.percentile(secs, 50)), float(np.percentile(secs, 99)), float(secs.max())))
+        rows.append(stats_row(
+            pipeline="s3j", seconds=float(secs.sum()), level="window", algorithm=cfg.algorithm, unit=b,
+            window_start=_ts(w), records=n_rec, space_copies=int(cp.get(w, (0, 0))[0]), inner=s["n_inner"],
+            outlier=s["n_outlier"], outer=s["n_outer"], copies=copies_n,
+            state_rows=s["s_inner"] + s["s_outlier"] + s["s_outer"],
+            duplication_ratio=copies_n / n_rec if n_rec else 0.0, worksets=s["worksets"],
+            new_worksets=int(form.get((w, int(RowKind.CENTROID)), 0) or 0), distance_computations=s["computations"],
+            centroid_distance_computations=int(form.get((w, int(RowKind.COUNTER)), 0) or 0),
+            shortcut_pairs=s["shortcut"], result_pairs=s["results"],
+            comparisons_ratio=comparisons_ratio(s["computations"], s["results"]), load=float(load.sum()),
+            load_imbalance=imbalance(load), max_worker_load=float(load.max()),
+            latency_p50_s=float(np.percentile(secs, 50)), latency_p99_s=float(np.percentile(secs, 99)),
+            latency_max_s=float(secs.max()), bytes=int(wbytes.get(w, {}).get(-1, 0))))
         for k in range(P):
             wr: Any = per.get(k)
 
@@ -85,12 +113,19 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
 
             n_k = g("n_inner") + g("n_outlier") + g("n_outer")
             sec = float(wr["seconds"]) if wr is not None else 0.0
-            rows.append((
-                "s3j", sec, "worker", cfg.algorithm, b, _ts(w), k, None, None, g("n_inner"), g("n_outlier"),
-                g("n_outer"), n_k,
-                g("s_inner") + g("s_outlier") + g("s_outer"), None, g("worksets"), None, g("computations"), None,
-                g("shortcut"), g("results"), comparisons_ratio(g("computations"), g("results")), float(load[k]),
-                None, None, sec, sec, sec))
+            rows.append(stats_row(
+                pipeline="s3j", seconds=sec, level="worker", algorithm=cfg.algorithm, unit=b, window_start=_ts(w),
+                worker=k, inner=g("n_inner"), outlier=g("n_outlier"), outer=g("n_outer"), copies=n_k,
+                state_rows=g("s_inner") + g("s_outlier") + g("s_outer"), worksets=g("worksets"),
+                distance_computations=g("computations"), shortcut_pairs=g("shortcut"), result_pairs=g("results"),
+                comparisons_ratio=comparisons_ratio(g("computations"), g("results")), load=float(load[k]),
+                latency_p50_s=sec, latency_p99_s=sec, latency_max_s=sec, bytes=int(wbytes.get(w, {}).get(k, 0))))
+        for r in wsets.get(w, []):
+            rows.append(stats_row(
+                pipeline="s3j", seconds=float(r["seconds"]), level="workset", algorithm=cfg.algorithm, unit=b,
+                window_start=_ts(w), worker=int(r["worker"]), records=int(r["n_inner"]), load=float(r["load"]),
+                partition=int(r["partition"]), workset_id=int(r["workset_id"]),
+                bytes=int(r["n_inner"]) * row_bytes))
         tot["pairs"] += s["results"]
         tot["records"] += n_rec
         tot["copies"] += copies_n

@@ -268,6 +268,14 @@ class S3JConfig(StreamConfig):
     virtual_partitions: int = param(500, "ClusterJoin's virtual partitions V.", ge=1, le=100_000)
     seed: int = param(42, "Seed of the random space-partition centroids.", ge=0)
     exact_distances: bool = param(False, "Also compute the distance of inner x inner pairs.", state=False)
+    rebalance: str = param("split", "Adaptive workset balancing between micro-batches (Section 8.3): off; balance "
+                                    "(Algorithm 1: move worksets); split (also split a workset heavier than the "
+                                    "average worker load across workers). Results are the same either way.",
+                           choices=("off", "balance", "split"), state=False)
+    rebalance_trigger: float = param(0.2, "Rebalance when a worker's load deviates more than this fraction from "
+                                          "the average.", gt=0, le=10, state=False)
+    migration_cost: float = param(0.0, "Algorithm 1's migration-cost factor: a move's benefit is its DI reduction "
+                                       "minus this x the workset's state bytes.", ge=0, state=False)
 
     def __post_init__(self) -> None:
         s = "s3j"

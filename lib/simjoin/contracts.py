@@ -36,6 +36,7 @@ class RowKind(IntEnum):
     MEMBER = 2  # a workset member (S3J formulation)
     CENTROID = 3  # the centroid of a newly opened workset (S3J formulation)
     COUNTER = 4  # per (partition, window) centroid-distance counter (S3J formulation)
+    WORKSET = 5  # per (window, workset) load statistics of a join task (S3J rebalance)
 
 
 class Role(IntEnum):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +52,8 @@ from simjoin.core.metric import (
     partition_bounds,
     random_centroids,
     space_partition,
+    split_key,
+    split_rows,
 )
 
 __all__ = [
@@ -63,6 +66,7 @@ __all__ = [
     "clusterjoin_members_df",
     "formulate_worksets_df",
     "join_worksets_df",
+    "route_by_assignment",
     "space_partition_df",
     "to_matrix",
 ]
@@ -85,7 +89,8 @@ FORM_SCHEMA = MEMBER_SCHEMA + ", kind byte, n long"
 JOIN_OUT_SCHEMA = (
     "kind byte, w long, worker int, left_id long, right_id long, distance double, "
     "n_inner long, n_outlier long, n_outer long, s_inner long, s_outlier long, s_outer long, "
-    "worksets long, computations long, shortcut long, results long, load double, seconds double"
+    "worksets long, computations long, shortcut long, results long, load double, seconds double, "
+    "partition int, workset_id long"
 )
 
 
@@ -305,7 +310,7 @@ _JOIN_ARROW_FIELDS = [
     ("right_id", pa.int64()), ("distance", pa.float64()), ("n_inner", pa.int64()), ("n_outlier", pa.int64()),
     ("n_outer", pa.int64()), ("s_inner", pa.int64()), ("s_outlier", pa.int64()), ("s_outer", pa.int64()),
     ("worksets", pa.int64()), ("computations", pa.int64()), ("shortcut", pa.int64()), ("results", pa.int64()),
-    ("load", pa.float64()), ("seconds", pa.float64()),
+    ("load", pa.float64()), ("seconds", pa.float64()), ("partition", pa.int32()), ("workset_id", pa.int64()),
 ]
 _JOIN_ARROW = pa.schema(_JOIN_ARROW_FIELDS)
 
@@ -320,12 +325,68 @@ def _pairs_batch(w: int, worker: int, L: np.ndarray, R: np.ndarray, D: np.ndarra
         schema=_JOIN_ARROW)
 
 
+def _worksets_batch(w: int, worker: int, jw: Any, secs: float) -> pa.RecordBatch:
+    k = int(jw.workset_id.shape[0])
+    share = jw.workset_load / jw.load if jw.load > 0 else np.full(k, 1.0 / max(k, 1))
+    cols: dict[str, Any] = {name: pa.nulls(k, tp) for name, tp in _JOIN_ARROW_FIELDS}
+    cols.update(kind=pa.array(np.full(k, int(RowKind.WORKSET), np.int8)), w=pa.array(np.full(k, w, np.int64)),
+                worker=pa.array(np.full(k, worker, np.int32)), n_inner=pa.array(jw.workset_rows.astype(np.int64)),
+                load=pa.array(jw.workset_load.astype(np.float64)), seconds=pa.array(secs * share),
+                partition=pa.array(jw.workset_partition.astype(np.int32)),
+                workset_id=pa.array(jw.workset_id.astype(np.int64)))
+    return pa.RecordBatch.from_arrays(list(cols.values()), schema=_JOIN_ARROW)
+
+
+def route_by_assignment(members: DataFrame, assignment: DataFrame | None) -> DataFrame:
+    """Rows to workers by the rebalance stage's assignment (``MEMBER_SCHEMA`` in and out).
+
+    assignment: ``partition, workset_id, part, parts, worker`` (one row per part). A workset
+    without a row keeps its worker. A split workset's rows are replicated per part by
+    ``core.metric.split_rows`` (exact: each pair meets in one part) and join under the part's
+    key ``split_key(workset_id, part)`` on the part's worker.
+    """
+    if assignment is None:
+        return members
+    parts = assignment.groupBy("partition", "workset_id").agg(F.max("parts").alias("parts"))
+    m = members.join(F.broadcast(parts), ["partition", "workset_id"], "left").fillna(1, ["parts"])
+    cols = list(members.columns)
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            k = _np(b, "parts", np.int64)
+            row, part, new = split_rows(_np(b, "role", np.int8), _np(b, "is_new", bool), _np(b, "side", np.int8),
+                                        _np(b, "id", np.int64), k)
+            t = b.select(cols).take(pa.array(row))
+            names = t.schema.names
+            arrays = list(t.columns)
+            arrays[names.index("is_new")] = pa.array(new)
+            ws = _np(t, "workset_id", np.int64)
+            arrays[names.index("workset_id")] = pa.array(split_key(ws, part))
+            yield pa.RecordBatch.from_arrays([*arrays, pa.array(ws), pa.array(part)],
+                                             names=[*names, "base_workset_id", "part"])
+
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    schema = StructType([*members.schema.fields, StructField("base_workset_id", LongType()),
+                         StructField("part", LongType())])
+    out = m.mapInArrow(fn, schema)
+    a = F.broadcast(assignment.select("partition", F.col("workset_id").alias("base_workset_id"), "part",
+                                      F.col("worker").alias("assigned")))
+    return (out.join(a, ["partition", "base_workset_id", "part"], "left")
+            .withColumn("worker", F.coalesce(F.col("assigned"), F.col("worker")).cast("int")).select(*cols))
+
+
 def join_worksets_df(members: DataFrame, p: JoinParams) -> DataFrame:
     """Section 7.7 join, one task per worker (``JOIN_OUT_SCHEMA`` out).
 
     members: rows of ``MEMBER_SCHEMA``; is_new False rows are the window's earlier members
     of the same worksets (join state) - they are only paired with new rows. Out, per
-    (window, worker): ``RowKind.PAIR`` rows, then one ``RowKind.STATS`` row.
+    (window, worker): ``RowKind.PAIR`` rows, one ``RowKind.STATS`` row, and one
+    ``RowKind.WORKSET`` row per workset with new rows (``n_inner`` = its rows, new and
+    state; ``load`` by Definition 5; ``seconds`` = the task's time by load share) - the
+    rebalance stage's load statistics.
     """
     # ClusterJoin always verifies (no inner sets, so nothing is shortcut anyway).
     exact = p.exact_distances or p.algorithm == "clusterjoin"
@@ -349,10 +410,11 @@ def join_worksets_df(members: DataFrame, p: JoinParams) -> DataFrame:
             stats = [
                 np.int8(RowKind.STATS), int(w), worker, None, None, None,
                 jw.n_inner, jw.n_outlier, jw.n_outer, jw.state_inner, jw.state_outlier, jw.state_outer,
-                jw.worksets, jw.computations, jw.shortcut_pairs, jw.result_pairs, jw.load, secs,
+                jw.worksets, jw.computations, jw.shortcut_pairs, jw.result_pairs, jw.load, secs, None, None,
             ]
             out.append(pa.RecordBatch.from_arrays(
                 [pa.array([v], tp) for v, (_, tp) in zip(stats, _JOIN_ARROW_FIELDS)], schema=_JOIN_ARROW))
+            out.append(_worksets_batch(int(w), worker, jw, secs))
         return pa.Table.from_batches(out, schema=_JOIN_ARROW)
 
     return members.groupBy("worker").applyInArrow(fn, JOIN_OUT_SCHEMA)

@@ -207,51 +207,215 @@ class CentroidState:
         }
 
 
+# ----------------------------------------------------------------------------- centroid index
+# Pivot filtering (LAESA) for the record -> centroid searches; see the module docstring.
+
+# The rounding model of ``PartitionBounds`` (no overflow, no underflow in the norms) holds for
+# row norms in [_SAFE_NORM_MIN, _SAFE_NORM_MAX] (euclidean: any norm <= max). Outside, no index.
+_SAFE_NORM_MIN = 1e-100
+_SAFE_NORM_MAX = 1e100
+_NO_INDEX = np.iinfo(np.int64).max
+
+
+def _pivots(dim: int) -> FloatArray:
+    """The fixed pivots: unit basis vectors e1, e2 (e1 only when dim == 1), norm exactly 1."""
+    return np.eye(min(2, dim), dim)
+
+
+def _scan_max(space: str, n_pivots: int, *norms: FloatArray) -> int:
+    """Searches against at most this many centroids scan them all; larger ones use the index.
+
+    An index query costs the pivot distances of the record (once) plus the candidates, so
+    a handful of centroids is cheaper to scan. ``_NO_INDEX`` if a norm lies outside the
+    range where the rounding model (hence the filter's slack) is proven.
+    """
+    for nv in norms:
+        if nv.size and not (nv.max() <= _SAFE_NORM_MAX and (space == "euclidean" or nv.min() >= _SAFE_NORM_MIN)):
+            return int(_NO_INDEX)
+    return 2 * n_pivots
+
+
+@njit(cache=True)
+def _slack(a: float, r: float, rel: float, ab: float) -> float:
+    """Rounding slack of the pivot bound for a record at computed pivot distance ``a``, radius r.
+
+    Exact distances a, b (to the pivot), delta (record - centroid), computed ^ with
+    |x^ - x| <= rel x + ab: |a - b| <= delta, so computed d^(x, c) <= r implies
+    |a^ - b^| <= r + rel (2 a^ + 2 r) + 5 ab (to first order in rel). We take 4x that,
+    which also absorbs the rounding of a^ -+ (r + slack).
+    """
+    return 8.0 * (rel * (abs(a) + r) + ab)
+
+
+@njit(cache=True)
+def _pivot_row(code: int, X: FloatArray, i: int, norm: float, P: FloatArray, out: FloatArray) -> None:
+    """out[i, q] = d(X[i], P[q]) (the pivots have norm 1)."""
+    for q in range(P.shape[0]):
+        out[i, q] = _dist(code, X, i, P, q, norm, 1.0)
+
+
+@njit(cache=True)
+def _pivots_ok(
+    PX: FloatArray, i: int, PC: FloatArray, c: int, r: float, rel: float, ab: float, q0: int
+) -> bool:
+    """Pivot bound for pivots q0..m-1: False only if d^(X[i], C[c]) > r is certain."""
+    for q in range(q0, PX.shape[1]):
+        a = PX[i, q]
+        if abs(a - PC[c, q]) > r + _slack(a, r, rel, ab):
+            return False
+    return True
+
+
+@njit(cache=True)
+def _key_range(skey: FloatArray, k: int, lo_v: float, hi_v: float) -> tuple[int, int]:
+    """[lo, hi): the positions of skey[:k] (ascending) with lo_v <= key <= hi_v."""
+    lo, hi = 0, k
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if skey[mid] < lo_v:
+            lo = mid + 1
+        else:
+            hi = mid
+    a = lo
+    hi = k
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if skey[mid] <= hi_v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return a, lo
+
+
 @njit(cache=True)
 def _open_worksets(
-    code: int, X: FloatArray, norms: FloatArray, C0: FloatArray, n0: FloatArray, new_radius: float
+    code: int,
+    X: FloatArray,
+    norms: FloatArray,
+    C0: FloatArray,
+    n0: FloatArray,
+    new_radius: float,
+    P: FloatArray,
+    PX: FloatArray,
+    have_x: npt.NDArray[np.bool_],
+    PC0: FloatArray,
+    have_c0: npt.NDArray[np.bool_],
+    rel: float,
+    ab: float,
+    scan_max: int,
 ) -> tuple[IntArray, FloatArray, IntArray, int]:
     """Pass 1: steps 2-4 in arrival order. Returns (home, d_home, new_rows, computations).
 
     home indexes the centroid list ``C0`` followed by the records opened as new
     centroids, in order; d_home is the computed distance to it (0 for a centroid).
+    Same result as scanning every centroid (the nearest by computed distance, ties to
+    the lowest index; Criterion 2 if it is farther than new_radius): only centroids
+    within new_radius can be a home, and the pivot index returns all of them.
+
+    PX / have_x (pivot distances of the records) and PC0 / have_c0 (of C0) are filled
+    in as computed; computations counts every distance evaluated (pivots included).
     """
     n, d = X.shape
+    m = P.shape[0]
     k0 = C0.shape[0]
-    # Centroids are far fewer than records in practice: grow the buffer by doubling.
+    # Centroids are far fewer than records in practice: grow the buffers by doubling.
     cap = k0 + min(n, 1024)
     C = np.empty((cap, d))
     Cn = np.empty(cap)
+    PC = np.empty((cap, m))
+    crow = np.empty(cap, dtype=np.int64)  # record of a new centroid, -1 for C0
+    skey = np.empty(cap)  # index: pivot-1 distances ascending ...
+    sidx = np.empty(cap, dtype=np.int64)  # ... and their centroids
     C[:k0] = C0
     Cn[:k0] = n0
+    crow[:k0] = -1
     k = k0
+    indexed = False
     home = np.empty(n, dtype=np.int64)
     d_home = np.empty(n)
     new_rows = np.empty(n, dtype=np.int64)
     n_new = 0
     comps = 0
     for i in range(n):
+        if not indexed and k > scan_max:
+            # Build the index: pivot distances of every centroid so far, sorted by pivot 1.
+            for j in range(k):
+                r = crow[j]
+                if r < 0:
+                    if not have_c0[j]:
+                        _pivot_row(code, C0, j, n0[j], P, PC0)
+                        have_c0[j] = True
+                        comps += m
+                    PC[j] = PC0[j]
+                else:
+                    if not have_x[r]:
+                        _pivot_row(code, X, r, norms[r], P, PX)
+                        have_x[r] = True
+                        comps += m
+                    PC[j] = PX[r]
+            order = np.argsort(PC[:k, 0])
+            for s in range(k):
+                sidx[s] = order[s]
+                skey[s] = PC[order[s], 0]
+            indexed = True
         best = math.inf
         arg = -1
-        for j in range(k):
-            dd = _dist(code, X, i, C, j, norms[i], Cn[j])
-            if dd < best:
-                best = dd
-                arg = j
-        comps += k
+        if indexed:
+            if not have_x[i]:
+                _pivot_row(code, X, i, norms[i], P, PX)
+                have_x[i] = True
+                comps += m
+            a = PX[i, 0]
+            rr = new_radius + _slack(a, new_radius, rel, ab)
+            lo, hi = _key_range(skey, k, a - rr, a + rr)
+            for s in range(lo, hi):
+                j = sidx[s]
+                if not _pivots_ok(PX, i, PC, j, new_radius, rel, ab, 1):
+                    continue
+                dd = _dist(code, X, i, C, j, norms[i], Cn[j])
+                comps += 1
+                if dd < best or (dd == best and j < arg):
+                    best = dd
+                    arg = j
+        else:
+            for j in range(k):
+                dd = _dist(code, X, i, C, j, norms[i], Cn[j])
+                if dd < best:
+                    best = dd
+                    arg = j
+            comps += k
         if arg < 0 or best > new_radius:
             # Criterion 2: farther than t from every existing centroid.
             if k == cap:
                 cap = 2 * cap
                 C2 = np.empty((cap, d))
                 Cn2 = np.empty(cap)
+                PC2 = np.empty((cap, m))
+                crow2 = np.empty(cap, dtype=np.int64)
+                skey2 = np.empty(cap)
+                sidx2 = np.empty(cap, dtype=np.int64)
                 C2[:k] = C[:k]
                 Cn2[:k] = Cn[:k]
-                C = C2
-                Cn = Cn2
+                PC2[:k] = PC[:k]
+                crow2[:k] = crow[:k]
+                skey2[:k] = skey[:k]
+                sidx2[:k] = sidx[:k]
+                C, Cn, PC, crow, skey, sidx = C2, Cn2, PC2, crow2, skey2, sidx2
             for q in range(d):
                 C[k, q] = X[i, q]
             Cn[k] = norms[i]
+            crow[k] = i
+            if indexed:
+                # have_x[i]: computed for the query above.
+                PC[k] = PX[i]
+                key = PX[i, 0]
+                pos = k
+                while pos > 0 and skey[pos - 1] > key:
+                    skey[pos] = skey[pos - 1]
+                    sidx[pos] = sidx[pos - 1]
+                    pos -= 1
+                skey[pos] = key
+                sidx[pos] = k
             home[i] = k
             d_home[i] = 0.0
             new_rows[n_new] = i
@@ -261,6 +425,126 @@ def _open_worksets(
             home[i] = arg
             d_home[i] = best
     return home, d_home, new_rows[:n_new], comps
+
+
+@njit(cache=True)
+def _outer_sets(
+    code: int,
+    X: FloatArray,
+    norms: FloatArray,
+    C: FloatArray,
+    Cn: FloatArray,
+    act: IntArray,
+    rad: FloatArray,
+    lim: IntArray,
+    P: FloatArray,
+    PX: FloatArray,
+    have_x: npt.NDArray[np.bool_],
+    PC: FloatArray,
+    have_c: npt.NDArray[np.bool_],
+    crow: IntArray,
+    rel: float,
+    ab: float,
+    scan_max: int,
+) -> tuple[IntArray, IntArray, int]:
+    """Pass 2: every (row i, centroid c) with c in act, c < lim[i] and rad[c] >= d^(X[i], C[c]).
+
+    act: the candidate centroids, ascending. Returns (row, centroid, computations), sorted by
+    row, then centroid - the same rows, in the same order, as testing every pair. A row is
+    compared with the centroids below its limit: by a scan if there are few of them, else
+    with the candidates that the pivot index returns. crow[c]: the row that centroid c is
+    (its pivot distances are shared), -1 for none.
+    """
+    n = X.shape[0]
+    m = P.shape[0]
+    na = act.shape[0]
+    comps = 0
+    skey = np.empty(na)
+    sidx = np.empty(na, dtype=np.int64)
+    rmax = -math.inf
+    indexed = na > scan_max
+    if indexed:
+        for s in range(na):
+            c = act[s]
+            if not have_c[c]:
+                r = crow[c]
+                if r >= 0:
+                    if not have_x[r]:
+                        _pivot_row(code, X, r, norms[r], P, PX)
+                        have_x[r] = True
+                        comps += m
+                    PC[c] = PX[r]
+                else:
+                    _pivot_row(code, C, c, Cn[c], P, PC)
+                    comps += m
+                have_c[c] = True
+            skey[s] = PC[c, 0]
+            if rad[c] > rmax:
+                rmax = rad[c]
+        order = np.argsort(skey)
+        skey = skey[order]
+        sidx = act[order]
+    cap = max(16, n)
+    out_r = np.empty(cap, dtype=np.int64)
+    out_c = np.empty(cap, dtype=np.int64)
+    cnt = 0
+    for i in range(n):
+        li = lim[i]
+        # Active centroids below the row's limit (act is ascending).
+        lo, nb = 0, na
+        while lo < nb:
+            mid = (lo + nb) >> 1
+            if act[mid] < li:
+                lo = mid + 1
+            else:
+                nb = mid
+        if nb == 0:
+            continue
+        start = cnt
+        if not indexed or nb <= (scan_max if not have_x[i] else 1):
+            for s in range(nb):
+                c = act[s]
+                dd = _dist(code, X, i, C, c, norms[i], Cn[c])
+                comps += 1
+                if rad[c] >= dd:
+                    if cnt == cap:
+                        cap *= 2
+                        out_r = np.concatenate((out_r, np.empty(cap - out_r.shape[0], dtype=np.int64)))
+                        out_c = np.concatenate((out_c, np.empty(cap - out_c.shape[0], dtype=np.int64)))
+                    out_r[cnt] = i
+                    out_c[cnt] = c
+                    cnt += 1
+            continue
+        if not have_x[i]:
+            _pivot_row(code, X, i, norms[i], P, PX)
+            have_x[i] = True
+            comps += m
+        a = PX[i, 0]
+        rr = rmax + _slack(a, rmax, rel, ab)
+        lo, hi = _key_range(skey, na, a - rr, a + rr)
+        for s in range(lo, hi):
+            c = sidx[s]
+            if c >= li:
+                continue
+            rc = rad[c]
+            if not _pivots_ok(PX, i, PC, c, rc, rel, ab, 0):
+                continue
+            dd = _dist(code, X, i, C, c, norms[i], Cn[c])
+            comps += 1
+            if rc >= dd:
+                if cnt == cap:
+                    cap *= 2
+                    out_r = np.concatenate((out_r, np.empty(cap - out_r.shape[0], dtype=np.int64)))
+                    out_c = np.concatenate((out_c, np.empty(cap - out_c.shape[0], dtype=np.int64)))
+                out_r[cnt] = i
+                # Insertion keeps the row's centroids ascending.
+                pos = cnt
+                while pos > start and out_c[pos - 1] > c:
+                    out_c[pos] = out_c[pos - 1]
+                    pos -= 1
+                out_c[pos] = c
+                cnt += 1
+    return out_r[:cnt], out_c[:cnt], comps
 
 
 @dataclass(frozen=True)
@@ -347,12 +631,24 @@ def formulate_partition_worksets(
 
     inner_rows = np.flatnonzero(~outer_flag).astype(np.int64)
     X_in = np.ascontiguousarray(Xv[inner_rows])
-    n_in = row_norms(X_in)
+    norms = row_norms(Xv)
+    n_in = norms[inner_rows]
     n0 = row_norms(C0)
-    home_idx, d_home, new_local, comps1 = _open_worksets(code, X_in, n_in, C0, n0, bounds.new_centroid_radius)
+    # Centroid index (pivot filtering): pivot distances are computed when first needed.
+    piv = _pivots(d)
+    n_piv = piv.shape[0]
+    scan_max = _scan_max(bounds.space, n_piv, norms, n0)
+    PX_in = np.empty((inner_rows.shape[0], n_piv))
+    have_in = np.zeros(inner_rows.shape[0], dtype=bool)
+    PC0 = np.empty((C0.shape[0], n_piv))
+    have_c0 = np.zeros(C0.shape[0], dtype=bool)
+    home_idx, d_home, new_local, comps1 = _open_worksets(
+        code, X_in, n_in, C0, n0, bounds.new_centroid_radius,
+        piv, PX_in, have_in, PC0, have_c0, bounds.rel, bounds.abs, scan_max,
+    )
     next_id = int(ids0.max()) + 1 if ids0.size else 1
     new_ids = np.arange(next_id, next_id + new_local.shape[0], dtype=np.int64)
-    C_all = np.concatenate([C0, X_in[new_local]]) if new_local.size else C0
+    C_all = np.ascontiguousarray(np.concatenate([C0, X_in[new_local]]) if new_local.size else C0)
     ids_all = np.concatenate([ids0, new_ids])
     K = C_all.shape[0]
 
@@ -378,17 +674,23 @@ def formulate_partition_worksets(
         rad = np.full(K, bounds.outer_radius)
     act_idx = np.flatnonzero(np.isfinite(rad)).astype(np.int64)
     if act_idx.size and n:
-        # Only worksets with members can take outer copies: compare with their centroids only.
-        C_act = np.ascontiguousarray(C_all[act_idx])
-        rad_act = rad[act_idx]
-        for s, D in pairwise_blocks(bounds.space, Xv, C_act, max_block_elements):
-            mask = rad_act[None, :] >= D
-            mask &= act_idx[None, :] < home_of_row[s : s + D.shape[0], None]
-            r, w = np.nonzero(mask)
-            rec_parts.append(r.astype(np.int64) + s)
-            ws_parts.append(ids_all[act_idx[w]])
-            role_parts.append(np.full(r.shape[0], OUTER, dtype=np.int8))
-        comps2 = n * int(act_idx.size)
+        # Only worksets with members can take outer copies: search their centroids only.
+        PX = np.empty((n, n_piv))
+        PX[inner_rows] = PX_in
+        have_x = np.zeros(n, dtype=bool)
+        have_x[inner_rows] = have_in
+        PC = np.empty((K, n_piv))
+        PC[: C0.shape[0]] = PC0
+        have_c = np.concatenate([have_c0, np.zeros(K - C0.shape[0], dtype=bool)])
+        crow = np.concatenate([np.full(C0.shape[0], -1, dtype=np.int64), inner_rows[new_local]])
+        c_norms = np.concatenate([n0, n_in[new_local]])
+        r, w, comps2 = _outer_sets(
+            code, Xv, norms, C_all, c_norms, act_idx, rad, home_of_row,
+            piv, PX, have_x, PC, have_c, crow, bounds.rel, bounds.abs, scan_max,
+        )
+        rec_parts.append(r)
+        ws_parts.append(ids_all[w])
+        role_parts.append(np.full(r.shape[0], OUTER, dtype=np.int8))
     return PartitionWorksets(
         record=np.concatenate(rec_parts),
         workset_id=np.concatenate(ws_parts).astype(np.int64),

@@ -1,0 +1,95 @@
+"""S3J stage 7, rebalance (Section 8.3, Algorithm 1, plus workset splitting): between micro-batches,
+from the per-workset load statistics of this unit (the monitoring window: Definition 5 load,
+rows, bytes), decide where each workset runs next.
+
+Nothing changes unless a worker deviates more than ``--rebalance-trigger`` x the average load
+(20 % by default). Then ``simjoin.core.metric.rebalance`` runs Algorithm 1 over (workset, part)
+units - irremovables, moves by removal benefit, targets by addition benefit, an ignore list,
+benefit = DI reduction - ``--migration-cost`` x bytes - and, with ``--rebalance split``, first
+splits every workset heavier than the average worker load across workers. The new assignment is
+appended to ``<output>_state/assignment`` in one Delta commit, tagged with this unit: that table
+is the savepoint, and the next unit routes by it (``jobs.s3j.join``). Results are identical with
+and without rebalancing. The decision (DI, max/avg worker load before and after, units moved,
+worksets split, bytes migrated) goes to ``<output>_work/rebalance``; ``publish`` appends it to
+the stats table. Rerunning the stage for the same unit writes nothing twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from jobs.s3j.common import S3JRun, open_unit, read_assignment, read_state
+from jobs.s3j.stats import ROW_BYTES, STATS_SCHEMA, stats_row
+from simjoin.contracts import RowKind
+from simjoin.core.metric import Assignment, rebalance
+from simjoin.spark import delta
+from simjoin.spark.session import small_frame
+
+ASSIGNMENT_SCHEMA = "partition int, workset_id long, part long, parts long, worker int, unit long"
+
+
+def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
+    u = open_unit(spark, run_)
+    if u is None:
+        return {"unit": None}
+    cfg = run_.cfg
+    if cfg.algorithm != "s3j" or cfg.rebalance == "off":
+        return {"unit": u.id, "rebalance": "off"}
+    P = int(cfg.workers)
+    ws = (u.work("joined").where(F.col("kind") == int(RowKind.WORKSET))
+          .groupBy("partition", "workset_id")
+          .agg(F.sum("load").alias("load"), F.max("n_inner").alias("rows"), F.min("worker").alias("worker"))
+          .orderBy("partition", "workset_id").collect())
+    if not ws:
+        return {"unit": u.id, "rebalance": u.write_work(small_frame(spark, [], STATS_SCHEMA), "rebalance"),
+                "fired": False}
+    prev_df = read_assignment(spark, run_, u.id)
+    prev = Assignment.empty() if prev_df is None else _assignment(prev_df.collect())
+    # the worker a workset runs on when the assignment does not name it: its centroid state's
+    homes: dict[tuple[int, int], int] = {}
+    cent = read_state(spark, run_.centroids, u.id)
+    new_c = u.work("members").where(F.col("kind") == int(RowKind.CENTROID)).select("partition", "workset_id", "worker")
+    keys = {(int(r["partition"]), int(r["workset_id"])) for r in ws}
+    for src in (cent.select("partition", "workset_id", "worker") if cent is not None else None, new_c):
+        if src is None:
+            continue
+        for r in src.collect():
+            k = (int(r["partition"]), int(r["workset_id"]))
+            if k in keys:
+                homes[k] = int(r["worker"])
+    p = np.array([int(r["partition"]) for r in ws], np.int64)
+    g = np.array([int(r["workset_id"]) for r in ws], np.int64)
+    load = np.array([float(r["load"]) for r in ws])
+    size = np.array([int(r["rows"]) * (8 * u.dim + ROW_BYTES) for r in ws], np.float64)
+    home = np.array([homes.get((int(a), int(b)), int(r["worker"])) for a, b, r in zip(p, g, ws)], np.int64)
+    res = rebalance(p, g, load, size, home, P, previous=prev, trigger=float(cfg.rebalance_trigger),
+                    migration_factor=float(cfg.migration_cost), split=cfg.rebalance == "split")
+    if res.fired:
+        a = res.assignment
+        rows = [(int(a.partition[i]), int(a.workset_id[i]), int(a.part[i]), int(a.parts[i]), int(a.worker[i]), u.id)
+                for i in range(len(a))]
+        delta.append_idempotent(small_frame(spark, rows, ASSIGNMENT_SCHEMA), run_.assignment,
+                                u.engine.write_id("assignment", u.unit.checkpoint_id), u.id)
+    L0, L1 = res.load_before, res.load_after
+    avg = float(L0.mean()) if L0.size else 0.0
+    out = [stats_row(
+        pipeline="s3j", seconds=0.0, level="rebalance", algorithm=cfg.algorithm, unit=u.id, load=float(L0.sum()),
+        load_imbalance=res.imbalance_before, imbalance_after=res.imbalance_after, max_worker_load=float(L0.max()),
+        max_worker_load_after=float(L1.max()), moved=res.moved, split=res.split, bytes_migrated=res.bytes_migrated,
+        worksets=int(p.shape[0]), load_after=float(L1.sum()))]
+    out += [stats_row(pipeline="s3j", seconds=0.0, level="rebalance_worker", algorithm=cfg.algorithm, unit=u.id,
+                      worker=k, load=float(L0[k]), load_after=float(L1[k])) for k in range(P)]
+    path = u.write_work(small_frame(spark, out, STATS_SCHEMA), "rebalance")
+    ratio = (float(L1.max()) / avg) if avg > 0 else 1.0
+    return {"unit": u.id, "rebalance": path, "fired": res.fired, "imbalance_before": res.imbalance_before,
+            "imbalance_after": res.imbalance_after, "max_over_avg_after": ratio, "moved": res.moved,
+            "split": res.split, "bytes_migrated": res.bytes_migrated}
+
+
+def _assignment(rows: list[Any]) -> Assignment:
+    return Assignment.from_arrays([r["partition"] for r in rows], [r["workset_id"] for r in rows],
+                                  [r["part"] for r in rows], [r["parts"] for r in rows], [r["worker"] for r in rows])
