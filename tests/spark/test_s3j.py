@@ -171,3 +171,47 @@ def test_quarantine_bad_vectors(spark, tmp_path):
     assert "zero vector" in q[3] and "dimension 3, expected 2" in q[4] and "NaN or inf" in q[5]
     assert "null vector" in q[6] and "duplicate id 1" in q[1] and "NaN or inf" in q[7]
     assert [(r.left_id, r.right_id) for r in delta.read_table(spark, out).collect()] == [(1, 2)]
+
+
+def test_rebalance_and_split_give_the_same_pairs(spark, tmp_path):
+    """A skewed stream in three micro-batches (cuts inside sliding windows): the rebalance stage
+    moves and splits worksets between them (Algorithm 1 + splitting, a low trigger), the next
+    units route by the assignment savepoint, and the pairs are those of a run without it and
+    of brute force, each once."""
+    rng = np.random.default_rng(17)
+    n = 300
+    t = 0.2
+    hot = int(0.6 * n)  # a blob far tighter than t: one workset heavier than the average worker
+    X = np.vstack([np.array([0.5, 0.3]) + rng.normal(0, t / 40, (hot, 2)), rng.uniform(-1, 1, (n - hot, 2))])
+    X = X[rng.permutation(n)]
+    secs = np.sort(rng.uniform(0, 150, n))
+    ids = np.arange(n)
+    src = str(tmp_path / "s")
+    outs = {}
+    cuts = [0, n // 3, 2 * n // 3, n]
+    for mode in ("off", "split"):
+        out = str(tmp_path / f"o_{mode}")
+        for k in range(3):
+            sl = slice(cuts[k], cuts[k + 1])
+            _write(spark, src, ids[sl], secs[sl], X[sl], mode="overwrite" if k == 0 else "append")
+            run_s3j(spark, src, out, threshold=t, metric="euclidean", window="60s", slide="30s", workers=3,
+                    rebalance=mode, rebalance_trigger=0.05)
+        outs[mode] = out
+    got = {m: [(r.left_id, r.right_id, r.window_start) for r in delta.read_table(spark, o).collect()]
+           for m, o in outs.items()}
+    assert len(got["split"]) == len(set(got["split"])) and sorted(got["split"]) == sorted(got["off"])
+    ref = set()
+    for k in range(-1, 5):
+        lo, hi = 30 * k, 30 * k + 60
+        m = (secs >= lo) & (secs < hi)
+        L, R, _ = brute_force_join(X[m], ids[m], None, "euclidean", t)
+        ref |= {(int(a), int(b), (T0 + dt.timedelta(seconds=lo)).replace(tzinfo=None)) for a, b in zip(L, R)}
+    assert {(a, b, w.replace(tzinfo=None)) for a, b, w in got["split"]} == ref
+    # the rebalance fired, split a workset, and the savepoint routes later units
+    st = delta.read_table(spark, outs["split"] + "_stats")
+    rb = st.where("level = 'rebalance'").collect()
+    assert rb and any(r.split > 0 for r in rb) and all(r.imbalance_after <= r.load_imbalance + 1e-9 for r in rb)
+    assert st.where("level = 'workset'").count() > 0 and st.where("level = 'rebalance_worker'").count() > 0
+    asg = delta.read_table(spark, outs["split"] + "_state/assignment")
+    assert asg.where("parts > 1").count() > 0
+    assert not delta.table_exists(spark, outs["off"] + "_state/assignment")

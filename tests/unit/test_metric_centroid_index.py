@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 import pytest
+
 from simjoin.core.metric import (
     INNER,
     METRICS,
@@ -64,8 +65,11 @@ def _case(seed: int) -> tuple[str, int, str, np.ndarray, np.ndarray, float, np.n
 
 def _brute_force(
     X: np.ndarray, is_outer: np.ndarray, metric: str, t: float, C0: np.ndarray | None, prune_outer: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """Both passes written out: every record against every centroid. Returns rows and the scan's count."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Both passes written out: every record against every centroid.
+
+    Returns (record, workset_id, role, new centroids, member radius, the scan's count).
+    """
     d = X.shape[1]
     b = partition_bounds(metric, t, d)
     cents = [] if C0 is None else list(C0)
@@ -104,7 +108,7 @@ def _brute_force(
         ws.append(w + 1)
         role.append(np.full(r.shape[0], OUTER))
         comps += len(X) * int(act.sum())
-    return np.concatenate(rec), np.concatenate(ws), np.concatenate(role), C[k0:], comps
+    return np.concatenate(rec), np.concatenate(ws), np.concatenate(role), C[k0:], m, comps
 
 
 @pytest.mark.parametrize("seed", range(N_CASES * 3))
@@ -112,15 +116,16 @@ def test_formulation_equals_brute_force_scan(seed: int) -> None:
     metric, d, kind, X, is_outer, t, C0, prune = _case(seed)
     ids0 = None if C0 is None else np.arange(1, len(C0) + 1)
     got = formulate_partition_worksets(X, is_outer, metric, t, workset_id=ids0, centroid=C0, prune_outer=prune)
-    rec, ws, role, new_c, comps = _brute_force(X, is_outer, metric, t, C0, prune)
+    rec, ws, role, new_c, radius, comps = _brute_force(X, is_outer, metric, t, C0, prune)
     assert np.array_equal(got.record, rec)  # same rows, same order
+    assert np.array_equal(got.member_radius, radius)  # same computed home distances
     assert np.array_equal(got.workset_id, ws)
     assert np.array_equal(got.role, role)
     assert np.array_equal(got.new_centroid, new_c)
     assert got.centroid_distance_computations <= comps, (metric, d, kind)
 
 
-def _kernel_case(seed: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, float, float, float, str]:
+def _kernel_case(seed: int) -> tuple[int, np.ndarray, np.ndarray, float, float, float, str]:
     """Data, earlier centroids and radii that equal computed distances (ties at the radius)."""
     rng = np.random.default_rng(1000 + seed)
     metric = METRICS[seed % len(METRICS)]
@@ -131,13 +136,13 @@ def _kernel_case(seed: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, fl
     b = partition_bounds(metric, 0.1, d)
     D = pairwise(b.space, X, X)
     radius = float(rng.choice(D.ravel()))  # a computed distance: some pairs are exactly at it
-    return METRIC_CODES[b.space], X, C0, D, radius, b.rel, b.abs, b.space
+    return METRIC_CODES[b.space], X, C0, radius, b.rel, b.abs, b.space
 
 
 @pytest.mark.parametrize("seed", range(N_CASES * 2))
 @pytest.mark.parametrize("scan_max", [0, 3])
 def test_kernels_with_index_equal_the_scan(seed: int, scan_max: int) -> None:
-    code, X, C0, D, radius, rel, ab, space = _kernel_case(seed)
+    code, X, C0, radius, rel, ab, space = _kernel_case(seed)
     n, d = X.shape
     P = _pivots(d)
     m = P.shape[0]
@@ -150,7 +155,7 @@ def test_kernels_with_index_equal_the_scan(seed: int, scan_max: int) -> None:
         return h, dh, new, c, PX, hx
 
     h_s, dh_s, new_s, comps_s, _, _ = pass1(int(_NO_INDEX))
-    h_i, dh_i, new_i, comps_i, PX, hx = pass1(scan_max)
+    h_i, dh_i, new_i, _, PX, hx = pass1(scan_max)
     assert np.array_equal(h_s, h_i) and np.array_equal(dh_s, dh_i) and np.array_equal(new_s, new_i)
     assert np.array_equal(np.isnan(PX).any(axis=1), ~hx)  # pivot distances filled in when computed
     if hx.any():
@@ -189,7 +194,8 @@ def test_huge_and_tiny_norms_fall_back_to_the_scan(metric: str) -> None:
     is_outer = rng.random(200) < 0.3
     t = 0.2
     got = formulate_partition_worksets(X, is_outer, metric, t)
-    rec, ws, role, new_c, comps = _brute_force(X, is_outer, metric, t, None, True)
+    rec, ws, role, new_c, _, comps = _brute_force(X, is_outer, metric, t, None, True)
+    assert got.centroid_distance_computations <= comps
     assert np.array_equal(got.record, rec) and np.array_equal(got.workset_id, ws) and np.array_equal(got.role, role)
     assert np.array_equal(got.new_centroid, new_c)
 

@@ -25,11 +25,35 @@ window all records are known, so:
   records only - nearest centroid among the centroids existing *at arrival*,
   open a new workset by Criterion 2 - which fixes each inner record's home
   workset and role exactly as the streaming operator would;
-* pass 2 (vectorized numpy, chunked): outer sets against the final centroids.
+* pass 2 (numba): outer sets against the final centroids.
   For an inner record only worksets with an id smaller than its home's qualify;
   they were all created before its home, hence before the record arrived, so
   the streaming operator saw exactly the same ones. A physical outer record is
   compared with every final workset, which is what buffering achieves.
+
+Centroid index. Both passes are range searches around the record: pass 1 only
+needs the centroids within the Criterion 2 radius (nominally t; if none is, the
+record opens a workset whatever the nearest one is), pass 2 those within the
+outer-set radius of their workset. Instead of every centroid, a record is compared
+with the candidates of a pivot table (LAESA, Mico, Oncina & Vidal 1994): pivots
+p = e1, e2 (unit basis vectors; e1 only for d = 1), the distance of every record
+and centroid to each pivot (computed once, when first needed; a new workset's
+centroid is a record, so it shares the record's), and the centroids sorted by
+their distance to e1 (kept sorted by insertion as pass 1 opens worksets). By the
+triangle inequality a centroid c is within r of x only if |d(x, p) - d(c, p)| <= r
+for every pivot, so a binary search over the e1 distances and a test of the
+other pivots (no distance computed) leave the candidates, whose true distance is
+then computed. The bound is widened by the rounding slack of the computed
+distances (``PartitionBounds`` error model: 8 (rel (|d(x, p)| + r) + abs)), so no
+centroid whose computed distance passes is ever dropped: homes (nearest computed
+distance, ties to the lowest index), home distances and outer rows (same order)
+are bit-identical to a scan over every centroid. Searches against a handful of
+centroids (<= 2 x pivots), radii spanning the e1 range, and inputs with a norm
+outside [1e-100, 1e100] (euclidean: above 1e100; the error model assumes no
+over/underflow) scan instead.
+``centroid_distance_computations`` counts the distances evaluated: pivot
+distances plus candidates. Earlier rows of a piecewise window (below) are still
+compared with every target workset.
 
 Outer sets cut to the members' reach (default ``prune_outer=True``): Definition
 10 bounds outer sets by 2t because a member may lie up to t from its centroid.
@@ -360,7 +384,8 @@ def _open_worksets(
             indexed = True
         best = math.inf
         arg = -1
-        if indexed:
+        # A radius that spans the centroids' pivot-1 range filters (next to) nothing: scan.
+        if indexed and 2.0 * new_radius < skey[k - 1] - skey[0]:
             if not have_x[i]:
                 _pivot_row(code, X, i, norms[i], P, PX)
                 have_x[i] = True
@@ -406,7 +431,10 @@ def _open_worksets(
             Cn[k] = norms[i]
             crow[k] = i
             if indexed:
-                # have_x[i]: computed for the query above.
+                if not have_x[i]:  # the query scanned
+                    _pivot_row(code, X, i, norms[i], P, PX)
+                    have_x[i] = True
+                    comps += m
                 PC[k] = PX[i]
                 key = PX[i, 0]
                 pos = k
@@ -484,6 +512,8 @@ def _outer_sets(
         order = np.argsort(skey)
         skey = skey[order]
         sidx = act[order]
+        # A radius that spans the centroids' pivot-1 range filters (next to) nothing: scan.
+        indexed = 2.0 * rmax < skey[na - 1] - skey[0]
     cap = max(16, n)
     out_r = np.empty(cap, dtype=np.int64)
     out_c = np.empty(cap, dtype=np.int64)
@@ -601,6 +631,9 @@ def formulate_partition_worksets(
     formulated piecewise passes it, so a new record reaches every workset whose earlier
     members it may match; the earlier records that the grown radius now reaches are routed
     by ``formulate_partition_window`` (its ``old`` rows).
+
+    Centroid searches use the pivot index of the module docstring; max_block_elements is
+    not needed here any more (kept for the callers, ``formulate_partition_window`` uses it).
     """
     t = check_threshold(metric, t)
     Xv = check_vectors(X, metric)
