@@ -35,6 +35,22 @@ def test_s3j_stats_plots(tmp_path):
     files = render(pd.DataFrame(rows), str(tmp_path), "s3j")
     assert sorted(f.rsplit("/", 1)[1] for f in files) == ["s3j_latency.png", "s3j_load.png", "s3j_ratios.png"]
     assert (tmp_path / "index.html").exists()
+    # with the rebalance stage's rows: load before/after each rebalance, workset sizes
+    for u in (0, 1):
+        rows.append({"pipeline": "s3j", "seconds": 0.0, "level": "rebalance", "algorithm": "s3j", "unit": u,
+                     "load_imbalance": 40.0, "imbalance_after": 5.0, "load": 60.0, "load_after": 60.0})
+        for k in range(3):
+            rows.append({"pipeline": "s3j", "seconds": 0.0, "level": "rebalance_worker", "algorithm": "s3j",
+                         "unit": u, "worker": k, "load": 10.0 * (k + 1), "load_after": 20.0})
+        for g in range(6):
+            rows.append({"pipeline": "s3j", "seconds": 0.01, "level": "workset", "algorithm": "s3j", "unit": u,
+                         "window_start": w[u], "worker": g % 3, "partition": 0, "workset_id": g + 1,
+                         "records": 5 * (g + 1), "load": 3.0 * g})
+    out = tmp_path / "rb"
+    files = render(pd.DataFrame(rows), str(out), "s3j")
+    assert sorted(f.rsplit("/", 1)[1] for f in files) == ["s3j_latency.png", "s3j_load.png", "s3j_ratios.png",
+                                                          "s3j_rebalance_load.png", "s3j_worksets.png"]
+    assert all((out / f.rsplit("/", 1)[1]).read_bytes()[:4] == b"\x89PNG" for f in files)
 
 
 def test_unknown_table_is_a_clear_error(tmp_path):
