@@ -227,7 +227,9 @@ def test_formulate_partition_window_routes_earlier_rows_to_worksets_with_new_mem
     ref = sorted((int(r), int(ids_all[with_members][g])) for r, g in zip(*np.nonzero(Dn <= b.outer_radius)))
     assert sorted(zip(res.routed_record.tolist(), res.routed_workset_id.tolist())) == ref and ref
     assert [expect[int(g)] for g in res.routed_workset_id] == res.routed_worker.tolist()
-    assert res.centroid_distance_computations == plain.centroid_distance_computations + Dn.size
+    # the routing searches the pivot index: at most one distance per (earlier row, target workset)
+    extra = res.centroid_distance_computations - plain.centroid_distance_computations
+    assert 0 < extra <= Dn.size
     # memberships already made are not made again
     done = EarlierRows(Xb, np.zeros(30, np.int64), np.array([r for r, _ in ref]), np.array([g for _, g in ref]))
     again = formulate_partition_window(X, is_outer, "euclidean", t, partition=4, n_workers=3, workset_id=old_ids,
@@ -297,7 +299,7 @@ def test_formulate_partition_microbatch_matches_the_driver_written_out() -> None
         assert g.window == w
         assert sorted(zip(r.record.tolist(), r.workset_id.tolist(), r.role.tolist(), r.worker.tolist())) == members
         assert sorted(zip(r.routed_record.tolist(), r.routed_workset_id.tolist())) == routed
-        assert r.new_workset_id.tolist() == new_ids and r.centroid_distance_computations == comps
+        assert r.new_workset_id.tolist() == new_ids and r.centroid_distance_computations <= comps
         n_routed += len(routed)
     assert n_routed > 0 and sum(len(g.worksets.new_workset_id) for g in got) > 0
     # input order does not matter: arrival order is (ts, side, id) inside each window

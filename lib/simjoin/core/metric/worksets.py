@@ -94,7 +94,6 @@ from .distance import (
     check_threshold,
     check_vectors,
     paired,
-    pairwise_blocks,
     partition_bounds,
     row_norms,
 )
@@ -890,18 +889,23 @@ def formulate_partition_window(
     b_rec, b_idx = z, z.copy()
     targets = np.flatnonzero(np.isfinite(res.member_radius)).astype(np.int64)
     if ex is not None and targets.size:
-        C_t = np.ascontiguousarray(np.concatenate([C0, res.new_centroid])[targets])
-        rad = (np.asarray(bounds.outer_radius_for(res.member_radius[targets]), dtype=np.float64) if prune_outer
-               else np.full(targets.shape[0], bounds.outer_radius))
-        tid = ids_all[targets]
-        recs, idxs = [], []
-        for s, D in pairwise_blocks(bounds.space, ex.X, C_t, max_block_elements):
-            h = ex.home[s : s + D.shape[0], None]
-            r, g = np.nonzero((rad[None, :] >= D) & ((h == 0) | (tid[None, :] < h)))
-            recs.append(r.astype(np.int64) + s)
-            idxs.append(targets[g])
-        comps += len(ex) * int(targets.size)
-        b_rec, b_idx = np.concatenate(recs), np.concatenate(idxs)
+        # the pivot index over the target centroids, as in pass 2; an earlier inner record only
+        # reaches worksets with a smaller id than its home (ids_all ascending: a smaller index)
+        K = ids_all.shape[0]
+        C_all = np.ascontiguousarray(np.concatenate([C0, res.new_centroid]).reshape(-1, d))
+        rad = np.full(K, -np.inf)
+        rad[targets] = (np.asarray(bounds.outer_radius_for(res.member_radius[targets]), dtype=np.float64)
+                        if prune_outer else bounds.outer_radius)
+        lim = np.where(ex.home == 0, K, np.searchsorted(ids_all, ex.home)).astype(np.int64)
+        Xe = np.ascontiguousarray(check_vectors(ex.X, metric, name="earlier rows"))
+        piv = _pivots(d)
+        xn, cn = row_norms(Xe), row_norms(C_all)
+        b_rec, b_idx, c3 = _outer_sets(
+            METRIC_CODES[bounds.space], Xe, xn, C_all, cn, targets, rad, lim, piv,
+            np.empty((len(ex), piv.shape[0])), np.zeros(len(ex), dtype=bool), np.empty((K, piv.shape[0])),
+            np.zeros(K, dtype=bool), np.full(K, -1, dtype=np.int64), bounds.rel, bounds.abs,
+            _scan_max(bounds.space, piv.shape[0], xn, cn))
+        comps += int(c3)
         if ex.routed_row.size and b_rec.size:
             done = workset_key(ex.routed_row, ex.routed_workset_id)
             keep = ~np.isin(workset_key(b_rec, ids_all[b_idx]), done)
