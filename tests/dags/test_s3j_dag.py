@@ -19,17 +19,17 @@ def test_tasks_params_and_outlets(dag):
     from airflow.sdk.exceptions import ParamValidationError
 
     assert [t.task_id for t in dag.topological_sort()] == ["ingest", "partition", "worksets", "join", "gate", "stats",
-                                                                 "publish"]
+                                                                 "rebalance", "publish"]
     assert all(t.retries >= 2 for t in dag.tasks) and "simjoin" in dag.tags and dag.doc_md
     for key, bad in (("threshold", 0), ("metric", "manhattan"), ("workers", 0), ("algorithm", "x"),
-                     ("window", "soon")):
+                     ("window", "soon"), ("rebalance", "always"), ("rebalance_trigger", 0)):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)
     outs = {t.task_id: {o.uri.rsplit("/", 2)[-2] + "/" + o.uri.rsplit("/", 1)[-1] for o in t.outlets}
             for t in dag.tasks}
     # Assets are announced only after the gate, by publish
     assert {"s3j/pairs", "s3j/pairs_stats"} <= outs["publish"]
-    assert not any(outs[t] for t in ("ingest", "partition", "worksets", "join", "gate", "stats"))
+    assert not any(outs[t] for t in ("ingest", "partition", "worksets", "join", "gate", "stats", "rebalance"))
 
 
 def test_dag_run_matches_brute_force(dag, spark, tmp_path):

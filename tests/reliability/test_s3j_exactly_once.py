@@ -99,7 +99,7 @@ def test_every_stage_rerun_under_the_same_unit_is_idempotent(spark, tmp_path):
     assert first["unit"] == 0 and not first["resumed"] and first["staged"] > 0
     assert run_stage("s3j", "ingest", conf, "r1", spark=spark) == {**first, "resumed": True, "batches": [],
                                                                     "rows": 0, "staged": 0, "quarantined": 0}
-    for stage in ("partition", "worksets", "join", "gate", "stats", "publish"):
+    for stage in ("partition", "worksets", "join", "gate", "stats", "rebalance", "publish"):
         a = run_stage("s3j", stage, conf, "r1", spark=spark)
         b = run_stage("s3j", stage, conf, "r1", spark=spark)
         assert a["unit"] == 0 and (b == a or stage == "publish"), (stage, a, b)
