@@ -86,6 +86,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from ..inequality.kernels import lower_bound, upper_bound
 from .distance import (
     DEFAULT_BLOCK_ELEMENTS,
     METRIC_CODES,
@@ -292,22 +293,8 @@ def _pivots_ok(
 @njit(cache=True)
 def _key_range(skey: FloatArray, k: int, lo_v: float, hi_v: float) -> tuple[int, int]:
     """[lo, hi): the positions of skey[:k] (ascending) with lo_v <= key <= hi_v."""
-    lo, hi = 0, k
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if skey[mid] < lo_v:
-            lo = mid + 1
-        else:
-            hi = mid
-    a = lo
-    hi = k
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if skey[mid] <= hi_v:
-            lo = mid + 1
-        else:
-            hi = mid
-    return a, lo
+    lo = lower_bound(skey, 0, k, lo_v)
+    return lo, upper_bound(skey, lo, k, hi_v)
 
 
 @njit(cache=True)
