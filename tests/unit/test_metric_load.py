@@ -94,16 +94,16 @@ def test_rebalance_splits_an_oversized_workset_and_balances() -> None:
     assert res.imbalance_after < res.imbalance_before
     a = res.assignment
     big = a.workset_id == 1
-    # ceil(1000 / average 337.5) = 3 parts on three workers
-    assert a.parts[big].tolist() == [3, 3, 3] and len(set(a.worker[big].tolist())) == 3
+    # min(P, ceil(2 x 1000 / average 337.5)) = 4 parts on four workers
+    assert a.parts[big].tolist() == [4, 4, 4, 4] and len(set(a.worker[big].tolist())) == 4
     assert a.worker[big][0] == 0  # part 0 stays
-    assert res.bytes_migrated >= 200  # two new parts, each with the workset's state
+    assert res.bytes_migrated >= 300  # three new parts, each with the workset's state
     # balanced: nothing fires, the assignment is kept
     again = rebalance(p[:4], g[:4], np.full(4, 10.0), size[:4], np.arange(4), 4, previous=Assignment.empty())
     assert not again.fired and len(again.assignment) == 0
     # a workset without load now keeps its placement
     later = rebalance(p[1:], g[1:], load[1:], size[1:], home[1:], 4, previous=a, split=True)
-    assert (later.assignment.workset_id == 1).sum() == 3
+    assert (later.assignment.workset_id == 1).sum() == 4
     assert isinstance(later.assignment, Assignment)
 
 

@@ -682,12 +682,14 @@ def split_rows(role: npt.ArrayLike, is_new: npt.ArrayLike, side: npt.ArrayLike, 
     One row per (record, workset) of one micro-batch; parts: the workset's number of parts
     (1: not split). Returns (row, part, is_new) of the replicated rows. For a workset in k
     parts, with new members N_0..N_{k-1} (``member_part``), new outer rows O and state rows S:
-    part i holds N_i as new rows and, as earlier rows (which meet only new rows), S, the
-    new members of the parts before it and the new outer rows; part 0 holds O as new rows.
-    So N_i x N_i and N_i x N_j (j < i) meet in part i, N_i x O in part i (i > 0) or 0, N x S
-    in the member's part, O x S in part 0 only, and O x O never (outer rows probe members
-    only, Section 7.7): exact, each pair once. The members' comparisons are divided among
-    the parts; the state is replicated to each.
+    part 0 holds N_0 and O as new rows and S as earlier rows (which meet only new rows); part
+    i > 0 holds N_i as new rows and, as earlier rows, S, O, N_0 and the new members of the
+    parts j > 0 "after" i on a round-robin over parts 1..k-1 ((j - i) mod (k-1) in
+    1..floor((k-2)/2), plus, for even k-1, the opposite part when i - 1 < (k-1)/2). So
+    N_i x N_j meets in exactly one part, N_i x N_i, N_i x S and N_i x O in part i, O x S in
+    part 0 only, and O x O never (outer rows probe members only, Section 7.7): exact, each
+    pair once. Part 0 holds no other part's members, or they would meet O twice. The
+    members' comparisons are spread over the parts; the state is replicated to each.
     """
     rl = np.asarray(role).reshape(-1)
     isn = np.asarray(is_new, dtype=bool).reshape(-1)
@@ -699,7 +701,12 @@ def split_rows(role: npt.ArrayLike, is_new: npt.ArrayLike, side: npt.ArrayLike, 
     member = isn & (rl != OUTER)
     home = np.zeros(n, np.int64)
     home[member] = member_part(np.asarray(side).reshape(-1)[member], np.asarray(ids).reshape(-1)[member], k[member])
-    keep = ~member[row] | (part >= home[row])
+    kr, hr = k[row], home[row]
+    m = kr - 1  # the round-robin over parts 1..k-1
+    dist = (hr - part) % np.maximum(m, 1)
+    after = ((dist >= 1) & (dist <= (m - 1) // 2)) | ((m % 2 == 0) & (dist == m // 2) & (part - 1 < m // 2))
+    held = np.where(hr == 0, part >= 1, (part >= 1) & (hr >= 1) & after)
+    keep = ~member[row] | (part == hr) | held
     row, part = row[keep], part[keep]
     new = isn[row] & (part == home[row])
     return row, part, new

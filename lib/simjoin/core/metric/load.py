@@ -409,11 +409,14 @@ def rebalance(
     ``trigger`` x the average (``needs_rebalance``). Then:
 
     * split (beyond the paper, its future work): a workset heavier than the average worker
-      load is cut into k = min(P, ceil(load / average)) parts - part 0 stays, the others go
-      to the least-loaded other workers; a split workset that became light is merged back;
+      load is cut into k = min(P, ceil(2 load / average)) parts, each at most half the
+      average - part 0 stays, the others go to the least-loaded other workers; a split
+      workset that became light is merged back;
     * Algorithm 1 (``balance_worksets``) over the units: irremovables, moves by removal
       benefit to the best addition benefit, an ignore list, benefit = DI reduction minus
-      migration_factor x bytes.
+      migration_factor x bytes. With split, a longest-processing-time-first placement of
+      all units is taken instead when it leaves the most loaded worker lighter (Algorithm 1
+      moves one unit at a time and stops where no single move helps).
 
     Bytes migrated: the state bytes of every unit placed on a new worker (a part holds the
     workset's whole state, ``split_rows``). The returned assignment keeps every workset of
@@ -454,7 +457,9 @@ def rebalance(
         nw, nk, nwk, nl = [], [], [], []
         for i in range(p.shape[0]):
             mine = uw == i
-            k_new = min(n_workers, max(1, math.ceil(ld[i] / avg))) if avg > 0 else 1
+            # parts of at most half the average worker load (at most P of them): fine enough for
+            # Algorithm 1 to pack; a workset no heavier than the average is not split
+            k_new = min(n_workers, max(1, math.ceil(2 * ld[i] / avg))) if avg > 0 and ld[i] > avg else 1
             cur = wk[mine]
             if k_new == cur.shape[0]:
                 for a, b, c in zip(uk[mine], cur, ul[mine]):
@@ -480,6 +485,14 @@ def rebalance(
         uw, uk = np.asarray(nw, np.int64), np.asarray(nk, np.int64)
         wk, ul = np.asarray(nwk, np.int64), np.asarray(nl, np.float64)
     bal = balance_worksets(ul, wk, n_workers, size_bytes=sz[uw], migration_factor=migration_factor, trigger=trigger)
+    if split:
+        # Algorithm 1 moves one unit at a time and stops when no single move helps; with the
+        # parts of split worksets a full longest-processing-time-first placement packs them
+        # better: take it when its most loaded worker is lighter
+        lpt = assign_worksets_greedy(ul, n_workers)
+        if worker_loads(ul, lpt, n_workers).max() < worker_loads(ul, bal.worker, n_workers).max() * (1 - 1e-9):
+            bal = BalanceResult(lpt, bal.moved, bal.pinned, True, bal.imbalance_before,
+                                imbalance(worker_loads(ul, lpt, n_workers)))
     wk = bal.worker
     L1 = worker_loads(ul, wk, n_workers)
     parts = np.bincount(uw, minlength=p.shape[0])[uw]
