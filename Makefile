@@ -13,7 +13,7 @@ export AIRFLOW__API__PORT ?= 8080
 export AIRFLOW__API__HOST ?= 127.0.0.1
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL ?= http://127.0.0.1:$(AIRFLOW__API__PORT)/execution/
 
-.PHONY: demo test install airflow clean bench bench-s2j lint
+.PHONY: demo test install airflow clean bench bench-s2j bench-s3j bench-s3j-balance lint
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -42,9 +42,17 @@ bench: $(STAMP)
 	$(BIN)/python bench/ineq.py
 	$(BIN)/python bench/hypercube.py
 	$(BIN)/python bench/s2j.py
+	$(BIN)/python bench/s3j.py
+	$(BIN)/python bench/s3j_balance.py
 
 bench-s2j: $(STAMP)
 	$(BIN)/python bench/s2j.py
+
+bench-s3j: $(STAMP)
+	$(BIN)/python bench/s3j.py
+
+bench-s3j-balance: $(STAMP)
+	$(BIN)/python bench/s3j_balance.py
 
 airflow: $(STAMP)
 	@echo "Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) ; login password: $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated"

@@ -9,6 +9,10 @@ streams (even rows left, odd rows right: the same distribution, different record
 generator seeds the blobs would lie apart), joined left x right with the euclidean distance,
 P = ``--workers``. The threshold gives about ``--selectivity`` pairs / (|L| |R|) in the drifted
 windows (calibrated on a sample of them); the stationary windows of ``skew`` then have far fewer.
+A case ``skew@base`` instead keeps the threshold calibrated on the windows before the drift (the
+query's threshold, fixed before the data drifted): the blob's drifted windows are then ~60 %
+selective and hold worksets heavier than a worker's average load - the case Algorithm 1 cannot
+balance (irremovable worksets) and splitting is for; it runs ``--base-records-per-window`` records.
 
 Each window is fed as one micro-batch: append window k's rows to both stream tables, then one
 ``run_pipeline`` (what ``simjoin s3j`` runs, in this process: no JVM start per run) - so the
@@ -22,7 +26,7 @@ wall seconds. ``simjoin.report.render`` plots each stats table.
 Writes bench/results/s3j_balance.md and .json (plots under bench/results/s3j_balance/).
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/s3j_balance.py [--records-per-window 3000]
-        [--windows 8] [--workers 5] [--drift skew,wander] [--out bench/results/s3j_balance.md]
+        [--windows 8] [--workers 5] [--drift skew,skew@base,wander] [--out bench/results/s3j_balance.md]
 """
 
 from __future__ import annotations
@@ -61,15 +65,18 @@ def stream(n: int, windows: int, drift: str, after: int, seed: int) -> dict[str,
 
 
 def calibrate(S: dict[str, np.ndarray], windows: list[int], sel: float, rng: np.random.Generator) -> float:
-    """Euclidean threshold at quantile ``sel`` of left x right distances in ``windows`` (a sample)."""
+    """Euclidean threshold at quantile ``sel`` of the left x right distances inside each of ``windows``
+    (a sample of each)."""
     from simjoin.core.metric import pairwise
 
-    m = np.isin(S["win"], windows)
-    L = S["X"][m & (S["side"] == 0)]
-    R = S["X"][m & (S["side"] == 1)]
-    L = L[rng.choice(len(L), min(len(L), 2000), replace=False)]
-    R = R[rng.choice(len(R), min(len(R), 2000), replace=False)]
-    return float(np.quantile(pairwise("euclidean", L, R), sel))
+    D = []
+    for k in windows:  # pairs within a window only (a wandering cluster is elsewhere in another window)
+        m = S["win"] == k
+        L, R = S["X"][m & (S["side"] == 0)], S["X"][m & (S["side"] == 1)]
+        L = L[rng.choice(len(L), min(len(L), 1000), replace=False)]
+        R = R[rng.choice(len(R), min(len(R), 1000), replace=False)]
+        D.append(pairwise("euclidean", L, R).ravel())
+    return float(np.quantile(np.concatenate(D), sel))
 
 
 def selectivity(S: dict[str, np.ndarray], k: int, t: float) -> float:
@@ -156,11 +163,19 @@ def analyse(st, P: int, trigger: float, t0_us: int) -> list[dict]:
         avg = L.mean()
         unit = int(g.sort_values("records").iloc[-1]["unit"])
         wl = wss[wss["window_start"] == ws].groupby(["partition", "workset_id"])["load"].sum()
-        row = {"window": k, "unit": unit, "records": int(g["records"].sum()), "pairs": int(g["result_pairs"].sum()),
+        mw = int(np.argmax(L))
+        wsw = wss[wss["window_start"] == ws]
+        parts = wsw.groupby(["partition", "workset_id"])["worker"].nunique()
+        mine = wsw[wsw["worker"] == mw].groupby(["partition", "workset_id"])["load"].sum().sort_values(ascending=False)
+        units = [{"partition": int(pk), "workset_id": int(gk), "parts": int(parts[(pk, gk)]),
+                  "rel": float(v / avg) if avg else 0.0} for (pk, gk), v in mine.head(3).items()]
+        row = {"window": k, "max_worker": mw, "max_worker_units": units,
+               "max_worker_rest": float(mine.iloc[3:].sum() / avg) if avg else 0.0, "unit": unit,
+               "records": int(g["records"].sum()), "pairs": int(g["result_pairs"].sum()),
                "load": float(L.sum()), "worker_load": L.tolist(), "di": imbalance(L),
                "di_rel": imbalance(L) / L.sum() if L.sum() else 0.0, "max_avg": float(L.max() / avg) if avg else 1.0,
                "p99_s": float(g["latency_p99_s"].max()), "max_s": float(g["latency_max_s"].max()),
-               "worksets": int(len(wl)), "top_workset_avg": float(wl.max() / avg) if avg and len(wl) else 0.0}
+               "worksets": len(wl), "top_workset_avg": float(wl.max() / avg) if avg and len(wl) else 0.0}
         if unit in reb.index:
             r = reb.loc[unit]
             lb = rbw[rbw["unit"] == unit].sort_values("worker")
@@ -193,7 +208,12 @@ def main() -> None:
     ap.add_argument("--records-per-window", type=int, default=3000, help="records per stream per window")
     ap.add_argument("--windows", type=int, default=8)
     ap.add_argument("--workers", type=int, default=5)
-    ap.add_argument("--drift", default="skew,wander", help="comma-separated: skew, wander")
+    ap.add_argument("--drift", default="skew,skew@base,wander",
+                    help="comma-separated cases: skew or wander; @base: threshold calibrated on the windows before "
+                         "the drift (skew: the uniform ones) instead of the drifted ones")
+    ap.add_argument("--base-records-per-window", type=int, default=1000,
+                    help="records per stream per window of the @base cases (their drifted windows are ~60 %% "
+                         "selective)")
     ap.add_argument("--after", type=int, default=2, help="skew: uniform windows before the blob")
     ap.add_argument("--selectivity", type=float, default=0.01, help="target in the drifted windows")
     ap.add_argument("--threshold", type=float, default=None, help="euclidean t (default: calibrated)")
@@ -217,32 +237,54 @@ def main() -> None:
     # warm-up (JIT, JVM), not measured
     Sw = stream(300, 2, "none", 0, a.seed)
     run_mode(spark, work, "warm", Sw, 2, {"threshold": 0.05, "metric": "euclidean", "workers": a.workers})
-    for drift in filter(None, a.drift.split(",")):
-        S = stream(a.records_per_window, a.windows, drift, a.after, a.seed)
-        drifted = list(range(a.after, a.windows)) if drift == "skew" else list(range(a.windows))
-        t = a.threshold if a.threshold is not None else calibrate(S, drifted, a.selectivity,
-                                                                  np.random.default_rng(a.seed))
+    for case in filter(None, a.drift.split(",")):
+        drift, _, calib = case.partition("@")
+        n = a.base_records_per_window if calib == "base" else a.records_per_window
+        S = stream(n, a.windows, drift, a.after, a.seed)
+        if calib == "base":  # the query's threshold, set on the stream before the drift
+            on = list(range(a.after)) if drift == "skew" else [0]
+        else:  # calibrated on the drifted windows
+            on = list(range(a.after, a.windows)) if drift == "skew" else list(range(a.windows))
+        t = a.threshold if a.threshold is not None else calibrate(S, on, a.selectivity, np.random.default_rng(a.seed))
         sel = [selectivity(S, k, t) for k in range(a.windows)]
-        print(f"{drift}: t = {t:.5f}, selectivity per window {[f'{s:.4%}' for s in sel]}", flush=True)
-        case: dict = {"threshold": t, "selectivity": sel, "modes": {}}
+        print(f"{case}: n = {n}, t = {t:.5f}, selectivity per window {[f'{x:.4%}' for x in sel]}", flush=True)
+        c: dict = {"started": dt.datetime.now(dt.UTC).isoformat(), "drift": drift, "calibration": calib or "drifted",
+                   "records_per_window": n, "threshold": t,
+                   "calibrated_on": on, "selectivity": sel, "modes": {}}
         outs = {}
+        slug = case.replace("@", "-")
         for mode in MODES:
             cfg = {"threshold": t, "metric": "euclidean", "window": f"{WINDOW_S}s", "workers": a.workers,
                    "rebalance": mode, "rebalance_trigger": a.trigger}
-            r = run_mode(spark, work, f"{drift}_{mode}", S, a.windows, cfg)
+            r = run_mode(spark, work, f"{slug}_{mode}", S, a.windows, cfg)
             outs[mode] = r["out"]
             rows = analyse(r["stats"], a.workers, a.trigger, T0_US)
-            pdir = plots / f"{drift}_{mode}"
+            pdir = plots / f"{slug}_{mode}"
             shutil.rmtree(pdir, ignore_errors=True)
-            files = render(r["stats"], str(pdir), title=f"s3j {drift}, rebalance {mode}")
-            case["modes"][mode] = {"seconds": r["seconds"], "windows": rows, "goal": goal(rows, a.after),
-                                   "plots": [os.path.relpath(f, out_md.parent) for f in files]}
+            files = render(r["stats"], str(pdir), title=f"s3j {case}, rebalance {mode}")
+            c["modes"][mode] = {"seconds": r["seconds"], "windows": rows,
+                                "goal": goal(rows, a.after if drift == "skew" else 0),
+                                "plots": [os.path.relpath(f, out_md.parent) for f in files]}
             print(f"  {mode}: {sum(r['seconds']):.0f}s, max/avg per window "
-                  f"{[round(x['max_avg'], 2) for x in rows]}, goal {case['modes'][mode]['goal']}", flush=True)
-        case["pairs"] = compare_pairs(spark, outs)
-        print(f"  pairs: {case['pairs']}", flush=True)
-        res["cases"][drift] = case
+                  f"{[round(x['max_avg'], 2) for x in rows]}, goal {c['modes'][mode]['goal']}", flush=True)
+        c["pairs"] = compare_pairs(spark, outs)
+        print(f"  pairs: {c['pairs']}", flush=True)
+        res["cases"][case] = c
+        if not c["pairs"]["identical"]:
+            print(f"STOP: {case}: the rebalance modes gave different pair sets", flush=True)
+            break
     res["seconds"] = time.perf_counter() - t_all
+    prev = out_md.with_suffix(".json")
+    if prev.exists():  # cases not run now keep the previous run's results (each dated)
+        old = json.loads(prev.read_text())
+        for case, c in old.get("cases", {}).items():
+            if case not in res["cases"]:
+                c.setdefault("started", old.get("started"))
+                res["cases"][case] = c
+                res.setdefault("kept", []).append(case)
+        order = ["skew", "skew@base", "wander"]
+        res["cases"] = dict(sorted(res["cases"].items(), key=lambda kv: (
+            order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     write_results(res, a, out_md)
@@ -254,44 +296,63 @@ def _f(x: float | None, d: int = 2) -> str:
     return "-" if x is None else f"{x:.{d}f}"
 
 
+def _migrated(mode: dict) -> float:
+    return float(sum((r.get("decision") or {}).get("bytes_migrated", 0) for r in mode["windows"]))
+
+
+def _heaviest(r: dict) -> str:
+    """The units on the window's most loaded worker, as load over the average worker load."""
+    out = []
+    for u in r["max_worker_units"]:
+        what = "workset" if u["parts"] == 1 else f"a 1/{u['parts']} part of workset"
+        out.append(f"{what} ({u['partition']},{u['workset_id']}) {u['rel']:.2f}")
+    return " + ".join(out) + (" + smaller ones" if r["max_worker_rest"] > 0.005 else "")
+
+
 def write_results(res: dict, a: argparse.Namespace, out_md: Path) -> None:
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
-    n, W, P = a.records_per_window, a.windows, a.workers
+    W, P = a.windows, a.workers
     md = ["# S3J workset balancing under drift (`simjoin s3j --rebalance off|balance|split`)", "",
           f"Run {res['started'][:19]}Z on this machine (2 cores, Spark local[2]), {res['seconds'] / 60:.1f} min "
-          "in all. Reproduce: `make bench-s3j-balance` (or `.venv/bin/python bench/s3j_balance.py`).", "",
-          f"Setting: one 2-D stream (`gen_vectors`, uniform background), {2 * n:,} rows per tumbling "
-          f"{WINDOW_S} s window, rows alternating between a left and a right stream ({n:,} + {n:,} per window; "
-          "a two-stream join, same distribution, different records), euclidean distance, strict `<`, "
-          f"P = {P} workers, {W} windows, rebalance trigger {a.trigger} (a worker more than {a.trigger:.0%} off "
-          "the average), migration cost 0. Each window is one micro-batch: its rows are appended, then one "
-          "`run_pipeline` (the `simjoin s3j` code path in this process), so the assignment decided from "
-          "window k's workset loads routes window k+1 (the prediction is the previous window).", "",
-          "Columns: *DI/ΣL* is the degree of imbalance Σ|L_n - L_avg| (Definition 11) over the window's "
-          "total load; *max/avg* the most loaded worker over the average, both from the realized Definition 5 "
-          "loads of the window (`worker` rows); *top workset* the heaviest workset's load over the average "
-          "worker load (> 1: Algorithm 1 pins it, irremovable); *p99* the window's p99 join-task seconds "
-          "(`latency_p99_s`, per-worker task time; 2 cores run 5 worker tasks); *wall* the run's seconds; "
-          "*decision* the rebalance the run took after the window (`rebalance` rows: max/avg of the loads it "
-          "predicts after the moves, units moved, worksets split, state bytes migrated; `-` when it did not "
-          "fire).", ""]
-    for drift, c in res["cases"].items():
-        modes = c["modes"]
+          f"for the cases run then ({', '.join(c for c in res['cases'] if c not in res.get('kept', []))}; about "
+          "4-5 min per case and mode: 8 micro-batches of ~30 s). Reproduce: `make bench-s3j-balance` (or "
+          "`.venv/bin/python bench/s3j_balance.py [--drift skew]`; cases not run keep their earlier results).", "",
+          "Setting: one 2-D stream (`gen_vectors`, uniform background) per case, 2n rows per tumbling "
+          f"{WINDOW_S} s window, rows alternating between a left and a right stream (n + n per window; a "
+          "two-stream join, same distribution, different records - two generator seeds would put the two blobs "
+          f"apart), euclidean distance, strict `<`, P = {P} workers, {W} windows, rebalance trigger {a.trigger} "
+          f"(a worker more than {a.trigger:.0%} off the average), migration cost 0. Each window is one "
+          "micro-batch: its rows are appended, then one `run_pipeline` (the `simjoin s3j` code path in this "
+          "process), so the assignment decided from window k's workset loads routes window k+1 (the prediction "
+          "is the previous window). The three modes run on the same data.", "",
+          "Columns: *DI/ΣL* is the degree of imbalance Σ|L_n - L_avg| (Definition 11) over the window's total "
+          "load; *max/avg* the most loaded worker over the average, both of the realized Definition 5 loads of "
+          "the window (`worker` rows); *top ws* the heaviest workset's load over the average worker load (> 1: "
+          "Algorithm 1 pins it as irremovable); *p99* the window's p99 join-task seconds (`latency_p99_s`, "
+          "per-worker task time); *wall* the run's seconds (all stages); *decision* what the rebalance stage "
+          "decided after the window (`rebalance` rows: max/avg before → the max/avg it predicts after, units "
+          "moved, worksets split, state bytes migrated; `-`: did not fire).", ""]
+    for case, c in res["cases"].items():
+        modes, drift, n = c["modes"], c["drift"], c["records_per_window"]
         sel = c["selectivity"]
-        md += [f"## Drift `{drift}`", "",
-               (f"Uniform for windows 0-{a.after - 1}, then 90 % of the rows in one blob (sd 0.05). "
-                if drift == "skew" else
-                "80 % of the rows in a cluster (sd 0.08) whose centre moves 0.35 per window (a billiard path), "
-                "so each window's hot region is predicted from where it was one window earlier. "),
-               f"Threshold t = {c['threshold']:.5f} (about {a.selectivity:.1%} selectivity in the drifted windows); "
-               f"exact selectivity per window: {', '.join(f'{s:.3%}' for s in sel)}.", ""]
+        what = (f"uniform for windows 0-{a.after - 1}, then 90 % of the rows in one blob (sd 0.05)"
+                if drift == "skew" else "80 % of the rows in a cluster (sd 0.08) whose centre moves 0.35 per "
+                "window (a billiard path): each window's hot region is predicted from where it was a window earlier")
+        cal = ("on the drifted windows" if c["calibration"] == "drifted" else
+               "on the windows before the drift (the query's threshold, set before the data drifted; the blob "
+               "then holds worksets heavier than a worker's average load)")
+        when = f" (run {str(c.get('started'))[:19]}Z, kept)" if case in res.get("kept", []) else ""
+        md += [f"## `{case}`: {what}{when}", "",
+               f"n = {n:,} records per stream per window; threshold t = {c['threshold']:.5f}, {a.selectivity:.1%} "
+               f"selectivity {cal}. Exact selectivity per window: {', '.join(f'{x:.3%}' for x in sel)}.", ""]
         p = c["pairs"]
         md += [f"Pairs: {', '.join(f'{m} {v:,}' for m, v in p['pairs'].items())}; identical pair sets "
-               f"(left_id, right_id, window_start) across the three modes: **{'yes' if p['identical'] else 'NO'}** "
-               f"(symmetric difference against `off`: "
-               f"{', '.join(f'{m} {d[0]}/{d[1]}' for m, d in p['diff_vs_off'].items())}).", ""]
-        md += ["| window | pairs | " + " | ".join(f"{m}: DI/ΣL, max/avg, top workset, p99 s, wall s" for m in MODES)
+               f"(left_id, right_id, window_start) in the three modes: **{'yes' if p['identical'] else 'NO'}** "
+               f"(rows only in the mode / only in `off`: "
+               f"{', '.join(f'{m} {d[0]}/{d[1]}' for m, d in p['diff_vs_off'].items())}; no duplicates: "
+               f"{'yes' if p['pairs'] == p['distinct'] else 'NO'}).", ""]
+        md += ["| window | pairs | " + " | ".join(f"{m}: DI/ΣL, max/avg, top ws, p99 s, wall s" for m in MODES)
                + " | balance: decision | split: decision |",
                "|---|---|" + "---|" * (len(MODES) + 2)]
         for i in range(len(modes["off"]["windows"])):
@@ -299,7 +360,7 @@ def write_results(res: dict, a: argparse.Namespace, out_md: Path) -> None:
             for m in MODES:
                 r = modes[m]["windows"][i]
                 cells.append(f"{r['di_rel']:.2f}, **{r['max_avg']:.2f}**, {r['top_workset_avg']:.2f}, "
-                             f"{r['p99_s']:.2f}, {modes[m]['seconds'][i]:.1f}")
+                             f"{r['p99_s']:.2f}, {modes[m]['seconds'][i]:.0f}")
             dec = []
             for m in ("balance", "split"):
                 d = modes[m]["windows"][i].get("decision")
@@ -308,32 +369,37 @@ def write_results(res: dict, a: argparse.Namespace, out_md: Path) -> None:
                            f"split {d['split']}, {d['bytes_migrated'] / 1024:.0f} KiB")
             r0 = modes["off"]["windows"][i]
             md.append(f"| {r0['window']} | {r0['pairs']:,} | " + " | ".join(cells) + " | " + " | ".join(dec) + " |")
-        md += ["", "Totals: " + "; ".join(
-            f"{m} {sum(modes[m]['seconds']):.0f} s wall, bytes migrated "
-            f"{sum((r.get('decision') or {}).get('bytes_migrated', 0) for r in modes[m]['windows']) / 2**20:.2f} MiB"
-            for m in MODES), ""]
-        md += ["Realized max/avg worker load in the windows routed after the first rebalance that fired under "
-               f"drift (goal with splitting: ≤ {GOAL}):", ""]
+        md += ["", "Wall time: " + "; ".join(
+            f"{m} {sum(modes[m]['seconds']):.0f} s ({np.mean(modes[m]['seconds']):.0f} s per window)"
+            for m in MODES) + ". State migrated: " + "; ".join(
+            f"{m} {_migrated(modes[m]) / 2**20:.2f} MiB" for m in ("balance", "split")) + ".", ""]
+        ref = modes["split"]["goal"]
+        md += [f"Realized max/avg worker load in the windows routed after the first rebalance that fired under drift "
+               f"(split: after window {ref['first']}, windows {ref['windows']}; goal with splitting ≤ {GOAL}):", ""]
         for m in MODES:
             g = modes[m]["goal"]
-            ref = modes["split"]["goal"]
-            if m == "off":
-                ws = ref["windows"]
-                v = [modes["off"]["windows"][k]["max_avg"] for k in range(len(modes["off"]["windows"]))
-                     if modes["off"]["windows"][k]["window"] in ws]
-                md.append(f"- off (same windows as split: {ws}): worst {_f(max(v) if v else None)}, "
-                          f"mean {_f(float(np.mean(v)) if v else None)}")
-                continue
-            ok = g["max"] is not None and g["max"] <= GOAL
-            md.append(f"- {m}: first rebalance under drift after window {g['first']}, windows {g['windows']}: "
-                      f"worst {_f(g['max'])}, mean {_f(g['mean'])}" + (f" - goal {'met' if ok else 'MISSED'}"
-                                                                     if m == "split" else ""))
+            ws = ref["windows"] if m == "off" else g["windows"]
+            v = [r["max_avg"] for r in modes[m]["windows"] if r["window"] in ws]
+            worst = max(v) if v else None
+            line = (f"- {m}: worst **{_f(worst)}**, mean {_f(float(np.mean(v)) if v else None)}"
+                    + ("" if m == "off" else f" (first rebalance under drift after window {g['first']})"))
+            if m == "split" and worst is not None:
+                line += (" - goal **met**" if worst <= GOAL else
+                         f" - goal **missed** by {worst - GOAL:.2f} ({worst / GOAL - 1:.0%} over)")
+            if m != "off" and v:
+                r = max((r for r in modes[m]["windows"] if r["window"] in ws), key=lambda r: r["max_avg"])
+                line += f"; worst window {r['window']}: worker {r['max_worker']} runs {_heaviest(r)}"
+            md.append(line)
         md += ["", "Plots (`simjoin.report.render` of each mode's stats table):", ""]
         for m in MODES:
             md.append(f"- {m}: " + ", ".join(f"[{Path(f).stem}]({f})" for f in modes[m]["plots"]))
         md.append("")
-    text = "\n".join(md) + "\n"
-    out_md.write_text(text)
+    text = "\n".join(md)
+    marker = "## Analysis"
+    old = out_md.read_text() if out_md.exists() else ""
+    if marker in old:  # the hand-written analysis of an earlier run is kept (check it against the numbers)
+        text += "\n" + marker + old.split(marker, 1)[1]
+    out_md.write_text(text if text.endswith("\n") else text + "\n")
     print(text)
 
 
