@@ -1,14 +1,19 @@
 """S3J benchmark (Siachamis et al., DEBS'23, Table 2 setting): uniform 2-D, two streams,
-5 windows of 10k + 10k records, parallelism 5, angular distance; selectivities 1 %, 0.5 %,
-0.1 % (pairs / (|L| x |R|) per window; t calibrated on a sample).
+parallelism 5, angular distance; selectivities 1 %, 0.5 %, 0.1 % (pairs / (|L| x |R|) per window;
+t calibrated on a sample).
 
-Runs the pure core (``simjoin.core.metric``: ``s3j_join_window`` and ``clusterjoin_window``),
-not the Spark pipeline. The Spark tasks call the same core functions - workset formulation
-per space partition and window (``formulate_partition_window``, driven over a micro-batch by
-``formulate_partition_microbatch``) and the per-worker window join (``join_worker_window``) -
-and their exactness is tested in tests/spark/test_s3j.py. Anchors in the same table: the paper's
-Table 2 values, and scikit-learn ``BallTree.query_radius`` per window on the same data
-(unit vectors, chord radius 2 sin(pi t / 2) - the same angular ball; wall-time ratio).
+1. Core: 5 windows of 10k + 10k records through the pure core (``simjoin.core.metric``:
+   ``s3j_join_window`` and ``clusterjoin_window``). The Spark tasks call the same core functions -
+   workset formulation per space partition and window (``formulate_partition_window``, driven over
+   a micro-batch by ``formulate_partition_microbatch``) and the per-worker window join
+   (``join_worker_window``). Anchors in the same table: the paper's Table 2 values, and
+   scikit-learn ``BallTree.query_radius`` per window on the same data (unit vectors, chord radius
+   2 sin(pi t / 2) - the same angular ball; wall-time ratio).
+2. Spark: the real pipeline (``run_pipeline`` - what ``simjoin s3j`` runs, in this process) on two
+   interleaved streams (left and right records alternate in ts), tumbling 60 s windows of
+   ``--spark-records`` + ``--spark-records`` records, ``--spark-windows`` windows, one run per
+   window (window k's rows appended, then one run). Ratios from the stats table; pairs checked
+   against the core on the same data.
 
 Duplication ratio (paper Section 9.1): average copies of a record at the join =
 (inner + outlier + outer rows routed to worksets) / records of the window, summed over the
@@ -18,7 +23,15 @@ members in the window) - exact, since outer rows only probe members. The Spark l
 same bound; it stays exact across micro-batches because each formulation task gets the window's
 earlier rows (``PartitionState``).
 
-Usage: .venv/bin/python bench/s3j.py [--records 10000] [--windows 5] [--out bench/results/s3j.md]
+Comparisons ratio = distance computations / pairs, reported twice (issue: "with pair-verification
+distances only and with centroid distances included"): pair verification only (the join's
+distances), and including the workset formulation's record-to-workset-centroid distances
+(``centroid_distance_computations`` of the Spark stats table; for the core, its stats minus the
+space partitioning's share). Space partitioning computes P distances per record (to the P
+space centroids); they are in neither ratio and are shown apart (``+ space``: n P / pairs).
+
+Usage: .venv/bin/python bench/s3j.py [--records 10000] [--windows 5] [--spark-records 20000]
+       [--spark-windows 2] [--no-core] [--no-spark] [--out bench/results/s3j.md]
 """
 
 from __future__ import annotations
@@ -36,6 +49,7 @@ from simjoin.core.metric import clusterjoin_window, pairwise, s3j_join_window
 PAPER_S3J = {0.01: 1.77, 0.005: 1.95, 0.001: 5.82}  # Table 2, comparisons ratio, p = 5
 PAPER_DUP = "1.92-1.97"
 PAPER_CJ = "9.70-24.51"
+SELECTIVITIES = (0.01, 0.005, 0.001)
 
 
 def calibrate(sel: float, rng: np.random.Generator) -> float:
@@ -54,23 +68,18 @@ def balltree_seconds(XL: np.ndarray, XR: np.ndarray, t: float) -> tuple[float, i
     return time.perf_counter() - t0, int(cnt.sum())
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=10_000)
-    ap.add_argument("--windows", type=int, default=5)
-    ap.add_argument("--workers", type=int, default=5)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "s3j.md"))
-    a = ap.parse_args()
+def core(a: argparse.Namespace) -> list[dict]:
+    """Part 1: the pure core, s3j and clusterjoin, per selectivity."""
     rng = np.random.default_rng(7)
     n, W, P = a.records, a.windows, a.workers
     # Two streams with different seeds (the authors' generators gave both the same seed).
     data = [(rng.uniform(-1, 1, (n, 2)), rng.uniform(-1, 1, (n, 2))) for _ in range(W)]
-    rows, raw = [], []
-    for sel in (0.01, 0.005, 0.001):
+    raw = []
+    for sel in SELECTIVITIES:
         t = calibrate(sel, np.random.default_rng(11))
         res = {}
         for algo in ("s3j", "clusterjoin"):
-            state, lat, comps, pairs, copies, recs = None, [], 0, 0, 0, 0
+            state, lat, comps, cents, space, pairs, copies, recs = None, [], 0, 0, 0, 0, 0, 0
             for XL, XR in data:
                 X = np.concatenate([XL, XR])
                 ids = np.concatenate([np.arange(n), np.arange(n)])
@@ -83,40 +92,253 @@ def main() -> None:
                     r = clusterjoin_window(X, ids, side, "angular", t, n_workers=P)
                 lat.append(time.perf_counter() - t0)
                 comps += r.stats.distance_computations
+                # the core's count includes the partitioning's distances (S3J: P per record to the space
+                # centroids; ClusterJoin: its V virtual centroids): taken apart
+                part = r.stats.n_records * P if algo == "s3j" else r.stats.centroid_distance_computations
+                cents += r.stats.centroid_distance_computations - part
+                space += part
                 pairs += r.stats.result_pairs
                 copies += r.stats.copies
                 recs += r.stats.n_records
-            res[algo] = {"dup": copies / recs, "cr": comps / max(pairs, 1), "pairs": pairs,
+            pr = max(pairs, 1)
+            res[algo] = {"dup": copies / recs, "cr": comps / pr, "cr_centroid": (comps + cents) / pr,
+                         "space_per_pair": space / pr, "computations": comps, "centroid_computations": cents,
+                         "partitioning_computations": space, "pairs": pairs,
                          "pps": pairs / sum(lat), "p99": float(np.percentile(lat, 99)), "secs": sum(lat)}
         bt = [balltree_seconds(XL, XR, t) for XL, XR in data]
         bt_secs = sum(s for s, _ in bt)
         achieved = res["s3j"]["pairs"] / (W * n * n)
-        raw.append({"selectivity": sel, "t": t, "achieved": achieved, **{k: v for k, v in res.items()},
+        raw.append({"selectivity": sel, "t": t, "achieved": achieved, **res,
                     "balltree_seconds": bt_secs, "balltree_pairs": sum(c for _, c in bt)})
-        for algo in ("s3j", "clusterjoin"):
-            r_ = res[algo]
-            paper = f"{PAPER_S3J[sel]:.2f} / dup {PAPER_DUP}" if algo == "s3j" else f"{PAPER_CJ} (range)"
-            rows.append(f"| {sel:.1%} | {t:.5f} | {algo} | {r_['dup']:.3f} | {r_['cr']:.3f} | {paper} | "
-                        f"{r_['pairs']:,} | {r_['pps']:,.0f} | {r_['p99']:.3f} | {r_['secs'] / bt_secs:.2f} |")
-        print(rows[-2], rows[-1], sep="\n", flush=True)
-    head = ("| selectivity | t (angular) | algorithm | duplication ratio | comparisons ratio | paper Table 2 | "
-            "pairs | pairs/s | p99 window latency (s) | wall time / BallTree |\n"
-            "|---|---|---|---|---|---|---|---|---|---|")
-    goals = []
-    for r in raw:
-        s, c = r["s3j"], r["clusterjoin"]
-        goals.append(f"- {r['selectivity']:.1%}: S3J comparisons ratio {s['cr']:.2f} <= paper "
-                     f"{PAPER_S3J[r['selectivity']]:.2f}: {'yes' if s['cr'] <= PAPER_S3J[r['selectivity']] else 'NO'}; "
-                     f"duplication {s['dup']:.2f} <= 2.0: {'yes' if s['dup'] <= 2.0 else 'NO'}; "
-                     f"S3J < ClusterJoin ({c['cr']:.2f}): {'yes' if s['cr'] < c['cr'] else 'NO'}; "
-                     f"BallTree found {r['balltree_pairs']:,} pairs (inclusive radius) vs {s['pairs']:,}")
-    text = (f"# S3J benchmark\n\n{__doc__}\nSetting: {W} windows x ({n:,} + {n:,}) records, uniform 2-D, "
-            f"p = {P}, ClusterJoin V = 500, angular, strict `<`. Latency = wall time to join one window "
-            f"(core, one process, sequential workers). Machine: 2 cores.\n\n{head}\n" + "\n".join(rows)
-            + "\n\n## Goals\n\n" + "\n".join(goals) + "\n")
-    Path(a.out).write_text(text)
-    Path(a.out).with_suffix(".json").write_text(json.dumps(raw, indent=1))
+        print(f"core {sel:.1%}: s3j dup {res['s3j']['dup']:.3f} cr {res['s3j']['cr']:.3f} / "
+              f"{res['s3j']['cr_centroid']:.3f}, clusterjoin cr {res['clusterjoin']['cr']:.3f}", flush=True)
+    return raw
+
+
+def spark_streams(n: int, windows: int, seed: int) -> dict[str, np.ndarray]:
+    """Two uniform 2-D streams, n records each per 60 s window, interleaved in ts: left record i of
+    window k at 60 k + (i + 1/4) 60 / n s, right at (i + 3/4) 60 / n s; ids 0.. per stream."""
+    from simjoin.core.datagen import T0_US
+
+    rng = np.random.default_rng(seed)
+    N = n * windows
+    out: dict[str, np.ndarray] = {}
+    for side, off in ((0, 0.25), (1, 0.75)):
+        i = np.arange(N)
+        ts = T0_US + ((i // n) * 60_000_000 + np.floor(((i % n) + off) * 60e6 / n)).astype(np.int64)
+        out[f"id{side}"], out[f"ts{side}"], out[f"X{side}"] = i.astype(np.int64), ts, rng.uniform(-1, 1, (N, 2))
+    out["win"] = np.arange(N) // n
+    return out
+
+
+def write_piece(path: str, ids: np.ndarray, ts: np.ndarray, X: np.ndarray) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    vec = pa.ListArray.from_arrays(pa.array(np.arange(0, X.size + 1, X.shape[1], dtype=np.int32)),
+                                   pa.array(X.ravel()))
+    write_deltalake(path, pa.table({"id": pa.array(ids, pa.int64()),
+                                    "ts": pa.array(ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                                    "vector": vec}), mode="append")
+
+
+def core_pairs(S: dict[str, np.ndarray], k: int, t: float, P: int, state):
+    """The core's s3j on window k of the Spark streams, records in arrival (ts) order."""
+    m = S["win"] == k
+    X = np.concatenate([S["X0"][m], S["X1"][m]])
+    ids = np.concatenate([S["id0"][m], S["id1"][m]])
+    side = np.concatenate([np.zeros(m.sum(), np.int8), np.ones(m.sum(), np.int8)])
+    order = np.argsort(np.concatenate([S["ts0"][m], S["ts1"][m]]), kind="stable")
+    return s3j_join_window(X[order], ids[order], side[order], "angular", t, n_workers=P, centroid_state=state)
+
+
+def spark_part(a: argparse.Namespace) -> list[dict]:
+    """Part 2: the Spark pipeline, one run per window, per selectivity."""
+    import logging
+    import os
+    import shutil
+    import sys
+    import tempfile
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from simjoin.config import SparkConfig
+    from simjoin.pipeline import get_spec
+    from simjoin.pipeline.runner import run_pipeline
+    from simjoin.spark import delta
+    from simjoin.spark.session import get_spark
+
+    logging.getLogger("simjoin").setLevel(logging.WARNING)
+    spark = get_spark(SparkConfig(master="local[2]", shuffle_partitions=4, log_level="ERROR"))
+    work = Path(tempfile.mkdtemp(prefix="s3j-bench-"))
+    n, W, P = a.spark_records, a.spark_windows, a.workers
+    S = spark_streams(n, W, a.seed)
+    spec = get_spec("s3j")
+
+    def run(name: str, t: float, windows: int, nrec: int) -> tuple[list[float], str]:
+        base = work / name
+        left, right, out = str(base / "left"), str(base / "right"), str(base / "out")
+        secs = []
+        for k in range(windows):
+            m = np.nonzero(S["win"] == k)[0][:nrec]
+            write_piece(left, S["id0"][m], S["ts0"][m], S["X0"][m])
+            write_piece(right, S["id1"][m], S["ts1"][m], S["X1"][m])
+            r = spec.make_run({"left": left, "right": right, "output": out, "threshold": t, "metric": "angular",
+                               "window": "60s", "workers": P})
+            t0 = time.perf_counter()
+            run_pipeline(spark, r)
+            secs.append(time.perf_counter() - t0)
+        return secs, out
+
+    run("warm", 0.01, 1, 500)  # JIT and JVM, not measured
+    raw = []
+    for sel in SELECTIVITIES:
+        t = calibrate(sel, np.random.default_rng(11))
+        secs, out = run(f"sel{sel}", t, W, n)
+        st = delta.read_table(spark, f"{out}_stats").toPandas()
+        w = st[st["level"] == "window"]
+        tot = {c: int(w[c].sum()) for c in ("records", "space_copies", "copies", "distance_computations",
+                                            "centroid_distance_computations", "result_pairs")}
+        pairs_table = delta.read_table(spark, out).count()
+        state, core_n = None, []
+        for k in range(W):
+            r = core_pairs(S, k, t, P, state)
+            state = r.centroid_state
+            core_n.append(int(r.stats.result_pairs))
+        pr = max(tot["result_pairs"], 1)
+        row = {"selectivity": sel, "t": t, **tot, "pairs_table": pairs_table, "core_pairs": sum(core_n),
+               "core_pairs_per_window": core_n, "dup": tot["copies"] / tot["records"],
+               "space_dup": tot["space_copies"] / tot["records"], "cr": tot["distance_computations"] / pr,
+               "cr_centroid": (tot["distance_computations"] + tot["centroid_distance_computations"]) / pr,
+               "space_per_pair": tot["records"] * P / pr, "seconds": secs, "total": float(sum(secs)),
+               "records_per_s": tot["records"] / sum(secs),
+               "p99_task_s": float(w["latency_p99_s"].max()), "join_task_max_s": float(w["latency_max_s"].max())}
+        raw.append(row)
+        print(f"spark {sel:.1%}: {row['total']:.0f}s, dup {row['dup']:.3f}, cr {row['cr']:.3f} / "
+              f"{row['cr_centroid']:.3f}, pairs {tot['result_pairs']:,} (table {pairs_table:,}, core {sum(core_n):,})",
+              flush=True)
+        if not (tot["result_pairs"] == pairs_table == sum(core_n)):
+            print(f"STOP: spark pairs {tot['result_pairs']} / table {pairs_table} != core {sum(core_n)}", flush=True)
+            raw[-1]["mismatch"] = True
+            break
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    return raw
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=10_000, help="core: records per stream per window")
+    ap.add_argument("--windows", type=int, default=5, help="core: windows")
+    ap.add_argument("--workers", type=int, default=5)
+    ap.add_argument("--spark-records", type=int, default=20_000, help="Spark: records per stream per window")
+    ap.add_argument("--spark-windows", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=3, help="Spark streams' seed")
+    ap.add_argument("--no-core", action="store_true", help="skip part 1 (keep the previous results)")
+    ap.add_argument("--no-spark", action="store_true", help="skip part 2 (keep the previous results)")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "s3j.md"))
+    a = ap.parse_args()
+    out = Path(a.out)
+    old = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {}
+    old = old if isinstance(old, dict) else {"core": {"rows": old}}
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    res = {}
+    for part, skip, fn, args in (("core", a.no_core, core, ("records", "windows", "workers")),
+                                 ("spark", a.no_spark, spark_part, ("spark_records", "spark_windows", "workers",
+                                                                    "seed"))):
+        if skip:
+            if part in old:
+                res[part] = {**old[part], "kept": True}
+            continue
+        t0 = time.perf_counter()
+        rows = fn(a)
+        res[part] = {"started": started, "seconds": time.perf_counter() - t0, "args": {k: getattr(a, k) for k in args},
+                     "rows": rows}
+    out.with_suffix(".json").write_text(json.dumps(res, indent=1))
+    out.write_text(render(res))
     print(f"bench s3j: wrote {a.out}")
+    if any(r.get("mismatch") for r in res.get("spark", {}).get("rows", [])):
+        raise SystemExit("bench s3j: the Spark pipeline's pairs differ from the core's (see the results)")
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+def render(res: dict) -> str:
+    text = f"# S3J benchmark\n\n{__doc__}\n"
+    if "core" in res:
+        c = res["core"]
+        ca = c.get("args", {"records": 10_000, "windows": 5, "workers": 5})
+        n, W, P = ca["records"], ca["windows"], ca["workers"]
+        rows = []
+        for r in c["rows"]:
+            sel = r["selectivity"]
+            for algo in ("s3j", "clusterjoin"):
+                x = r[algo]
+                paper = f"{PAPER_S3J[sel]:.2f} / dup {PAPER_DUP}" if algo == "s3j" else f"{PAPER_CJ} (range)"
+                ccr = f"{x['cr_centroid']:.3f}" if "cr_centroid" in x else "-"
+                sp = f"{x['space_per_pair']:.3f}" if x.get("space_per_pair") is not None else "-"
+                rows.append(f"| {sel:.1%} | {r['t']:.5f} | {algo} | {x['dup']:.3f} | {x['cr']:.3f} | {ccr} | {sp} | "
+                            f"{paper} | {x['pairs']:,} | {x['pps']:,.0f} | {x['p99']:.3f} | "
+                            f"{x['secs'] / r['balltree_seconds']:.2f} |")
+        goals = []
+        for r in c["rows"]:
+            s, cj, sel = r["s3j"], r["clusterjoin"], r["selectivity"]
+            ccr = s.get("cr_centroid", float("nan"))
+            goals.append(f"- {sel:.1%}: S3J comparisons ratio <= paper {PAPER_S3J[sel]:.2f}: pair verification "
+                         f"{s['cr']:.2f}: {_yes(s['cr'] <= PAPER_S3J[sel])}, incl. centroid distances {ccr:.2f}: "
+                         f"{_yes(ccr <= PAPER_S3J[sel])}; "
+                         f"duplication {s['dup']:.2f} <= 2.0: {_yes(s['dup'] <= 2.0)}; "
+                         f"S3J < ClusterJoin ({cj['cr']:.2f}): {_yes(s['cr'] < cj['cr'])}; "
+                         f"BallTree found {r['balltree_pairs']:,} pairs (inclusive radius) vs {s['pairs']:,}")
+        kept = f" (kept from the run of {c.get('started', 'an earlier run')})" if c.get("kept") else ""
+        text += (f"## 1. Core{kept}\n\nSetting: {W} windows x ({n:,} + {n:,}) records, uniform 2-D, p = {P}, "
+                 f"ClusterJoin V = 500, angular, strict `<`. Latency = wall time to join one window (core, one "
+                 f"process, sequential workers). Machine: 2 cores. *comparisons ratio* = pair-verification "
+                 f"distances / pairs; *incl. centroid* adds the workset formulation's record-to-workset-centroid "
+                 f"distances; *+ space* is the partitioning's distances over the pairs (in neither ratio; S3J: P per "
+                 f"record to the space centroids; ClusterJoin: to its V virtual-partition centroids).\n\n"
+                 "| selectivity | t (angular) | algorithm | duplication ratio | comparisons ratio | "
+                 "incl. centroid | + space | paper Table 2 | pairs | pairs/s | p99 window latency (s) | "
+                 "wall time / BallTree |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+                 + "\n".join(rows) + "\n\nGoals:\n\n" + "\n".join(goals) + "\n\n")
+    if "spark" in res:
+        sp = res["spark"]
+        sa = sp["args"]
+        n, W, P = sa["spark_records"], sa["spark_windows"], sa["workers"]
+        kept = f" (kept from the run of {sp.get('started')})" if sp.get("kept") else ""
+        rows, goals = [], []
+        for r in sp["rows"]:
+            sel = r["selectivity"]
+            exact = r["result_pairs"] == r["pairs_table"] == r["core_pairs"]
+            rows.append(f"| {sel:.1%} | {r['t']:.5f} | {r['dup']:.3f} | {r['space_dup']:.3f} | {r['cr']:.3f} | "
+                        f"{r['cr_centroid']:.3f} | {r['space_per_pair']:.3f} | {PAPER_S3J[sel]:.2f} | "
+                        f"{r['result_pairs']:,} | {_yes(exact)} | {r['total']:.1f} "
+                        f"({', '.join(f'{x:.1f}' for x in r['seconds'])}) | {r['records_per_s']:,.0f} | "
+                        f"{r['join_task_max_s']:.2f} |")
+            g = f"- {sel:.1%}: comparisons ratio incl. centroid distances {r['cr_centroid']:.2f} <= Table 2 " \
+                f"{PAPER_S3J[sel]:.2f}: {_yes(r['cr_centroid'] <= PAPER_S3J[sel])}"
+            if sel == 0.01:
+                g += f"; duplication {r['dup']:.3f} <= 1.9: {_yes(r['dup'] <= 1.9)}"
+            goals.append(g)
+        text += (f"## 2. Spark pipeline{kept}\n\n"
+                 f"`run_pipeline` (the `simjoin s3j` code path, in this process, Spark local[2], warm session) on "
+                 f"two interleaved streams, uniform 2-D, {W} tumbling 60 s windows of {n:,} + {n:,} records, "
+                 f"P = {P}, angular, strict `<`, one run per window (its rows appended, then one run; the "
+                 f"centroid state carries over). Ratios over both windows from the stats table (`window` rows): "
+                 f"duplication = copies / records (*space* = space-partition rows / records); comparisons ratio "
+                 f"= distance_computations / pairs, *incl. centroid* adds centroid_distance_computations (workset "
+                 f"formulation), *+ space* = P distances per record / pairs (in neither). *exact*: the stats' "
+                 f"pairs = the output table's rows = the core's `s3j_join_window` on the same windows. Seconds: "
+                 f"end to end (all stages), per window in brackets; records/s = records / seconds; *join task "
+                 f"max* = the slowest worker's join task.\n\n"
+                 "| selectivity | t | duplication | space | comparisons ratio | incl. centroid | + space | "
+                 "Table 2 | pairs | exact | seconds | records/s | join task max (s) |\n"
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
+                 + "\n\nGoals (duplication <= 1.9 at 1 %; comparisons ratio incl. centroid distances <= Table 2):"
+                 "\n\n" + "\n".join(goals) + "\n")
+    return text
 
 
 if __name__ == "__main__":
