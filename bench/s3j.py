@@ -41,6 +41,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -85,6 +86,7 @@ def core(a: argparse.Namespace) -> list[dict]:
                 ids = np.concatenate([np.arange(n), np.arange(n)])
                 side = np.concatenate([np.zeros(n, np.int8), np.ones(n, np.int8)])
                 t0 = time.perf_counter()
+                r: Any
                 if algo == "s3j":
                     r = s3j_join_window(X, ids, side, "angular", t, n_workers=P, centroid_state=state)
                     state = r.centroid_state
@@ -195,7 +197,7 @@ def spark_part(a: argparse.Namespace) -> list[dict]:
     for sel in SELECTIVITIES:
         t = calibrate(sel, np.random.default_rng(11))
         secs, out = run(f"sel{sel}", t, W, n)
-        st = delta.read_table(spark, f"{out}_stats").toPandas()
+        st: Any = delta.read_table(spark, f"{out}_stats").toPandas()
         w = st[st["level"] == "window"]
         tot = {c: int(w[c].sum()) for c in ("records", "space_copies", "copies", "distance_computations",
                                             "centroid_distance_computations", "result_pairs")}
