@@ -116,6 +116,29 @@ def cache_jvm(force: bool) -> None:
     _summary(f"cache-jvm: {'recorded' if recorded else 'up to date'}, {size:.0f} MiB archive at {path}")  # type: ignore
 
 
+@app.command("spark-server")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Spark Connect has no authentication here: keep it on loopback "
+                   "or a private network.")
+@click.option("--port", type=click.IntRange(1, 65535), default=15002, show_default=True)
+@master_option
+@click.option("--warehouse", default=None, help="Warehouse folder (default: SIMJOIN_WAREHOUSE or ./warehouse).")
+def spark_server(host: str, port: int, master: str | None, warehouse: str | None) -> None:
+    """Keep one warm Spark (Delta, this Python) running and serve it over Spark Connect.
+
+    Then ``SIMJOIN_SPARK_REMOTE=sc://HOST:PORT`` makes every simjoin command and Airflow task
+    connect to it in well under a second instead of starting its own JVM. ``make airflow``
+    starts one. Stops on Ctrl-C or SIGTERM."""
+    from simjoin.spark.session import serve
+
+    cfg = load_config(SparkConfig, "spark", {"master": master, "warehouse": warehouse})
+    try:
+        serve(host, port, cfg, ready=lambda url: click.echo(f"ready: SIMJOIN_SPARK_REMOTE={url}", err=True))
+    except (ValueError, RuntimeError) as e:
+        _fail(str(e))
+    _summary(f"spark-server sc://{host}:{port}: stopped")
+
+
 _registered = False
 
 

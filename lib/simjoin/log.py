@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -17,7 +18,8 @@ def get_logger(name: str = "simjoin") -> logging.Logger:
         h = logging.StreamHandler(sys.stderr)
         h.setFormatter(logging.Formatter(_FMT, "%H:%M:%S"))
         root.addHandler(h)
-        root.setLevel(logging.INFO)
+        # SIMJOIN_LOG_LEVEL=DEBUG also prints the traceback behind a one-line error
+        root.setLevel(os.environ.get("SIMJOIN_LOG_LEVEL", "INFO").upper())
         root.propagate = False
     return logging.getLogger(name)
 

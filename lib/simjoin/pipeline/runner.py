@@ -68,21 +68,44 @@ def _norm(p: str) -> str:
 
 
 def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], run_id: str = "cli",
-              spark: Any = None) -> dict[str, Any]:
-    """One stage of one run from (DAG) params: validate them, run the stage, return an XCom dict."""
+              spark: Any = None, attempt: int = 1, mode: str = "cli") -> dict[str, Any]:
+    """One stage of one run from (DAG) params: validate them, run the stage, return an XCom dict.
+    Logs and records (:mod:`simjoin.pipeline.timing`) the process, Spark start-up and work seconds."""
+    from simjoin.pipeline.timing import TaskTiming, process_age, record
+
     spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
     st = spec.stage(stage)
+    timing = TaskTiming(run_id, spec.name, st.name, mode, attempt=attempt, process_s=process_age())
     run = spec.make_run(params, run_id)
+    t0 = time.perf_counter()
     if spark is None:
         from simjoin.spark.session import get_spark
 
         spark = get_spark()
-    if spec.stages[0].name == st.name:
-        guard_outputs(spark, run)
-    with log_stage(f"{spec.name} {st.name}", log):
-        out = st.function()(spark, run) or {}
-    maybe_fail(f"{spec.name}.{st.name}")
+    timing.startup_s = time.perf_counter() - t0
+    timing.spark = _spark_kind(spark)
+    t1 = time.perf_counter()
+    try:
+        if spec.stages[0].name == st.name:
+            guard_outputs(spark, run)
+        with log_stage(f"{spec.name} {st.name}", log):
+            out = st.function()(spark, run) or {}
+        maybe_fail(f"{spec.name}.{st.name}")
+    except BaseException:
+        timing.ok = False
+        raise
+    finally:
+        timing.work_s = time.perf_counter() - t1
+        log.info("task %s %s: process start %.1fs, Spark start-up %.2fs (%s), work %.1fs", spec.name, st.name,
+                 timing.process_s, timing.startup_s, timing.spark, timing.work_s)
+        record([timing])
     return _jsonable(out)  # type: ignore[no-any-return]
+
+
+def _spark_kind(spark: Any) -> str:
+    from simjoin.spark.session import is_remote
+
+    return "warm" if is_remote(spark) else "local"
 
 
 #: Errors a user causes with bad params or inputs: retrying cannot help.
@@ -92,7 +115,13 @@ VALIDATION_ERRORS: tuple[type[BaseException], ...] = (ConfigError, ValueError, F
 def run_task(pipeline: str, stage: str, params: dict[str, Any], run_id: str) -> dict[str, Any]:
     """Airflow's task body: a validation error fails the task at once (no retry), with one line."""
     try:
-        return run_stage(pipeline, stage, params, run_id)
+        from airflow.sdk import get_current_context
+
+        attempt = int(get_current_context()["ti"].try_number or 1)
+    except Exception:  # outside a running task (tests calling it directly)
+        attempt = 1
+    try:
+        return run_stage(pipeline, stage, params, run_id, attempt=attempt, mode="airflow")
     except VALIDATION_ERRORS as e:
         from airflow.sdk.exceptions import AirflowFailException
 
@@ -122,11 +151,15 @@ def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
     (``results[stage]``) and ``seconds``. Background gates run beside the following stages and
     must pass before a publishing stage. A stream pipeline that resumed an open unit runs
     again, so that what arrived since is joined too."""
+    from simjoin.pipeline.timing import TaskTiming, process_age, record
     from simjoin.spark import delta
+    from simjoin.spark.session import startup_seconds
 
     spec = run.spec
     t0 = time.perf_counter()
     results: dict[str, Any] = {"rounds": []}
+    timings = {"startup_s": startup_seconds() or 0.0, "process_s": process_age() - (startup_seconds() or 0.0)}
+    kind = _spark_kind(spark)
     run.in_process = True
     guard_outputs(spark, run)
     if run.reset:
@@ -134,6 +167,7 @@ def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
         if reset is None:
             raise ValueError(f"--reset: pipeline {spec.name} has no state to reset")
         results["reset"] = reset(spark)
+    timed: list[Any] = []
     for _round in range(2):
         done: dict[str, Any] = {}
         try:
@@ -149,9 +183,9 @@ def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
                             done[name] = fut.result()
                         pending.clear()
                     if st.background:
-                        pending.append((st.name, pool.submit(_timed, spec, st.name, fn, spark, run)))
+                        pending.append((st.name, pool.submit(_timed, spec, st.name, fn, spark, run, timed)))
                         continue
-                    done[st.name] = _timed(spec, st.name, fn, spark, run)
+                    done[st.name] = _timed(spec, st.name, fn, spark, run, timed)
                 for name, fut in pending:
                     done[name] = fut.result()
         finally:
@@ -162,9 +196,17 @@ def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
         if not (isinstance(first, dict) and first.get("resumed")):
             break
     results["seconds"] = time.perf_counter() - t0
+    rows = [TaskTiming(run.run_id, spec.name, name, "cli", kind, work_s=sec) for name, sec in timed]
+    if rows:  # the process and Spark start-up are paid once, by the first stage
+        rows[0].process_s, rows[0].startup_s = max(0.0, timings["process_s"]), timings["startup_s"]
+    record(rows)
     return results
 
 
-def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run) -> Any:
-    with log_stage(f"{spec.name} {name}", log):
-        return fn(spark, run)
+def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run, timed: list[Any]) -> Any:
+    t0 = time.perf_counter()
+    try:
+        with log_stage(f"{spec.name} {name}", log):
+            return fn(spark, run)
+    finally:
+        timed.append((name, time.perf_counter() - t0))

@@ -1,12 +1,20 @@
 """Delta Lake I/O: read by path or table name (optionally at a version), idempotent
 overwrite of one partition (``replaceWhere``), idempotent append (``txnAppId``/``txnVersion``),
-MERGE for state tables, and history.
+MERGE for state tables, DELETE, and history.
+
+Everything goes through the DataFrame reader/writer and Delta's SQL (``MERGE INTO``,
+``DELETE FROM``, ``DESCRIBE HISTORY``), never the ``DeltaTable`` object API, so that the same
+code runs on a local Spark and on the warm Spark over Spark Connect (whose server needs a
+separate Delta Connect plugin for ``DeltaTable``).
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -22,6 +30,7 @@ __all__ = [
     "overwrite_partition",
     "append_idempotent",
     "merge",
+    "delete",
     "history",
     "latest_version",
     "background_writes",
@@ -57,12 +66,29 @@ def _abs(ref: str) -> str:
     return ref if ":" in ref else os.path.abspath(ref)
 
 
-def table_exists(spark: SparkSession, ref: str) -> bool:
-    from delta.tables import DeltaTable
+_COMMIT = re.compile(r"^[0-9]{20}\.(json|checkpoint(\.[0-9]+\.[0-9]+)?\.parquet)$")
 
+
+def table_exists(spark: SparkSession, ref: str) -> bool:
+    """A Delta table at a path (a ``_delta_log`` with a commit or checkpoint) or of a name."""
+    if not is_path(ref):
+        return bool(spark.catalog.tableExists(ref))
+    path = _abs(ref)
+    if path.startswith("file:") or "://" not in path:
+        log_dir = os.path.join(path.removeprefix("file://").removeprefix("file:"), "_delta_log")
+        return any(_COMMIT.match(os.path.basename(f)) for f in glob.glob(os.path.join(log_dir, "0*")))
+    try:  # object stores: ask Delta
+        row = spark.sql(f"DESCRIBE DETAIL {_sql_ref(ref)}").select("format").first()
+    except Exception:  # any failure to describe means no Delta table there
+        return False
+    return row is not None and row[0] == "delta"
+
+
+def _sql_ref(ref: str) -> str:
+    """A table in Delta SQL: ``delta.`/abs/path``` or the table name."""
     if is_path(ref):
-        return DeltaTable.isDeltaTable(spark, _abs(ref))
-    return bool(spark.catalog.tableExists(ref))
+        return "delta.`" + _abs(ref).replace("`", "``") + "`"
+    return ref
 
 
 def read_table(
@@ -133,9 +159,10 @@ def overwrite_partition(df: DataFrame, ref: str, partition: Mapping[str, Any]) -
 def _check_partition(df: DataFrame, partition: Mapping[str, Any]) -> None:
     if not partition:
         raise ValueError("overwrite_partition needs at least one partition column")
-    missing = [c for c in partition if c not in df.columns]
+    have = df.columns  # one schema call (a round trip on Spark Connect)
+    missing = [c for c in partition if c not in have]
     if missing:
-        raise ValueError(f"partition columns {missing} are not in the DataFrame columns {df.columns}")
+        raise ValueError(f"partition columns {missing} are not in the DataFrame columns {have}")
 
 
 def _overwrite_partition_now(df: DataFrame, ref: str, partition: Mapping[str, Any]) -> None:
@@ -159,28 +186,35 @@ def append_idempotent(df: DataFrame, ref: str, app_id: str, version: int,
 
 
 def merge(df: DataFrame, ref: str, keys: Sequence[str], delete_missing_in: str | None = None) -> None:
-    """Upsert ``df`` into a state table on ``keys`` (creates the table on first use)."""
-    from delta.tables import DeltaTable
-
+    """Upsert ``df`` into a state table on ``keys`` (creates the table on first use).
+    ``delete_missing_in``: a condition on the target ``t``; its rows absent from ``df`` are deleted."""
     spark = df.sparkSession
     if not table_exists(spark, ref):
         overwrite(df, ref)
         return
-    target = DeltaTable.forPath(spark, _abs(ref)) if is_path(ref) else DeltaTable.forName(spark, ref)
+    view = f"simjoin_merge_{uuid.uuid4().hex}"
+    df.createOrReplaceTempView(view)
     cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-    m = target.alias("t").merge(df.alias("s"), cond).whenMatchedUpdateAll().whenNotMatchedInsertAll()
+    sql = (f"MERGE INTO {_sql_ref(ref)} t USING {view} s ON {cond} "
+           "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
     if delete_missing_in:
-        m = m.whenNotMatchedBySourceDelete(delete_missing_in)
-    m.execute()
+        sql += f" WHEN NOT MATCHED BY SOURCE AND ({delete_missing_in}) THEN DELETE"
+    try:
+        spark.sql(sql).collect()
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def delete(spark: SparkSession, ref: str, cond: str) -> None:
+    """Delete the rows matching the SQL condition ``cond`` (nothing if there is no table)."""
+    if table_exists(spark, ref):
+        spark.sql(f"DELETE FROM {_sql_ref(ref)} WHERE {cond}").collect()
 
 
 def history(spark: SparkSession, ref: str, limit: int | None = None) -> DataFrame:
-    from delta.tables import DeltaTable
-
     if not table_exists(spark, ref):
         raise FileNotFoundError(f"no Delta table at {ref!r}")
-    t = DeltaTable.forPath(spark, _abs(ref)) if is_path(ref) else DeltaTable.forName(spark, ref)
-    return t.history(limit) if limit else t.history()
+    return spark.sql(f"DESCRIBE HISTORY {_sql_ref(ref)}" + (f" LIMIT {int(limit)}" if limit else ""))
 
 
 def latest_version(spark: SparkSession, ref: str) -> int:

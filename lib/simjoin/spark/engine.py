@@ -212,14 +212,29 @@ class MicroBatchEngine:
         commits = os.path.join(p or "", "commits")
         return os.path.isdir(commits) and any(not n.startswith(".") for n in os.listdir(commits))
 
+    def ingest_mode(self) -> str:
+        """How this output's ingest reads its stream, fixed when the output is created:
+        ``foreach`` (a ``foreachBatch`` query in this process; a local Spark only) or ``landing``
+        (the query appends to a Delta landing table that this process then stages commit by
+        commit; the mode of outputs created on the warm Spark over Spark Connect)."""
+        p = _local(self.tables.checkpoint)
+        f = os.path.join(p or "", IDENTITY_FILE)
+        if os.path.exists(f):
+            return str(json.loads(open(f).read()).get("ingest", "foreach"))
+        from simjoin.spark.session import is_remote
+
+        return "landing" if is_remote(self.spark) else "foreach"
+
     def _new_checkpoint_id(self) -> str:
         p = _local(self.tables.checkpoint)
         assert p is not None
+        mode = self.ingest_mode()
         os.makedirs(p, exist_ok=True)
         ident = uuid.uuid4().hex
         tmp = os.path.join(p, IDENTITY_FILE + ".tmp")
         with open(tmp, "w") as fh:
-            fh.write(json.dumps({"id": ident, "output": self.tables.output, "pipeline": self.pipeline}))
+            fh.write(json.dumps({"id": ident, "output": self.tables.output, "pipeline": self.pipeline,
+                                 "ingest": mode}))
         os.replace(tmp, os.path.join(p, IDENTITY_FILE))
         return ident
 
@@ -271,7 +286,8 @@ class MicroBatchEngine:
                 raise CheckpointMismatch(
                     f"{self.tables.output} already holds a table but no stream state: {self._reset_hint()}")
             return self._new_checkpoint_id()
-        if self._checkpoint_consumed() and not delta.table_exists(self.spark, self.tables.records):
+        kept = [self.tables.records] + ([self.tables.work("landing")] if self.ingest_mode() == "landing" else [])
+        if self._checkpoint_consumed() and not any(delta.table_exists(self.spark, t) for t in kept):
             raise CheckpointMismatch(
                 f"checkpoint {self.tables.checkpoint} has consumed input that {self.tables.output} never "
                 f"committed: {self._reset_hint()}")
@@ -370,19 +386,39 @@ class MicroBatchEngine:
         stream = parts[0]
         for p in parts[1:]:  # sources may carry different payload columns (each side's own)
             stream = stream.unionByName(p, allowMissingColumns=True)
-        totals = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0}
+        totals: dict[str, Any] = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0}
+
+        def stage(batch: DataFrame, batch_id: int) -> None:
+            info = self._stage_batch(batch, int(batch_id), BatchInfo(unit, int(batch_id), prog, ident), prepare)
+            totals["batches"].append(int(batch_id))
+            for k in ("rows", "staged", "quarantined"):
+                totals[k] += info[k]
+
+        if self.ingest_mode() == "landing":
+            self._ingest_landing(stream, stage, prog, ident, max_files_per_trigger)
+        else:
+            self._ingest_foreach(stream, stage, ident, max_files_per_trigger)
+        staged = totals["staged"]
+        return {"unit": unit if staged else None, "resumed": False, **totals}
+
+    def _ingest_foreach(self, stream: DataFrame, stage: Callable[[DataFrame, int], None], ident: str,
+                        max_files_per_trigger: int | None) -> None:
+        from simjoin.spark.session import is_remote
+
+        if is_remote(self.spark):
+            raise ValueError(
+                f"{self.tables.output} was created with a local Spark, whose stream reader runs in the "
+                "job's own process; on the warm Spark (SIMJOIN_SPARK_REMOTE) it cannot: allowed: run it with "
+                f"SIMJOIN_SPARK_REMOTE=off, or {self._reset_hint()} on the warm Spark")
         errors: list[BaseException] = []
 
         def on_batch(batch: DataFrame, batch_id: int) -> None:
             try:
-                info = self._stage_batch(batch, int(batch_id), BatchInfo(unit, int(batch_id), prog, ident), prepare)
+                stage(batch, batch_id)
             except BaseException as e:  # Spark reports only the Python side's last line: keep the cause
                 log.exception("%s: micro-batch %d failed", self.pipeline, batch_id)
                 errors.append(e)
                 raise
-            totals["batches"].append(int(batch_id))  # type: ignore[attr-defined]
-            for k in ("rows", "staged", "quarantined"):
-                totals[k] += info[k]  # type: ignore[operator]
 
         writer = stream.writeStream.foreachBatch(on_batch).option(
             "checkpointLocation", delta._abs(self.tables.checkpoint)).trigger(availableNow=True)
@@ -395,8 +431,31 @@ class MicroBatchEngine:
             if errors:
                 raise errors[0] from None
             raise
-        staged = totals["staged"]
-        return {"unit": unit if staged else None, "resumed": False, **totals}
+
+    def _ingest_landing(self, stream: DataFrame, stage: Callable[[DataFrame, int], None], prog: Progress,
+                        ident: str, max_files_per_trigger: int | None) -> None:
+        """The query appends what arrived to ``<output>_work/landing`` (Delta's exactly-once sink,
+        no Python in the query); then every landing commit not staged yet is staged as one
+        micro-batch whose id is its commit version, read back through the change data feed.
+        ``landed`` in the progress meta is the last commit a committed unit staged."""
+        landing = self.tables.work("landing")
+        self.spark.conf.set("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "true")
+        writer = stream.writeStream.format("delta").option(
+            "checkpointLocation", delta._abs(self.tables.checkpoint)).trigger(availableNow=True)
+        if max_files_per_trigger:
+            writer = writer.option("maxFilesPerTrigger", int(max_files_per_trigger))
+        q = writer.queryName(f"simjoin_{self.pipeline}_{ident[:8]}").start(delta._abs(landing))
+        q.awaitTermination()
+        maybe_fail(f"{self.pipeline}.ingest.landed")
+        if not delta.table_exists(self.spark, landing):
+            return
+        last = delta.latest_version(self.spark, landing)
+        for version in range(int(prog.meta.get("landed", 0)) + 1, last + 1):
+            batch = (self.spark.read.format("delta").option("readChangeFeed", "true")
+                     .option("startingVersion", version).option("endingVersion", version).load(delta._abs(landing))
+                     .where(F.col("_change_type") == "insert")
+                     .drop("_change_type", "_commit_version", "_commit_timestamp"))
+            stage(batch, version)
 
     def seen(self, info: BatchInfo, live: DataFrame | None) -> DataFrame | None:
         """(side, id) a new row may not repeat, with a true ``_seen`` column: ``live`` (the
@@ -498,12 +557,15 @@ class MicroBatchEngine:
             f.result()
         maybe_fail(f"{self.pipeline}.publish.mid")
         prog = self.progress()
-        got = unit.records.groupBy("side").agg(F.max("ts").alias("m"), F.first("meta").alias("meta")).collect()
+        got = unit.records.groupBy("side").agg(F.max("ts").alias("m"), F.first("meta").alias("meta"),
+                                               F.max("batch_id").alias("b")).collect()
         marks = {int(r["side"]): r["m"] for r in got}
         for s, mt in prog.max_ts.items():
             marks[s] = max(marks[s], mt) if s in marks else mt
         staged_meta = json.loads(got[0]["meta"]) if got and got[0]["meta"] else {}
         meta_all = {**prog.meta, **staged_meta, **(meta or {})}
+        if self.ingest_mode() == "landing":  # the landing commits staged so far
+            meta_all["landed"] = max([int(prog.meta.get("landed", 0))] + [int(r["b"]) for r in got])
         rows = [(unit.unit, int(s), mt, self.fingerprint, unit.checkpoint_id, json.dumps(meta_all, sort_keys=True))
                 for s, mt in sorted(marks.items())]
         from simjoin.spark.session import small_frame
@@ -517,15 +579,16 @@ class MicroBatchEngine:
         # unit; a DELETE costs a second or two, so it runs every few units)
         if unit.unit % RECORDS_HOUSEKEEPING_EVERY == RECORDS_HOUSEKEEPING_EVERY - 1:
             self.delete(self.tables.records, f"unit <= {unit.unit}")
+            landing = self.tables.work("landing")
+            if "landed" in meta_all and delta.table_exists(self.spark, landing) \
+                    and delta.latest_version(self.spark, landing) == meta_all["landed"]:
+                self.delete(landing, "true")  # every landed commit is staged and committed
         log.info("%s: unit %d published (%s), watermark %s", self.pipeline, unit.unit,
                  ", ".join(p for p, _, _ in pieces), wm)
         return {"unit": unit.unit, "watermark": None if wm is None else wm.isoformat()}
 
     def delete(self, path: str, cond: str) -> None:
-        from delta.tables import DeltaTable
-
-        if delta.table_exists(self.spark, path):
-            DeltaTable.forPath(self.spark, delta._abs(path)).delete(cond)
+        delta.delete(self.spark, path, cond)
 
     def expire(self, path: str, watermark: dt.datetime | None, column: str = "window_end") -> None:
         """Drop state rows whose window ended at or before the watermark."""

@@ -4,14 +4,25 @@ Delta's jars come from Maven Central through ``spark.jars.packages``
 (``configure_spark_with_delta_pip``) and are cached by Ivy. Where Ivy cannot resolve,
 point ``SIMJOIN_JARS_DIR`` at a folder with the same jars (e.g. from ``mvn dependency:copy``);
 they are then passed as ``spark.jars``.
+
+**Warm Spark.** ``simjoin spark-server`` keeps one Spark driver (with Delta and this Python)
+running and serves it over Spark Connect on 127.0.0.1. With ``SIMJOIN_SPARK_REMOTE=sc://host:port``
+set, :func:`get_spark` connects to it in well under a second instead of starting a JVM; each
+process gets its own server-side session (SQL conf, temp views and cache are not shared). If the
+server does not answer, it logs a warning and starts a local Spark as before.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import signal
+import socket
 import sys
+import threading
+import time
 from typing import Any
+from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -19,11 +30,15 @@ from simjoin.config import SparkConfig, load_config
 from simjoin.log import get_logger
 from simjoin.spark import jvmcache
 
-__all__ = ["get_spark", "stop_spark", "small_frame"]
+__all__ = ["get_spark", "stop_spark", "small_frame", "is_remote", "remote_url", "serve", "startup_seconds",
+           "CONNECT_PORT"]
 
 log = get_logger("simjoin.spark")
 # Jobs here are short: the C1 JIT alone warms up much faster, and the hot loops run in numba anyway.
 JVM_FLAGS = os.environ.get("SIMJOIN_JVM_FLAGS", "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC")
+#: Spark Connect's usual port; ``simjoin spark-server --port`` and ``SIMJOIN_SPARK_REMOTE`` move it.
+CONNECT_PORT = 15002
+_startup: dict[str, float] = {}
 
 
 def _builder(cfg: SparkConfig, extra: dict[str, Any] | None, record_to: str | None = None) -> SparkSession.Builder:
@@ -80,23 +95,75 @@ def _java_options(warehouse: str, record_to: str | None) -> str:
     return " ".join(f for f in flags if f)
 
 
+def remote_url() -> str | None:
+    """The warm Spark to use, from ``SIMJOIN_SPARK_REMOTE`` (``sc://host:port``); None for a local one."""
+    url = os.environ.get("SIMJOIN_SPARK_REMOTE", "").strip()
+    if url.lower() in ("", "0", "off", "none", "false"):
+        return None
+    if not url.startswith("sc://"):
+        raise ValueError(f"SIMJOIN_SPARK_REMOTE={url!r}: allowed sc://host:port (a `simjoin spark-server`), "
+                         "or empty/off for a local Spark")
+    return url
+
+
+def _answers(url: str, timeout: float = 1.0) -> bool:
+    u = urlparse(url.replace("sc://", "http://", 1))
+    try:
+        with socket.create_connection((u.hostname or "127.0.0.1", u.port or CONNECT_PORT), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def is_remote(spark: Any) -> bool:
+    """True for a Spark Connect session (no SparkContext, no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def startup_seconds() -> float | None:
+    """Seconds the first :func:`get_spark` of this process took (None before it ran)."""
+    return _startup.get("seconds")
+
+
 def get_spark(cfg: SparkConfig | None = None, extra: dict[str, Any] | None = None,
               record_to: str | None = None) -> SparkSession:
     """Return the active session or build it (idempotent within a process).
 
+    With ``SIMJOIN_SPARK_REMOTE`` set (and no ``record_to``), connect to that warm Spark.
     ``record_to`` (JVM options from ``jvmcache.recording_flags``) makes the driver JVM record
     a class-data archive when it exits."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    t0 = time.perf_counter()
     cfg = cfg or load_config(SparkConfig, "spark")
-    log.info("starting Spark: master=%s warehouse=%s", cfg.master, cfg.warehouse)
-    spark = _builder(cfg, extra, record_to).getOrCreate()
-    spark.sparkContext.setLogLevel(cfg.log_level)
-    conf = spark.sparkContext.getConf()
-    packages = conf.get("spark.jars.packages", None)
-    if jvmcache.enabled() and packages:
-        jvmcache.remember_jars(packages, conf.get("spark.jars", "") or "")
+    url = remote_url() if record_to is None else None
+    spark = None
+    if url is not None:
+        if _answers(url):
+            spark = _connect(url, cfg)
+        else:
+            log.warning("no warm Spark answers at %s (SIMJOIN_SPARK_REMOTE): starting a local one", url)
+    if spark is None:
+        log.info("starting Spark: master=%s warehouse=%s", cfg.master, cfg.warehouse)
+        spark = _builder(cfg, extra, record_to).getOrCreate()
+        spark.sparkContext.setLogLevel(cfg.log_level)
+        conf = spark.sparkContext.getConf()
+        packages = conf.get("spark.jars.packages", None)
+        if jvmcache.enabled() and packages:
+            jvmcache.remember_jars(packages, conf.get("spark.jars", "") or "")
+    _startup.setdefault("seconds", time.perf_counter() - t0)
+    return spark
+
+
+def _connect(url: str, cfg: SparkConfig) -> SparkSession:
+    t0 = time.perf_counter()
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    want = {"spark.sql.shuffle.partitions": str(cfg.shuffle_partitions), "spark.sql.session.timeZone": "UTC",
+            "spark.sql.execution.arrow.pyspark.enabled": "true", "spark.sql.adaptive.enabled": "true"}
+    for k, v in want.items():  # per session: this process's settings reach no other task
+        spark.conf.set(k, v)
+    log.info("Spark: connected to the warm Spark at %s in %.2fs", url, time.perf_counter() - t0)
     return spark
 
 
@@ -105,6 +172,9 @@ def stop_spark(wait_for_jvm: bool = False) -> None:
     has exited (it writes a class-data archive on exit when recording)."""
     active = SparkSession.getActiveSession()
     if active is None:
+        return
+    if is_remote(active):
+        active.stop()  # releases this process's server-side session; the warm Spark stays up
         return
     sc = active.sparkContext
     gateway = sc._gateway
@@ -126,3 +196,40 @@ def small_frame(spark: SparkSession, rows: list, schema: Any) -> DataFrame:
     """A DataFrame of a few driver-side rows in one partition: one task and one file per write,
     not one per default-parallelism slice."""
     return spark.createDataFrame(rows, schema).coalesce(1)
+
+
+def serve(host: str = "127.0.0.1", port: int = CONNECT_PORT, cfg: SparkConfig | None = None,
+          ready: Any = None) -> None:
+    """Run a warm Spark (Delta, this Python) and serve it over Spark Connect on ``host:port``
+    until SIGINT or SIGTERM. ``ready(url)`` is called once it accepts connections."""
+    cfg = cfg or load_config(SparkConfig, "spark")
+    url = f"sc://{host}:{port}"
+    if _answers(url, timeout=0.5):
+        raise ValueError(f"port {port} on {host} is already in use: allowed a free port (--port)")
+    os.environ.pop("SIMJOIN_SPARK_REMOTE", None)
+    extra = {
+        "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+        "spark.connect.grpc.binding.address": host,
+        "spark.connect.grpc.binding.port": str(port),
+        # a 200k-record stage sends its collected plans and results through gRPC
+        "spark.connect.grpc.maxInboundMessageSize": str(256 * 2**20),
+        # executors' Python workers and Delta's snapshots stay warm between tasks
+        "spark.python.worker.reuse": "true",
+    }
+    spark = get_spark(cfg, extra)
+    deadline = time.monotonic() + 60
+    while not _answers(url, timeout=0.5):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Spark Connect did not open {url} within 60 s")
+        time.sleep(0.2)
+    spark.range(1).count()  # one job, so the first task does not pay the cold start of the scheduler
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("warm Spark ready at %s (master %s, warehouse %s); Ctrl-C or SIGTERM stops it",
+             url, cfg.master, os.path.abspath(cfg.warehouse))
+    if ready is not None:
+        ready(url)
+    stop.wait()
+    log.info("warm Spark at %s: stopping", url)
+    spark.stop()

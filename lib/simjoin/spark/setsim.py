@@ -174,7 +174,9 @@ class TokenProfile:
 def profile(prepared: DataFrame) -> TokenProfile:
     agg = (prepared.mapInArrow(_profile, _PROFILE_SCHEMA)
            .groupBy("kind", "side", "key", "token").agg(F.sum("n").alias("n"), F.max("aux").alias("aux")))
-    t = pa.Table.from_batches(agg._collect_as_arrow(), schema=_PROFILE_ARROW)  # type: ignore[operator]
+    got = agg.toArrow()
+    t = (pa.Table.from_arrays([got.column(f.name).cast(f.type) for f in _PROFILE_ARROW], schema=_PROFILE_ARROW)
+         if got.num_rows else _PROFILE_ARROW.empty_table())
     kind = t.column("kind").to_numpy()
     tok = t.filter(pa.array(kind == _K_TOKEN))
     tok = tok.take(pc.sort_indices(tok, [("n", "ascending"), ("token", "ascending")]))

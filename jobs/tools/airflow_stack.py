@@ -1,0 +1,262 @@
+"""`make airflow`: Airflow standalone and the warm Spark it runs its tasks on, on loopback.
+
+- **Warm Spark.** Unless ``SIMJOIN_WARM_SPARK=0``, a ``simjoin spark-server`` (Spark Connect on
+  127.0.0.1:``SIMJOIN_SPARK_CONNECT_PORT``, default 15002) starts first, and every task connects
+  to it (``SIMJOIN_SPARK_REMOTE``) instead of starting its own JVM. Each task is still its own
+  process and its own retryable Airflow task, with its own server-side Spark session.
+- **Any port.** The execution API URL the task runners call is derived from
+  ``AIRFLOW__API__HOST`` and ``AIRFLOW__API__PORT``, so moving the port moves everything.
+- Stopping (Ctrl-C, SIGTERM) stops Airflow, then the warm Spark.
+
+:class:`Stack` is the same stack for the end-to-end test and ``bench/airflow.py``: start it in
+a temporary ``AIRFLOW_HOME`` on free ports, then drive it through the REST API with a JWT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+__all__ = ["Stack", "free_port", "stack_env", "main"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def stack_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the stack's processes: loopback, the derived execution API URL, the
+    project's DAGs, and the latency settings that let a task start right after its upstream."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("AIRFLOW_HOME", str(ROOT / "airflow_home"))
+    env.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
+    env.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    env.setdefault("AIRFLOW__API__HOST", "127.0.0.1")
+    env.setdefault("AIRFLOW__API__PORT", "8080")
+    host = env["AIRFLOW__API__HOST"]
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = env.get("AIRFLOW__CORE__EXECUTION_API_SERVER_URL") or \
+        f"http://{host}:{env['AIRFLOW__API__PORT']}/execution/"
+    # the scheduler looks for ready tasks every 0.2 s instead of every second when idle
+    env.setdefault("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "0.2")
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+class Stack:
+    """Airflow standalone (+ the warm Spark) as child processes; ``with Stack(...) as s:``."""
+
+    def __init__(self, home: str | None = None, api_port: int | None = None, warm: bool | None = None,
+                 connect_port: int | None = None, warehouse: str | None = None, log_dir: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        base = dict(os.environ)
+        base.update(env or {})
+        if home:
+            base["AIRFLOW_HOME"] = home
+        if api_port:
+            base["AIRFLOW__API__PORT"] = str(api_port)
+            base.pop("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", None)
+        if warehouse:
+            base["SIMJOIN_WAREHOUSE"] = warehouse
+        self.env = stack_env(base)
+        self.port = int(self.env["AIRFLOW__API__PORT"])
+        if warm is None:
+            warm = self.env.get("SIMJOIN_WARM_SPARK", "1").lower() not in ("0", "off", "false", "no")
+        self.warm = warm
+        self.connect_port = connect_port or int(self.env.get("SIMJOIN_SPARK_CONNECT_PORT", "15002"))
+        self.log_dir = Path(log_dir or self.env["AIRFLOW_HOME"])
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._token: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- processes --------------------------------------------------------------------------
+    def start(self, timeout: float = 240, wait_for_dags: tuple[str, ...] = ()) -> Stack:
+        Path(self.env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        if _answers(self.port):
+            raise RuntimeError(f"port {self.port} is in use: set AIRFLOW__API__PORT to a free port")
+        if self.warm:
+            self._start_spark(timeout)
+        out = open(self.log_dir / "standalone.log", "ab")  # noqa: SIM115
+        self.procs.append(subprocess.Popen([str(BIN / "airflow"), "standalone"], env=self.env, stdout=out,
+                                           stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + timeout
+        while not self._healthy():
+            if self.procs[-1].poll() is not None:
+                raise RuntimeError(f"airflow standalone exited; see {self.log_dir / 'standalone.log'}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Airflow did not answer on {self.url} within {timeout:.0f}s")
+            time.sleep(1)
+        for dag_id in wait_for_dags:
+            while self.get(f"/api/v2/dags/{dag_id}", ok=(200, 404))[0] != 200:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"DAG {dag_id} was not parsed within {timeout:.0f}s")
+                time.sleep(1)
+        return self
+
+    def _start_spark(self, timeout: float) -> None:
+        if _answers(self.connect_port):
+            raise RuntimeError(f"port {self.connect_port} is in use: set SIMJOIN_SPARK_CONNECT_PORT to a free port")
+        out = open(self.log_dir / "spark-server.log", "ab")  # noqa: SIM115
+        env = {k: v for k, v in self.env.items() if k != "SIMJOIN_SPARK_REMOTE"}
+        self.procs.append(subprocess.Popen(
+            [str(BIN / "simjoin"), "spark-server", "--host", "127.0.0.1", "--port", str(self.connect_port)],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + timeout
+        while not _answers(self.connect_port):
+            if self.procs[-1].poll() is not None:
+                raise RuntimeError(f"simjoin spark-server exited; see {self.log_dir / 'spark-server.log'}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the warm Spark did not answer within {timeout:.0f}s")
+            time.sleep(0.5)
+        self.env["SIMJOIN_SPARK_REMOTE"] = f"sc://127.0.0.1:{self.connect_port}"
+        print(f"warm Spark: SIMJOIN_SPARK_REMOTE={self.env['SIMJOIN_SPARK_REMOTE']}", flush=True)
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=2) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):  # Airflow first, then the Spark its tasks use
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+        self.procs.clear()
+
+    def __enter__(self) -> Stack:
+        return self.start() if not self.procs else self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- REST ---------------------------------------------------------------------------------
+    def password(self) -> str:
+        f = Path(self.env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
+        return str(json.loads(f.read_text())["admin"])
+
+    def token(self) -> str:
+        if self._token is None:
+            body = json.dumps({"username": "admin", "password": self.password()}).encode()
+            req = urllib.request.Request(f"{self.url}/auth/token", body, {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                self._token = json.loads(r.read())["access_token"]
+        return self._token
+
+    def request(self, method: str, path: str, body: Any = None, auth: bool = True,
+                ok: tuple[int, ...] = (200,)) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.url}{path}", data, headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                status, raw = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        payload = json.loads(raw) if raw else None
+        if status not in ok:
+            raise RuntimeError(f"{method} {path}: HTTP {status}: {payload}")
+        return status, payload
+
+    def get(self, path: str, **kw: Any) -> tuple[int, Any]:
+        return self.request("GET", path, **kw)
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None, unpause: bool = True) -> str:
+        """Unpause (by default) and trigger ``dag_id`` with ``conf``; returns the run id."""
+        if unpause:
+            self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        _, run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                              {"logical_date": None, "conf": conf or {}})
+        return str(run["dag_run_id"])
+
+    def wait(self, dag_id: str, run_id: str, timeout: float = 600, poll: float = 0.5) -> dict[str, Any]:
+        """Poll until the run ends; returns the run (its ``state`` is success or failed)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            _, run = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+            if run["state"] in ("success", "failed"):
+                return dict(run)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{dag_id} run {run_id} still {run['state']} after {timeout:.0f}s")
+            time.sleep(poll)
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        _, body = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return list(body["task_instances"])
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        _, body = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}")
+        content = body.get("content") if isinstance(body, dict) else body
+        if isinstance(content, list):  # structured entries: the event, then any error details
+            return "\n".join(_log_line(c) for c in content)
+        return str(content)
+
+
+def _log_line(entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return str(entry)
+    extra = {k: v for k, v in entry.items() if k not in ("event", "timestamp", "level", "logger")}
+    return f"{entry.get('event', '')} {json.dumps(extra, default=str)}" if extra else str(entry.get("event", ""))
+
+
+def main() -> None:
+    stack = Stack()
+    print(f"Airflow UI on {stack.url} ; login: admin, password in "
+          f"{Path(stack.env['AIRFLOW_HOME']) / 'simple_auth_manager_passwords.json.generated'}", flush=True)
+    stop = {"now": False}
+
+    def _stop(*_: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        stack.start(timeout=600)
+        print(f"Airflow ready on {stack.url} (execution API {stack.env['AIRFLOW__CORE__EXECUTION_API_SERVER_URL']}, "
+              f"warm Spark {'on ' + stack.env['SIMJOIN_SPARK_REMOTE'] if stack.warm else 'off'}); "
+              "Ctrl-C stops it", flush=True)
+        while not stop["now"] and all(p.poll() is None for p in stack.procs):
+            time.sleep(1)
+    finally:
+        stack.stop()
+
+
+if __name__ == "__main__":
+    main()

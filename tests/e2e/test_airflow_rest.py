@@ -1,0 +1,107 @@
+"""Airflow end to end through its REST API, as a user drives it: `airflow standalone` in a
+temporary AIRFLOW_HOME with the project's dags/, on a free loopback port that is not Airflow's
+default (so the execution API URL must follow the port), its tasks on the warm Spark
+(`simjoin spark-server`, Spark Connect). With a JWT from /auth/token the test unpauses
+simjoin_ssj, triggers it with a conf that overrides Params, polls until the run succeeds, and
+reads the Delta output; then a bad conf fails its first task once, with the validation message
+in the task log, and writes nothing. Unauthenticated calls get 401."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.tools.airflow_stack import Stack, free_port
+
+BIN = Path(sys.executable).parent
+
+
+def _pairs(path: str) -> set[tuple[int, int]]:
+    from deltalake import DeltaTable
+
+    t = DeltaTable(path).to_pyarrow_table(columns=["left_id", "right_id"])
+    return set(zip(t.column("left_id").to_pylist(), t.column("right_id").to_pylist(), strict=True))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    root = tmp_path_factory.mktemp("airflow-e2e")
+    port = free_port()
+    assert port != 8080 and port != 8793
+    s = Stack(home=str(root / "home"), api_port=port, warm=True, connect_port=free_port(),
+              warehouse=str(root / "warehouse"))
+    try:
+        s.start(timeout=300, wait_for_dags=("simjoin_ssj",))
+        yield s
+    finally:
+        s.stop()
+
+
+def _cli(stack: Stack, *args: str) -> str:
+    p = subprocess.run([str(BIN / "simjoin"), *args], capture_output=True, text=True, timeout=600, env=stack.env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
+@pytest.mark.airflow
+def test_rest_trigger_on_a_moved_port_runs_on_the_warm_spark(stack, tmp_path):
+    wh = stack.env["SIMJOIN_WAREHOUSE"]
+    sets, out, ref = f"{wh}/e2e_sets", f"{wh}/e2e_pairs", f"{wh}/e2e_pairs_cli"
+    assert stack.env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == f"http://127.0.0.1:{stack.port}/execution/"
+    _cli(stack, "generate", "sets", "--out", sets, "--rows", "3000", "--seed", "7")
+    _cli(stack, "ssj", "--input", sets, "--output", ref, "--threshold", "0.6")
+
+    # unauthenticated: 401, nothing triggered
+    status, _ = stack.request("GET", "/api/v2/dags", auth=False, ok=(401, 403))
+    assert status == 401
+    status, _ = stack.request("POST", "/api/v2/dags/simjoin_ssj/dagRuns", {"logical_date": None},
+                              auth=False, ok=(401, 403))
+    assert status == 401
+
+    run_id = stack.trigger("simjoin_ssj", {"input": sets, "output": out, "threshold": 0.6})
+    run = stack.wait("simjoin_ssj", run_id, timeout=600)
+    tis = stack.task_instances("simjoin_ssj", run_id)
+    assert run["state"] == "success", [(t["task_id"], t["state"]) for t in tis]
+    assert {t["task_id"] for t in tis} == {"tokenize", "gate_tokens", "optimize", "join", "gate_pairs", "publish"}
+    assert all(t["state"] == "success" and t["try_number"] == 1 for t in tis)
+    got = _pairs(out)
+    assert got and got == _pairs(ref)  # the DAG's pairs are the CLI's, pair for pair
+
+    # every task connected to the warm Spark, in well under 2 s, and recorded its timing
+    from deltalake import DeltaTable
+
+    timing = DeltaTable(f"{wh}/_simjoin/task_timing").to_pandas()
+    mine = timing[(timing["run_id"].str.startswith(run_id[:10])) & (timing["mode"] == "airflow")]
+    assert set(mine["stage"]) == {t["task_id"] for t in tis}
+    assert (mine["spark"] == "warm").all()
+    assert mine["startup_s"].max() < 2.0, mine[["stage", "startup_s"]]
+    log_text = stack.task_log("simjoin_ssj", run_id, "join")
+    assert "Spark start-up" in log_text and "warm" in log_text
+
+
+@pytest.mark.airflow
+def test_bad_conf_fails_once_with_the_message_and_writes_nothing(stack):
+    wh = stack.env["SIMJOIN_WAREHOUSE"]
+    out = f"{wh}/e2e_bad_pairs"
+    status, body = stack.request("POST", "/api/v2/dags/simjoin_ssj/dagRuns",
+                                 {"logical_date": None, "conf": {"threshold": 1.5}}, ok=(200, 400, 422))
+    if status == 200:  # accepted by the API: the first task must fail, once, with the Param's message
+        run = stack.wait("simjoin_ssj", body["dag_run_id"], timeout=300)
+        assert run["state"] == "failed"
+    else:
+        assert "threshold" in str(body) or "1.5" in str(body)
+
+    # a conf the Params accept but the config rejects: right == left
+    sets = f"{wh}/e2e_sets"
+    run_id = stack.trigger("simjoin_ssj", {"input": sets, "right": sets, "output": out})
+    run = stack.wait("simjoin_ssj", run_id, timeout=300)
+    assert run["state"] == "failed"
+    tis = {t["task_id"]: t for t in stack.task_instances("simjoin_ssj", run_id)}
+    assert tis["tokenize"]["state"] == "failed" and tis["tokenize"]["try_number"] == 1  # not retried
+    text = stack.task_log("simjoin_ssj", run_id, "tokenize")
+    assert "right" in text and "allowed" in text, text[-2000:]
+    assert not os.path.exists(out)
