@@ -13,7 +13,7 @@ export AIRFLOW__API__PORT ?= 8080
 export AIRFLOW__API__HOST ?= 127.0.0.1
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL ?= http://127.0.0.1:$(AIRFLOW__API__PORT)/execution/
 
-.PHONY: demo test install airflow clean bench bench-s2j bench-s3j bench-s3j-balance lint
+.PHONY: demo test install airflow clean bench bench-s2j bench-s3j bench-s3j-balance bench-airflow lint
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/s2j.py
 	$(BIN)/python bench/s3j.py
 	$(BIN)/python bench/s3j_balance.py
+	$(BIN)/python bench/airflow.py
 
 bench-s2j: $(STAMP)
 	$(BIN)/python bench/s2j.py
@@ -54,9 +55,12 @@ bench-s3j: $(STAMP)
 bench-s3j-balance: $(STAMP)
 	$(BIN)/python bench/s3j_balance.py
 
+# Airflow standalone plus the warm Spark its tasks run on (SIMJOIN_WARM_SPARK=0: each task starts its own).
 airflow: $(STAMP)
-	@echo "Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) ; login password: $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated"
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/airflow standalone
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m jobs.tools.airflow_stack
+
+bench-airflow: $(STAMP)
+	$(BIN)/python bench/airflow.py
 
 clean:
 	rm -rf warehouse airflow_home spark-warehouse metastore_db

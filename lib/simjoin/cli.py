@@ -85,21 +85,49 @@ def history(path: str, master: str | None) -> None:
 
 
 @app.command("report")
-@click.option("--stats", required=True, help="A stats Delta table: <output>_stats of a simjoin pipeline.")
+@click.option("--stats", default=None, help="A stats Delta table: <output>_stats of a simjoin pipeline.")
 @click.option("--out", required=True, help="Folder for the PNG plots and index.html.")
+@click.option("--timing", default=None,
+              help="The task-timing table (default: <warehouse>/_simjoin/task_timing). With --stats, only its "
+                   "pipelines' runs are shown.")
+@click.option("--run-id", default=None, help="Only this run's task timing.")
 @master_option
-def report(stats: str, out: str, master: str | None) -> None:
-    """Plot a stats table: slice costs and load per unit (ssj); load per worker, window latencies (s3j)."""
-    from simjoin.report import render
-    from simjoin.spark import delta
+def report(stats: str | None, out: str, timing: str | None, run_id: str | None, master: str | None) -> None:
+    """Plot a stats table (slice costs and load per unit for ssj; load per worker and window
+    latencies for s3j...) and the task timing of the runs: process start, Spark start-up, work."""
+    from simjoin.pipeline.timing import timing_path
+    from simjoin.report import render, render_task_timing
 
-    spark = _spark(master)
+    files: list[str] = []
+    pipelines = None
+    if stats:
+        from simjoin.spark import delta
+
+        spark = _spark(master)
+        try:
+            pdf = delta.read_table(spark, stats).toPandas()
+            files = render(pdf, out, title=stats)
+        except (FileNotFoundError, ValueError) as e:
+            _fail(str(e))
+        pipelines = set(pdf["pipeline"].dropna())  # type: ignore[possibly-undefined,index]
+    path = timing or timing_path()
+    n_timing = 0
     try:
-        pdf = delta.read_table(spark, stats).toPandas()
-        files = render(pdf, out, title=stats)
-    except (FileNotFoundError, ValueError) as e:
+        from deltalake import DeltaTable
+
+        if DeltaTable.is_deltatable(path):
+            tdf = DeltaTable(path).to_pandas()
+            if pipelines is not None:
+                tdf = tdf[tdf["pipeline"].isin(pipelines)]
+            if run_id:
+                tdf = tdf[tdf["run_id"] == run_id]
+            if len(tdf):
+                n_timing = len(render_task_timing(tdf, out, title=f"task timing: {path}", append=bool(stats)))
+        elif timing or not stats:
+            _fail(f"no task-timing table at {path}: allowed a table written by simjoin runs (or --stats)")
+    except ValueError as e:
         _fail(str(e))
-    _summary(f"report {stats}: {len(files)} plots and index.html in {out}")  # type: ignore[possibly-undefined]
+    _summary(f"report: {len(files)} stats plots and {n_timing} task-timing plots, index.html in {out}")
 
 
 @app.command("cache-jvm")

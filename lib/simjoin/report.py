@@ -7,7 +7,9 @@
 - inequality join: probe and merge time, live PO-Join batches, probe seconds per worker;
 - Streaming HyperCube: load per worker (ours, PHJ's, the optimal bound), heavy keys' grids over time;
 - S2J: utilisation τ against its thresholds, workers and shed ratio per micro-batch, load per
-  worker, pairs and index candidates per task.
+  worker, pairs and index candidates per task;
+- every pipeline, from the task-timing table (``<warehouse>/_simjoin/task_timing``): per stage of
+  a run, its process start, Spark start-up and work seconds (:func:`render_task_timing`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 from typing import Any
 
 __all__ = ["render", "RENDERERS", "render_ssj_stats", "render_s3j_stats", "render_ineq_stats",
-           "render_hypercube_stats", "render_s2j_stats"]
+           "render_hypercube_stats", "render_s2j_stats", "render_task_timing"]
 
 
 def render(pdf: Any, out: str, title: str = "stats") -> list[str]:
@@ -335,6 +337,59 @@ def render_s2j_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
         _save(fig, out, "s2j_tasks.png", files)
     _index(out, title, files, unit.drop(columns=["worker", "task"], errors="ignore")
            .to_html(index=False, float_format="%.3f"))
+    return files
+
+
+def render_task_timing(pdf: Any, out: str, title: str = "task timing", append: bool = False) -> list[str]:
+    """Per run (the latest 6), a stacked bar per stage: process start, Spark start-up, work.
+    ``append``: add a section to an existing ``index.html`` instead of writing a new one."""
+    import html
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    need = ("run_id", "pipeline", "stage", "mode", "spark", "process_s", "startup_s", "work_s", "started_at")
+    missing = [c for c in need if c not in pdf.columns]
+    if missing:
+        raise ValueError(f"{title}: not a simjoin task-timing table (no {', '.join(missing)})")
+    os.makedirs(out, exist_ok=True)
+    files: list[str] = []
+    df = pdf.sort_values("started_at")
+    runs = df.groupby(["pipeline", "run_id"], sort=False)["started_at"].min().sort_values().index[-6:]
+    for pipeline, run_id in runs:
+        r = df[(df["pipeline"] == pipeline) & (df["run_id"] == run_id)].drop_duplicates("stage", keep="last")
+        fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(r)))
+        left = [0.0] * len(r)
+        for col, label, color in (("process_s", "process start", "#bbbbbb"),
+                                  ("startup_s", "Spark start-up", "#e4572e"), ("work_s", "work", "#4c72b0")):
+            vals = r[col].fillna(0).tolist()
+            ax.barh(r["stage"], vals, left=left, label=label, color=color)
+            left = [a + b for a, b in zip(left, vals, strict=True)]
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds")
+        mode = "/".join(sorted(set(r["mode"]))) + ", Spark " + "/".join(sorted(set(r["spark"])))
+        ax.set_title(f"{pipeline} run {run_id} ({mode}): {sum(left):.1f}s in stages")
+        ax.legend(loc="lower right", fontsize=8)
+        safe = "".join(ch if ch.isalnum() else "_" for ch in f"{pipeline}_{run_id}")[:80]
+        _save(fig, out, f"task_timing_{safe}.png", files)
+    cols = ["pipeline", "run_id", "stage", "mode", "spark", "attempt", "process_s", "startup_s", "work_s", "ok"]
+    table = df[[c for c in cols if c in df.columns]].tail(60).to_html(index=False, float_format="%.2f")
+    imgs = "".join(f'<h3>{html.escape(os.path.basename(f))}</h3><img src="{html.escape(os.path.basename(f))}">'
+                   for f in files)
+    section = f"<h2>task timing</h2>{imgs}<h3>task timing table</h3>{table}"
+    index = os.path.join(out, "index.html")
+    if append and os.path.exists(index):
+        with open(index) as fh:
+            text = fh.read()
+        text = text.replace("</body>", section + "</body>") if "</body>" in text else text + section
+        with open(index, "w") as fh:
+            fh.write(text)
+    else:
+        with open(index, "w") as fh:
+            fh.write(f"<html><head><title>{html.escape(title)}</title></head><body><h1>{html.escape(title)}</h1>"
+                     f"{section}</body></html>")
     return files
 
 

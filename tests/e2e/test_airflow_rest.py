@@ -75,7 +75,7 @@ def test_rest_trigger_on_a_moved_port_runs_on_the_warm_spark(stack, tmp_path):
     from deltalake import DeltaTable
 
     timing = DeltaTable(f"{wh}/_simjoin/task_timing").to_pandas()
-    mine = timing[(timing["run_id"].str.startswith(run_id[:10])) & (timing["mode"] == "airflow")]
+    mine = timing[(timing["run_id"] == run_id) & (timing["mode"] == "airflow")]
     assert set(mine["stage"]) == {t["task_id"] for t in tis}
     assert (mine["spark"] == "warm").all()
     assert mine["startup_s"].max() < 2.0, mine[["stage", "startup_s"]]

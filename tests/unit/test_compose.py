@@ -28,3 +28,14 @@ def test_compose_services_and_env():
         for k, v in svc["environment"].items():
             if "PASSWORD" in k.upper():
                 assert str(v).startswith("${"), k
+
+
+def test_compose_ports_on_loopback_and_warm_spark():
+    doc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for name, svc in doc["services"].items():
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+    af = doc["services"]["airflow"]
+    assert "make airflow" in af["command"] and af["environment"]["SIMJOIN_WARM_SPARK"] == "1"
+    # the execution API URL is derived by the launcher, not pinned to a port in the file
+    assert "AIRFLOW__CORE__EXECUTION_API_SERVER_URL" not in af["environment"]

@@ -73,3 +73,35 @@ def test_s2j_stats_plots(tmp_path):
     files = render(pd.DataFrame(rows), str(tmp_path), "s2j")
     assert [f.rsplit("/", 1)[1] for f in files] == ["s2j_adapt.png", "s2j_load.png", "s2j_tasks.png"]
     assert all((tmp_path / f.rsplit("/", 1)[1]).read_bytes()[:4] == b"\x89PNG" for f in files)
+
+
+def test_task_timing_recorded_and_plotted(tmp_path):
+    """Stage runs append to the task-timing table (deltalake, no Spark); the report plots each
+    run's process start, Spark start-up and work per stage, and appends them to index.html."""
+    from deltalake import DeltaTable
+
+    from simjoin.pipeline.timing import TaskTiming, record
+    from simjoin.report import render_task_timing
+
+    path = str(tmp_path / "wh" / "_simjoin" / "task_timing")
+    record([TaskTiming("manual__1", "ssj", s, "airflow", "warm", process_s=2.0, startup_s=0.3, work_s=w)
+            for s, w in (("tokenize", 3.0), ("join", 5.0))], path)
+    record([TaskTiming("manual__1", "ssj", "publish", "airflow", "local", attempt=2, startup_s=9.0, work_s=1.0)], path)
+    pdf = DeltaTable(path).to_pandas()
+    assert len(pdf) == 3 and set(pdf["spark"]) == {"warm", "local"} and pdf["attempt"].max() == 2
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "index.html").write_text("<html><body><h1>stats</h1></body></html>")
+    files = render_task_timing(pdf, str(tmp_path / "out"), append=True)
+    assert len(files) == 1 and open(files[0], "rb").read(4) == b"\x89PNG"
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert html.index("<h1>stats</h1>") < html.index("task timing") and "tokenize" in html
+    with pytest.raises(ValueError, match="not a simjoin task-timing table"):
+        render_task_timing(pd.DataFrame({"x": [1]}), str(tmp_path / "o2"))
+
+
+def test_task_timing_never_fails_a_stage(tmp_path, caplog):
+    from simjoin.pipeline.timing import TaskTiming, record
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    record([TaskTiming("r", "ssj", "join", "cli")], str(blocker / "task_timing"))  # logs, does not raise

@@ -126,6 +126,20 @@ def run_task(pipeline: str, stage: str, params: dict[str, Any], run_id: str) -> 
         from airflow.sdk.exceptions import AirflowFailException
 
         raise AirflowFailException(one_line(e)) from e
+    finally:
+        _release_warm_session()
+
+
+def _release_warm_session() -> None:
+    """End this task's session on the warm Spark now (its temp views and settings go with it),
+    not when the server's idle timeout notices the process is gone."""
+    from pyspark.sql import SparkSession
+
+    from simjoin.spark.session import is_remote
+
+    active = SparkSession.getActiveSession()
+    if active is not None and is_remote(active):
+        active.stop()
 
 
 def one_line(e: BaseException) -> str:

@@ -450,7 +450,7 @@ class MicroBatchEngine:
         if not delta.table_exists(self.spark, landing):
             return
         last = delta.latest_version(self.spark, landing)
-        for version in range(int(prog.meta.get("landed", 0)) + 1, last + 1):
+        for version in range(int(prog.meta.get("landed", -1)) + 1, last + 1):
             batch = (self.spark.read.format("delta").option("readChangeFeed", "true")
                      .option("startingVersion", version).option("endingVersion", version).load(delta._abs(landing))
                      .where(F.col("_change_type") == "insert")
@@ -565,7 +565,7 @@ class MicroBatchEngine:
         staged_meta = json.loads(got[0]["meta"]) if got and got[0]["meta"] else {}
         meta_all = {**prog.meta, **staged_meta, **(meta or {})}
         if self.ingest_mode() == "landing":  # the landing commits staged so far
-            meta_all["landed"] = max([int(prog.meta.get("landed", 0))] + [int(r["b"]) for r in got])
+            meta_all["landed"] = max([int(prog.meta.get("landed", -1))] + [int(r["b"]) for r in got])
         rows = [(unit.unit, int(s), mt, self.fingerprint, unit.checkpoint_id, json.dumps(meta_all, sort_keys=True))
                 for s, mt in sorted(marks.items())]
         from simjoin.spark.session import small_frame

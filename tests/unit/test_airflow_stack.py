@@ -1,0 +1,32 @@
+"""The Airflow stack's environment: the execution API URL follows the API host and port, and
+SIMJOIN_SPARK_REMOTE names a warm Spark or nothing."""
+
+import pytest
+
+from jobs.tools.airflow_stack import free_port, stack_env
+from simjoin.spark import session
+
+
+def test_execution_api_url_follows_the_port():
+    env = stack_env({"AIRFLOW__API__PORT": "8090", "PATH": "/usr/bin"})
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:8090/execution/"
+    assert env["AIRFLOW__API__HOST"] == "127.0.0.1"  # loopback unless told otherwise
+    env = stack_env({"AIRFLOW__API__PORT": "9000", "AIRFLOW__API__HOST": "0.0.0.0"})
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:9000/execution/"
+    env = stack_env({"AIRFLOW__CORE__EXECUTION_API_SERVER_URL": "http://api:8080/execution/"})
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://api:8080/execution/"  # an explicit one stays
+
+
+def test_remote_url(monkeypatch):
+    for off in ("", "off", "0", "none"):
+        monkeypatch.setenv("SIMJOIN_SPARK_REMOTE", off)
+        assert session.remote_url() is None
+    monkeypatch.setenv("SIMJOIN_SPARK_REMOTE", "sc://127.0.0.1:15002")
+    assert session.remote_url() == "sc://127.0.0.1:15002"
+    monkeypatch.setenv("SIMJOIN_SPARK_REMOTE", "http://127.0.0.1:15002")
+    with pytest.raises(ValueError, match="allowed sc://host:port"):
+        session.remote_url()
+
+
+def test_nothing_answers_on_a_free_port():
+    assert not session._answers(f"sc://127.0.0.1:{free_port()}", timeout=0.2)
