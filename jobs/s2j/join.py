@@ -35,7 +35,7 @@ from simjoin.core.s2j.operator import cut_blocks, expired
 from simjoin.log import get_logger
 from simjoin.spark.engine import read_state
 from simjoin.spark.s2j import block_frame, join_df, read_new
-from simjoin.spark.session import small_frame
+from simjoin.spark.session import arrow_frame, small_frame
 
 log = get_logger("simjoin.s2j")
 
@@ -96,7 +96,7 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
         log.info("s2j: unit %d: tau %.2f > tau1, shedding %d of %d tuples (SR %.3f)", u.id, d.tau, len(shed_rows),
                  incoming, d.shed_ratio)
     if shed_rows:
-        sh = spark.createDataFrame(pa.table({
+        sh = arrow_frame(spark, pa.table({
             "side": pa.array([r[0] for r in shed_rows], pa.int8()),
             "id": pa.array([r[1] for r in shed_rows], pa.int64()),
             "ts": pa.array([r[2] for r in shed_rows], pa.int64())}))
@@ -112,7 +112,7 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     moved = sum(1 for a, c in zip(assign, current) if c >= 0 and a != c)
     blocks = None
     if state is not None:
-        mapping = spark.createDataFrame(pa.table({"block_id": pa.array([int(r["block_id"]) for r in live_rows],
+        mapping = arrow_frame(spark, pa.table({"block_id": pa.array([int(r["block_id"]) for r in live_rows],
                                                                         pa.int64()),
                                                   "_w": pa.array(assign[:len(live_rows)], pa.int32())}))
         blocks = (state.join(F.broadcast(mapping), "block_id").drop("worker").withColumnRenamed("_w", "worker"))

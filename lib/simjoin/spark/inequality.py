@@ -34,6 +34,7 @@ from simjoin.core.inequality.query import parse_query
 from simjoin.core.inequality.spo import NEW, IneqParams, Tuples, probe_row
 from simjoin.core.inequality.spo import new_tuples as split_new
 from simjoin.spark.routing import route_to_tasks
+from simjoin.spark.session import arrow_frame
 
 __all__ = ["STATE_SCHEMA", "PROBE_SCHEMA", "new_tuples", "probe_df", "state_frame"]
 
@@ -67,7 +68,7 @@ def probe_df(spark: SparkSession, state: DataFrame | None, new: dict[int, Tuples
     among themselves (a ``NEW`` row): ``PAIR`` rows and one ``STATS`` row per state row (its
     ``ts`` column holds the row's pair count)."""
     q_text, window, self_join = p.where, p.window, p.self_join
-    pseudo = spark.createDataFrame(pa.Table.from_pylist(
+    pseudo = arrow_frame(spark, pa.Table.from_pylist(
         [{"batch_id": -1, "side": 0, "kind": NEW, "worker": 0, "n": 0}], schema=STATE_ARROW))
     rows = pseudo if state is None else state.select(*STATE_ARROW.names).unionByName(pseudo)
     rows = route_to_tasks(rows.withColumn("blob_t", F.lit(None).cast("binary")), "worker", p.workers)
@@ -96,4 +97,4 @@ def probe_df(spark: SparkSession, state: DataFrame | None, new: dict[int, Tuples
 
 def state_frame(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
     """State rows (``spo.state_row`` dicts) as a DataFrame of ``STATE_SCHEMA``."""
-    return spark.createDataFrame(pa.Table.from_pylist(rows, schema=STATE_ARROW))
+    return arrow_frame(spark, pa.Table.from_pylist(rows, schema=STATE_ARROW))

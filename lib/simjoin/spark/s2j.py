@@ -28,6 +28,7 @@ from simjoin.core.inequality.spo import Tuples
 from simjoin.core.s2j.join import Block
 from simjoin.core.s2j.operator import S2JParams, TaskPairs, join_new, join_stored, make_tuples
 from simjoin.spark.routing import route_to_tasks
+from simjoin.spark.session import arrow_frame
 
 __all__ = ["BLOCK_SCHEMA", "JOIN_SCHEMA", "read_new", "block_frame", "join_df"]
 
@@ -67,7 +68,7 @@ def block_frame(spark: SparkSession, rows: list[tuple[int, int, int, Block]]) ->
     """New blocks ``(block_id, side, worker, block)`` as a DataFrame of ``BLOCK_SCHEMA``."""
     data = [{"block_id": b, "side": s, "worker": w, "n": len(k), "ts_min": k.ts_min, "ts_max": k.ts_max,
              "ids": k.tuples.id.tolist(), "blob": k.to_bytes()} for b, s, w, k in rows]
-    return spark.createDataFrame(pa.Table.from_pylist(data, schema=BLOCK_ARROW))
+    return arrow_frame(spark, pa.Table.from_pylist(data, schema=BLOCK_ARROW))
 
 
 def _batch(tp: TaskPairs, worker: int, block_id: int) -> pa.RecordBatch:
@@ -84,7 +85,7 @@ def join_df(spark: SparkSession, blocks: DataFrame | None, new: dict[int, Tuples
     """Pairs of every task between the live blocks (``block_id, side, worker, n, blob``; the
     ``worker`` column is the block's worker this micro-batch) and the new tuples, plus the new
     tuples among themselves. ``PAIR`` rows, and per (block, task) a ``STATS`` row."""
-    pseudo = spark.createDataFrame(pa.Table.from_pylist(
+    pseudo = arrow_frame(spark, pa.Table.from_pylist(
         [{"block_id": NEW_BLOCK, "side": 0, "worker": 0, "n": 0, "blob": None}],
         schema=pa.schema([("block_id", pa.int64()), ("side", pa.int8()), ("worker", pa.int32()), ("n", pa.int64()),
                           ("blob", pa.binary())])))

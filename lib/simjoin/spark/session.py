@@ -30,8 +30,8 @@ from simjoin.config import SparkConfig, load_config
 from simjoin.log import get_logger
 from simjoin.spark import jvmcache
 
-__all__ = ["get_spark", "stop_spark", "small_frame", "is_remote", "remote_url", "serve", "startup_seconds",
-           "CONNECT_PORT"]
+__all__ = ["get_spark", "stop_spark", "small_frame", "arrow_frame", "is_remote", "remote_url", "serve",
+           "startup_seconds", "CONNECT_PORT"]
 
 log = get_logger("simjoin.spark")
 # Jobs here are short: the C1 JIT alone warms up much faster, and the hot loops run in numba anyway.
@@ -196,6 +196,16 @@ def small_frame(spark: SparkSession, rows: list, schema: Any) -> DataFrame:
     """A DataFrame of a few driver-side rows in one partition: one task and one file per write,
     not one per default-parallelism slice."""
     return spark.createDataFrame(rows, schema).coalesce(1)
+
+
+def arrow_frame(spark: SparkSession, table: Any) -> DataFrame:
+    """A DataFrame of an Arrow table, an empty one too (over Spark Connect, ``createDataFrame``
+    cannot infer a schema from no rows; the Arrow schema gives it)."""
+    if table.num_rows:
+        return spark.createDataFrame(table)
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return spark.createDataFrame([], from_arrow_schema(table.schema))
 
 
 def serve(host: str = "127.0.0.1", port: int = CONNECT_PORT, cfg: SparkConfig | None = None,
