@@ -67,3 +67,13 @@ def test_dag_run_matches_brute_force_and_reruns_idempotently(dag, spark, tmp_pat
         run_stage("ssj", stage, conf, run_id)
     assert pairs_of(run_id) == sorted(ref)
     assert DeltaTable(out + "_stats").to_pyarrow_table().num_rows == 4
+
+
+def test_background_gate_runs_beside_the_join_and_gates_publish(airflow_db):
+    from simjoin.pipeline.dags import build_dag
+
+    dag = build_dag("ssj")
+    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
+    assert down["tokenize"] == {"gate_tokens", "optimize"}
+    assert down["gate_tokens"] == {"publish"}  # not upstream of optimize or join
+    assert down["optimize"] == {"join"} and down["join"] == {"gate_pairs"} and down["gate_pairs"] == {"publish"}

@@ -7,7 +7,8 @@
   task through the same ``load_config`` as the CLI; a violation fails the task at once with one
   line and is not retried.
 - **Tasks:** one per stage, in the spec's order, each one call of
-  :func:`simjoin.pipeline.runner.run_task`; retries from the spec.
+  :func:`simjoin.pipeline.runner.run_task`; retries from the spec. A ``background`` gate runs
+  beside the stages after it, as in one process, and every publishing stage waits for it.
 - **Assets:** a stage's ``outlets`` name tables; their Assets are the tables at the DAG's
   default paths (``file://<path>``), announced when the stage succeeds. Stream pipelines
   announce their pairs only from ``publish``, after the gate.
@@ -104,7 +105,8 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
         doc_md=doc,
         params=dag_params(spec),
     ) as dag:
-        prev = None
+        prev = None  # the last stage that is not a background gate
+        pending: list[Any] = []  # background gates not yet awaited
         for st in spec.stages:
             outlets = [Asset(uri=_uri(paths[k])) for k in st.outlets]
 
@@ -121,5 +123,12 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
             t = _stage()
             if prev is not None:
                 prev >> t
+            if st.publishes:  # as in one process: every background gate passes before a publish
+                for g in pending:
+                    g >> t
+                pending.clear()
+            if st.background:  # runs beside the following stages, as in one process
+                pending.append(t)
+                continue
             prev = t
     return dag
