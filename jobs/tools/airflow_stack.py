@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -124,6 +125,8 @@ class Stack:
         if _answers(self.connect_port):
             raise RuntimeError(f"port {self.connect_port} is in use: set SIMJOIN_SPARK_CONNECT_PORT to a free port")
         out = open(self.log_dir / "spark-server.log", "ab")  # noqa: SIM115
+        # the token lives only in the environment of the server and of the tasks, never in a file
+        self.env.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", secrets.token_urlsafe(24))
         env = {k: v for k, v in self.env.items() if k != "SIMJOIN_SPARK_REMOTE"}
         self.procs.append(subprocess.Popen(
             [str(BIN / "simjoin"), "spark-server", "--host", "127.0.0.1", "--port", str(self.connect_port)],
@@ -135,7 +138,7 @@ class Stack:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the warm Spark did not answer within {timeout:.0f}s")
             time.sleep(0.5)
-        self.env["SIMJOIN_SPARK_REMOTE"] = f"sc://127.0.0.1:{self.connect_port}"
+        self.env["SIMJOIN_SPARK_REMOTE"] = f"sc://localhost:{self.connect_port}"
         print(f"warm Spark: SIMJOIN_SPARK_REMOTE={self.env['SIMJOIN_SPARK_REMOTE']}", flush=True)
 
     def _healthy(self) -> bool:

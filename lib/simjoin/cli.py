@@ -28,7 +28,10 @@ def app() -> None:
 def _spark(master: str | None = None, warehouse: str | None = None) -> Any:
     from simjoin.spark.session import get_spark
 
-    return get_spark(load_config(SparkConfig, "spark", {"master": master, "warehouse": warehouse}))
+    try:
+        return get_spark(load_config(SparkConfig, "spark", {"master": master, "warehouse": warehouse}))
+    except ValueError as e:  # e.g. the warm Spark refused this process
+        _fail(str(e))
 
 
 def _summary(text: str) -> None:

@@ -5,11 +5,13 @@ local Spark: the CLI runs in a subprocess with SIMJOIN_SPARK_REMOTE, as an Airfl
 - a stream output created on the warm Spark ingests through its landing table: two units
   (input appended between runs) equal brute force, and a run killed after its input landed but
   before it was staged loses and repeats nothing on the rerun;
-- an output created with a local Spark is refused on the warm one with one line."""
+- an output created with a local Spark is refused on the warm one with one line;
+- a client without the server's token is refused with one line."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -22,6 +24,7 @@ from tests.helpers import run_ssj
 from tests.reliability.test_s3j_exactly_once import CONF, _brute_force, _pairs, _stream
 
 BIN = Path(sys.executable).parent
+TOKEN = secrets.token_urlsafe(16)
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +34,7 @@ def warm(tmp_path_factory):
     root = tmp_path_factory.mktemp("warm")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "SIMJOIN_SPARK_REMOTE"}
+    env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = TOKEN
     log = open(root / "server.log", "wb")  # noqa: SIM115
     p = subprocess.Popen([str(BIN / "simjoin"), "spark-server", "--port", str(port)], env=env, stdout=log,
                          stderr=subprocess.STDOUT, start_new_session=True)
@@ -45,8 +49,12 @@ def warm(tmp_path_factory):
     log.close()
 
 
-def _cli(url: str, *args: str, faults: str = "", ok: bool = True) -> subprocess.CompletedProcess:
+def _cli(url: str, *args: str, faults: str = "", ok: bool = True, token: str | None = TOKEN
+         ) -> subprocess.CompletedProcess:
     env = dict(os.environ, SIMJOIN_SPARK_REMOTE=url, SIMJOIN_FAULTS=faults)
+    env.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
+    if token:
+        env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
     p = subprocess.run([str(BIN / "simjoin"), *args], capture_output=True, text=True, env=env, timeout=900)
     if ok:
         assert p.returncode == 0, p.stderr[-3000:]
@@ -107,3 +115,13 @@ def test_an_output_created_with_a_local_spark_is_refused_on_the_warm_one(spark, 
     assert p.returncode == 2
     err = p.stderr.strip().splitlines()[-1]
     assert err.startswith("error:") and "SIMJOIN_SPARK_REMOTE=off" in err
+
+
+def test_a_client_without_the_token_is_refused_with_one_line(warm, tmp_path):
+    for token in (None, "wrong"):
+        p = _cli(warm, "ssj", "--input", str(tmp_path / "x"), "--output", str(tmp_path / "y"), ok=False,
+                 token=token)
+        assert p.returncode == 2
+        lines = p.stderr.strip().splitlines()
+        assert lines[-1].startswith("error: the warm Spark at") and "SPARK_CONNECT_AUTHENTICATE_TOKEN" in lines[-1]
+        assert "Traceback" not in p.stderr

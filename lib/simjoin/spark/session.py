@@ -9,13 +9,16 @@ they are then passed as ``spark.jars``.
 running and serves it over Spark Connect on 127.0.0.1. With ``SIMJOIN_SPARK_REMOTE=sc://host:port``
 set, :func:`get_spark` connects to it in well under a second instead of starting a JVM; each
 process gets its own server-side session (SQL conf, temp views and cache are not shared). If the
-server does not answer, it logs a warning and starts a local Spark as before.
+server does not answer, it logs a warning and starts a local Spark as before. The server requires
+a pre-shared token (``SPARK_CONNECT_AUTHENTICATE_TOKEN`` in the environment of the server and its
+clients; generated at start if unset), so that other local users cannot run code in it.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -31,13 +34,15 @@ from simjoin.log import get_logger
 from simjoin.spark import jvmcache
 
 __all__ = ["get_spark", "stop_spark", "small_frame", "arrow_frame", "is_remote", "remote_url", "serve",
-           "startup_seconds", "CONNECT_PORT"]
+           "startup_seconds", "CONNECT_PORT", "TOKEN_ENV"]
 
 log = get_logger("simjoin.spark")
 # Jobs here are short: the C1 JIT alone warms up much faster, and the hot loops run in numba anyway.
 JVM_FLAGS = os.environ.get("SIMJOIN_JVM_FLAGS", "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC")
 #: Spark Connect's usual port; ``simjoin spark-server --port`` and ``SIMJOIN_SPARK_REMOTE`` move it.
 CONNECT_PORT = 15002
+#: The warm Spark's pre-shared token: the server requires it and PySpark's client sends it.
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 _startup: dict[str, float] = {}
 
 
@@ -158,11 +163,21 @@ def get_spark(cfg: SparkConfig | None = None, extra: dict[str, Any] | None = Non
 
 def _connect(url: str, cfg: SparkConfig) -> SparkSession:
     t0 = time.perf_counter()
+    if os.environ.get(TOKEN_ENV):  # gRPC sends a token only over a local (or TLS) channel: "localhost"
+        url = url.replace("sc://127.0.0.1", "sc://localhost", 1)
     spark = SparkSession.builder.remote(url).getOrCreate()
     want = {"spark.sql.shuffle.partitions": str(cfg.shuffle_partitions), "spark.sql.session.timeZone": "UTC",
             "spark.sql.execution.arrow.pyspark.enabled": "true", "spark.sql.adaptive.enabled": "true"}
-    for k, v in want.items():  # per session: this process's settings reach no other task
-        spark.conf.set(k, v)
+    try:
+        for k, v in want.items():  # per session: this process's settings reach no other task
+            spark.conf.set(k, v)
+    except Exception as e:
+        if "UNAUTHENTICATED" in str(e) or "authentication" in str(e).lower():
+            spark.stop()
+            raise ValueError(f"the warm Spark at {url} refused this process: allowed with its token in "
+                             f"{TOKEN_ENV} (make airflow passes it to its tasks), "
+                             "or SIMJOIN_SPARK_REMOTE=off") from None
+        raise
     log.info("Spark: connected to the warm Spark at %s in %.2fs", url, time.perf_counter() - t0)
     return spark
 
@@ -217,8 +232,13 @@ def serve(host: str = "127.0.0.1", port: int = CONNECT_PORT, cfg: SparkConfig | 
     if _answers(url, timeout=0.5):
         raise ValueError(f"port {port} on {host} is already in use: allowed a free port (--port)")
     os.environ.pop("SIMJOIN_SPARK_REMOTE", None)
+    token = os.environ.get(TOKEN_ENV) or ""
+    generated = not token
+    token = token or secrets.token_urlsafe(24)
     extra = {
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+        # every client must present this token, so other local users cannot run code here
+        "spark.connect.authenticate.token": token,
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
         # a 200k-record stage sends its collected plans and results through gRPC
@@ -238,6 +258,8 @@ def serve(host: str = "127.0.0.1", port: int = CONNECT_PORT, cfg: SparkConfig | 
         signal.signal(sig, lambda *_: stop.set())
     log.info("warm Spark ready at %s (master %s, warehouse %s); Ctrl-C or SIGTERM stops it",
              url, cfg.master, os.path.abspath(cfg.warehouse))
+    if generated:  # shown once on the terminal, never written to a file by simjoin
+        log.info("clients need %s=%s", TOKEN_ENV, token)
     if ready is not None:
         ready(url)
     stop.wait()
