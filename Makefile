@@ -13,7 +13,7 @@ export AIRFLOW__API__PORT ?= 8080
 export AIRFLOW__API__HOST ?= 127.0.0.1
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL ?= http://127.0.0.1:$(AIRFLOW__API__PORT)/execution/
 
-.PHONY: demo test install airflow clean bench bench-s2j bench-s3j bench-s3j-balance bench-airflow lint
+.PHONY: demo test test-fast test-slow browser install airflow clean bench bench-s2j bench-s3j bench-s3j-balance bench-airflow lint compose-env
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -29,8 +29,25 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m jobs.tools.demo
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+# The fast suite first, then the slow one (Airflow standalone through REST, the Spark cluster, the
+# whole fault-injection and bad-input matrices, the report in headless Chromium).
+test: $(STAMP) browser
+	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(BIN)/python -m pytest -q -m slow tests
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" tests
+
+test-slow: $(STAMP) browser
+	$(BIN)/python -m pytest -q -m slow tests
+
+# Debian's Chromium and ChromeDriver for the report's browser test, installed where missing (as root).
+browser:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+	  || echo "note: could not install chromium; the report's browser test will say so"; \
+	else echo "note: no chromium; install Debian's chromium and chromium-driver for the report's browser test"; fi
 
 lint: $(STAMP)
 	$(BIN)/pip install -q -e ".[lint]"
@@ -58,6 +75,10 @@ bench-s3j-balance: $(STAMP)
 # Airflow standalone plus the warm Spark its tasks run on (SIMJOIN_WARM_SPARK=0: each task starts its own).
 airflow: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m jobs.tools.airflow_stack
+
+# .env for docker-compose.yml (mode 0600; refuses to replace one). Standard library only: no .venv needed.
+compose-env:
+	$$(command -v $(PY) || command -v python3) -m jobs.tools.compose_env
 
 bench-airflow: $(STAMP)
 	$(BIN)/python bench/airflow.py

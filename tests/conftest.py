@@ -24,6 +24,16 @@ os.environ["SIMJOIN_WAREHOUSE"] = str(_TMP / "warehouse")
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """Every test's ``tmp_path`` lives inside the test warehouse: DAG tasks confine their tables to
+    SIMJOIN_WAREHOUSE (SIMJOIN_WAREHOUSE_ONLY, on by default for Airflow runs), so DAG tests that
+    write under ``tmp_path`` run with the confinement on, as a real DAG user does."""
+    if not config.option.basetemp:
+        (_TMP / "warehouse").mkdir(parents=True, exist_ok=True)
+        config.option.basetemp = str(_TMP / "warehouse" / "pytest")
+
+
 @pytest.fixture(scope="session")
 def spark():
     from simjoin.config import SparkConfig
@@ -49,3 +59,11 @@ def airflow_db():
                    capture_output=True, env=dict(os.environ))
     return os.environ["AIRFLOW_HOME"]
 
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that start airflow standalone or a Spark cluster belong to the slow suite
+    (`make test` runs it after the fast one)."""
+    for item in items:
+        if item.get_closest_marker("airflow") or item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.slow)

@@ -52,3 +52,27 @@ def load_dag(pipeline: str, fail_fast: bool = False):
         for t in d.tasks:
             t.retries = 0
     return d
+
+
+def outlet_uris(dag) -> dict[str, list[str]]:
+    """``{task_id: [file://<path>]}``: the tables each task announces (through its AssetAlias
+    ``simjoin_<pipeline>.<table>``) at the DAG's default paths."""
+    from simjoin.pipeline.dags import _defaults, _uri
+    from simjoin.pipeline.registry import get_spec
+
+    spec = get_spec(dag.dag_id.removeprefix("simjoin_"))
+    paths = spec.make_run(_defaults(spec)).table_paths()
+    return {t.task_id: [_uri(paths[o.name.rsplit(".", 1)[1]]) for o in t.outlets] for t in dag.tasks}
+
+
+def make_ssj_run(spark, folder: str) -> tuple[str, str]:
+    """A small ssj run (with one bad row) whose output path needs escaping; (output, run_id)."""
+    import os
+
+    from simjoin.spark import delta
+
+    src, out = os.path.join(folder, "sets"), os.path.join(folder, "a&b<c>'pairs")
+    rows = [(i, f"t{i % 5} t{i % 7} t{i % 3} common") for i in range(200)] + [(999, None)]
+    delta.overwrite(spark.createDataFrame(rows, "id long, text string"), src)
+    run_named(spark, "ssj", run_id="report-run", input=src, output=out, threshold=0.6)
+    return out, "report-run"

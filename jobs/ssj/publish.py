@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from jobs.ssj.common import SSJRun
 from simjoin.log import get_logger
-from simjoin.spark import delta
+from simjoin.spark import delta, pins
 
 log = get_logger("simjoin.ssj")
 
@@ -22,5 +22,6 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     delta.overwrite_partition(staged.select("left_id", "right_id", "similarity", "run_id"), job.output, job.part)
     n = staged.count() if kept else (
         delta.read_table(spark, job.output).filter(F.col("run_id") == job.run_id).count())
+    pins.mark_published(spark, job.tables.runs, job.run_id)
     log.info("ssj publish: %d pairs -> %s", n, job.output)
     return {"pairs": n, "table": job.output, "run_id": job.run_id}

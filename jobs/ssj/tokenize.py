@@ -7,6 +7,8 @@ lengths per partition, repeated ids, bad rows), and one narrow pass encodes the 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -20,7 +22,29 @@ log = get_logger("simjoin.ssj")
 QUARANTINE_SCHEMA = "side int, id long, text string, reason string, stage string, run_id string"
 
 
-def run(spark: SparkSession, job: SSJRun) -> dict[str, int]:
+def read_versions(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]]) -> dict[int, int]:
+    """The input versions this run reads (pinned in ``<output>_runs``); a scheduled or
+    asset-triggered run whose inputs are those of the last published run has nothing new."""
+    from simjoin.pipeline.spec import NothingNew
+    from simjoin.spark import pins
+
+    for _, path in sides:  # fail on a bad input before anything (the pins too) is written
+        if not delta.table_exists(spark, path):
+            raise FileNotFoundError(f"input {path}: no Delta table there: allowed the path of a Delta table "
+                                    "with an id and a text column")
+        S.check_input_columns(delta.read_table(spark, path), job.cfg.id_col, job.cfg.text_col, f"input {path}")
+    versions = pins.pin_inputs(spark, job.tables.runs, job.run_id, sides, as_of=job.as_of,
+                               reuse=job.trigger != "cli")
+    if job.trigger in ("scheduled", "asset_triggered"):
+        last = pins.last_published(spark, job.tables.runs, exclude=job.run_id)
+        if last is not None and last[1] == {(s, p): versions[s] for s, p in sides}:
+            raise NothingNew(f"ssj: nothing new: the inputs are at the versions run {last[0]} published "
+                             f"({', '.join(f'{p} v{versions[s]}' for s, p in sides)}); skipped")
+    log.info("ssj tokenize: reading %s", ", ".join(f"{p} v{versions[s]}" for s, p in sides))
+    return versions
+
+
+def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     """Write the tokens, lengths and quarantine tables; keep the records (persisted) and the
     length statistics for the later stages of this process."""
     from simjoin.quality.gates import preload
@@ -28,9 +52,13 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, int]:
     preload()  # Great Expectations imports in the background while Spark tokenizes
     cfg = job.cfg
     sides = [(0, job.input)] + ([(1, job.right)] if job.right else [])
+    for _, path in sides:  # a wrong schema is refused before anything (the run's pins) is written
+        if delta.table_exists(spark, path):
+            S.check_input_columns(delta.read_table(spark, path), cfg.id_col, cfg.text_col, f"input {path}")
+    versions = read_versions(spark, job, sides)
     prepared: DataFrame | None = None
     for side, path in sides:
-        df = delta.read_table(spark, path)
+        df = delta.read_table(spark, path, version=versions[side])
         S.check_input_columns(df, cfg.id_col, cfg.text_col, f"input {path}")
         one = S.prepare(S.select_input(df, cfg.id_col, cfg.text_col, side), cfg.qgram)
         prepared = one if prepared is None else prepared.unionByName(one)
@@ -65,4 +93,5 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, int]:
     job.keep("records", records)
     job.keep("length_rows", length_rows)
     log.info("ssj tokenize: %d records in, %d tokenized, %d quarantined", n_in, prof.good, prof.bad)
-    return {"records_in": n_in, "records": prof.good, "quarantined": prof.bad}
+    return {"records_in": n_in, "records": prof.good, "quarantined": prof.bad,
+            "versions": {p: versions[s] for s, p in sides}}

@@ -43,7 +43,7 @@ def main() -> None:
     spark = get_spark()
     sets, pairs = f"{warehouse}/demo/sets", f"{warehouse}/demo/ssj_pairs"
     for dag_id, conf in (
-        ("simjoin_generate", {"kind": "sets", "out": sets, "rows": 20000, "seed": 7}),
+        ("simjoin_generate", {"kind": "sets", "out": sets, "rows": 20000, "seed": 7, "overwrite": True}),
         ("simjoin_ssj", {"input": sets, "output": pairs, "threshold": 0.8}),
     ):
         run = bag.dags[dag_id].test(run_conf=conf)
@@ -63,7 +63,11 @@ def main() -> None:
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark.stop()
+    from simjoin.report import render_run
+
+    page = render_run(pairs, run_id=run.run_id)  # the main job's run: its stages, rows, balance, plots
     print(f"demo: ssj found {n_pairs} pairs in {time.perf_counter() - t0:.0f}s; tables: {', '.join(rel)}{extra}")
+    print(f"demo: report of the ssj run: {page}")
 
 
 def s3j_demo(spark: Any, warehouse: str) -> str:
@@ -77,7 +81,7 @@ def s3j_demo(spark: Any, warehouse: str) -> str:
     gen = get_spec("generate")
     for path, seed in ((left, 1), (right, 2)):
         run_pipeline(spark, gen.make_run({"kind": "vectors", "out": path, "rows": 1500, "dim": 2, "dist": "uniform",
-                                          "rate": 50.0, "seed": seed}))
+                                          "rate": 50.0, "seed": seed, "overwrite": True}))
     s3j = get_spec("s3j")
     run = s3j.make_run({"left": left, "right": right, "output": out, "threshold": 0.02, "metric": "euclidean",
                         "window": "10s", "workers": 3}, reset=True)
@@ -97,7 +101,8 @@ def ineq_demo(spark: Any, bag: Any, warehouse: str) -> str:
     left, right, out = f"{base}/left", f"{base}/right", f"{base}/pairs"
     gen = get_spec("generate")
     for path, seed in ((left, 1), (right, 2)):
-        run_pipeline(spark, gen.make_run({"kind": "ineq", "out": path, "rows": 2000, "rate": 20.0, "seed": seed}))
+        run_pipeline(spark, gen.make_run({"kind": "ineq", "out": path, "rows": 2000, "rate": 20.0, "seed": seed,
+                                          "overwrite": True}))
     for p in StreamTables(out).paths().values():  # a fresh demo output every time
         shutil.rmtree(p, ignore_errors=True)
     conf = {"left": left, "right": right, "output": out, "where": "l.a < r.a AND l.b > r.b", "window": "2s",
@@ -122,7 +127,7 @@ def hypercube_demo(spark: Any, warehouse: str) -> str:
     gen = get_spec("generate")
     for path, seed in ((left, 1), (right, 2)):
         run_pipeline(spark, gen.make_run({"kind": "keys", "out": path, "rows": 20000, "alpha": 1.5, "domain": 10000,
-                                          "rate": 200.0, "seed": seed}))
+                                          "rate": 200.0, "seed": seed, "overwrite": True}))
     hc = get_spec("hypercube")
     run = hc.make_run({"left": left, "right": right, "output": out, "key": "k", "workers": 8, "count_only": True},
                       reset=True)
@@ -146,7 +151,7 @@ def s2j_demo(spark: Any, bag: Any, warehouse: str) -> str:
     gen = get_spec("generate")
     for path, seed in ((left, 1), (right, 2)):
         run_pipeline(spark, gen.make_run({"kind": "aqi", "out": path, "rows": 1500, "domain": 12, "rate": 0.5,
-                                          "seed": seed}))
+                                          "seed": seed, "overwrite": True}))
     shutil.rmtree(out, ignore_errors=True)  # a fresh demo output every time
     conf = {"left": left, "right": right, "output": out, "window": "30m", "workers": 2,
             "tasks": "pm25: abs(l.pm25 - r.pm25) > 30; pm10: abs(l.pm10 - r.pm10) > 50"}

@@ -8,8 +8,9 @@ built from the pipeline specs by :mod:`simjoin.pipeline.cli`; this module adds t
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -20,7 +21,35 @@ from simjoin.pipeline.cli import MASTER_HELP
 log = get_logger("simjoin.cli")
 
 
-@click.group(no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Group):
+    """The ``simjoin`` group: every error of every command - a bad flag (click's usage errors), a bad
+    config value, a bad input - reaches the user as one line ``error: ...`` on stderr, exit code 2."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.exceptions.NoArgsIsHelpError as e:  # a bare group: its help
+            e.show()
+            raise SystemExit(e.exit_code) from None
+        except click.ClickException as e:
+            ctx = getattr(e, "ctx", None)
+            hint = f" (try '{ctx.command_path} -h')" if ctx is not None else ""
+            msg = " ".join(e.format_message().split())
+            click.echo(f"error: {msg}{hint}", err=True)
+            raise SystemExit(e.exit_code if e.exit_code else 2) from None
+        except ConfigError as e:
+            click.echo(f"error: {e}", err=True)
+            raise SystemExit(2) from None
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            raise SystemExit(1) from None
+        raise SystemExit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=OneLineErrors, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
 def app() -> None:
     """Exact similarity, inequality and skew-resilient joins on Spark + Delta Lake."""
 
@@ -40,7 +69,7 @@ def _summary(text: str) -> None:
     sys.stdout.flush()
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     click.echo(f"error: {msg}", err=True)
     raise SystemExit(2)
 
@@ -60,12 +89,19 @@ def show(path: str, limit: int, version: int | None, master: str | None) -> None
 
     spark = _spark(master)
     try:
+        latest = delta.latest_version(spark, path)
+        if version is not None and version > latest:
+            _fail(f"invalid --version {version}: allowed 0..{latest} (the versions of {path})")
         df = delta.read_table(spark, path, version=version)
+        n = df.count()
     except FileNotFoundError as e:
         _fail(str(e))
-    n = df.count()  # type: ignore[possibly-undefined]
+    except Exception as e:  # e.g. a version whose files a VACUUM removed
+        from simjoin.pipeline.runner import one_line
+
+        _fail(f"cannot read {path}" + (f" at version {version}" if version is not None else "") + f": {one_line(e)}")
     df.show(limit, truncate=80)  # type: ignore[possibly-undefined]
-    v = version if version is not None else delta.latest_version(spark, path)
+    v = version if version is not None else latest  # type: ignore[possibly-undefined]
     _summary(f"show {path}: {n} rows at version {v}, columns {', '.join(df.columns)}")  # type: ignore
 
 
@@ -88,21 +124,40 @@ def history(path: str, master: str | None) -> None:
 
 
 @app.command("report")
+@click.option("--output", "output", default=None,
+              help="A pipeline's output table: one HTML page for one run of it (the latest, or --run-id) with its "
+                   "key figures, stage durations, rows in/out/quarantined, load balance and window latency.")
 @click.option("--stats", default=None, help="A stats Delta table: <output>_stats of a simjoin pipeline.")
-@click.option("--out", required=True, help="Folder for the PNG plots and index.html.")
+@click.option("--out", default=None,
+              help="Folder for the PNG plots and index.html (with --output default: <output>_report/<run>).")
 @click.option("--timing", default=None,
               help="The task-timing table (default: <warehouse>/_simjoin/task_timing). With --stats, only its "
                    "pipelines' runs are shown.")
 @click.option("--run-id", default=None, help="Only this run's task timing.")
 @master_option
-def report(stats: str | None, out: str, timing: str | None, run_id: str | None, master: str | None) -> None:
-    """Plot a stats table (slice costs and load per unit for ssj; load per worker and window
-    latencies for s3j...) and the task timing of the runs: process start, Spark start-up, work."""
+def report(output: str | None, stats: str | None, out: str | None, timing: str | None, run_id: str | None,
+           master: str | None) -> None:
+    """One page per run (--output), or plots of a stats table (slice costs and load per unit for
+    ssj; load per worker and window latencies for s3j...) and the task timing of the runs."""
     from simjoin.pipeline.timing import timing_path
-    from simjoin.report import render, render_task_timing
+    from simjoin.report import render, render_run, render_task_timing
+
+    if output is not None:
+        if stats:
+            _fail("--output and --stats: allowed one of them")
+        try:
+            page = render_run(output, out, run_id, timing)
+        except (FileNotFoundError, ValueError) as e:
+            _fail(str(e))
+        _summary(f"report: {page}")  # type: ignore[possibly-undefined]
+        return
+    if out is None:
+        _fail("--out is required with --stats or for task timing: allowed a folder for the plots (or --output)")
 
     files: list[str] = []
     pipelines = None
+    if os.path.exists(out) and not os.path.isdir(out):
+        _fail(f"--out {out} is a file: allowed a folder (new or existing) for the plots")
     if stats:
         from simjoin.spark import delta
 
@@ -110,6 +165,8 @@ def report(stats: str | None, out: str, timing: str | None, run_id: str | None, 
         try:
             pdf = delta.read_table(spark, stats).toPandas()
             files = render(pdf, out, title=stats)
+            if not files:
+                _fail(f"--stats {stats} has no rows to plot: allowed the stats table of a run that processed data")
         except (FileNotFoundError, ValueError) as e:
             _fail(str(e))
         pipelines = set(pdf["pipeline"].dropna())  # type: ignore[possibly-undefined,index]

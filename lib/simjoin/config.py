@@ -483,8 +483,10 @@ class HyperCubeConfig(StreamConfig):
 class GenerateConfig:
     kind: str = param("vectors", "What to generate.", choices=("sets", "vectors", "ineq", "keys", "aqi"),
                       flag="")
-    out: str | None = param(None, "Delta table path to (over)write.", io=True, required=True,
-                            dag_default="{warehouse}/generated/vectors")
+    out: str | None = param(None, "Delta table path to write (a path that holds a table only with --overwrite).",
+                            io=True, required=True, dag_default="{warehouse}/generated/vectors")
+    overwrite: bool = param(False, "Replace the Delta table already at --out (without it, an existing table is "
+                                   "refused).")
     rows: int = param(10000, "Number of records.", ge=0, le=1_000_000_000)
     seed: int = param(42, "Random seed (same seed, same table).", ge=0)
     dim: int = param(8, "Vector dimension.", ge=1, le=4096)

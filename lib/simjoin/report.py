@@ -9,7 +9,11 @@
 - S2J: utilisation τ against its thresholds, workers and shed ratio per micro-batch, load per
   worker, pairs and index candidates per task;
 - every pipeline, from the task-timing table (``<warehouse>/_simjoin/task_timing``): per stage of
-  a run, its process start, Spark start-up and work seconds (:func:`render_task_timing`).
+  a run, its process start, Spark start-up and work seconds (:func:`render_task_timing`);
+- one page per run (:func:`render_run`, ``simjoin report --output PATH [--run-id ID]``): the run's
+  key figures, stage durations, rows in, out and quarantined per stage, quarantine reasons, the
+  load per worker and its balance, window latencies and the pipeline's own plots. It reads the
+  Delta tables with ``deltalake``: no Spark.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["render", "RENDERERS", "render_ssj_stats", "render_s3j_stats", "render_ineq_stats",
+__all__ = ["render", "render_run", "RENDERERS", "BALANCE", "render_ssj_stats", "render_s3j_stats", "render_ineq_stats",
            "render_hypercube_stats", "render_s2j_stats", "render_task_timing"]
 
 
@@ -55,9 +59,13 @@ def _save(fig: Any, out: str, name: str, files: list[str]) -> None:
 
 
 def _index(out: str, title: str, files: list[str], table_html: str) -> None:
-    body = "".join(f'<h3>{os.path.basename(f)}</h3><img src="{os.path.basename(f)}">' for f in files)
+    import html
+
+    body = "".join(f'<h3>{html.escape(os.path.basename(f))}</h3><img src="{html.escape(os.path.basename(f))}">'
+                   for f in files)
+    t = html.escape(title)
     with open(os.path.join(out, "index.html"), "w") as fh:
-        fh.write(f"<html><head><title>{title}</title></head><body><h1>{title}</h1>{body}"
+        fh.write(f"<html><head><meta charset=\"utf-8\"><title>{t}</title></head><body><h1>{t}</h1>{body}"
                  f"<h2>table</h2>{table_html}</body></html>")
 
 
@@ -396,3 +404,186 @@ def render_task_timing(pdf: Any, out: str, title: str = "task timing", append: b
 #: Plots per pipeline; a new pipeline adds its renderer here.
 RENDERERS = {"ssj": _render_ssj, "s3j": render_s3j_stats, "ineq": render_ineq_stats,
              "hypercube": render_hypercube_stats, "s2j": render_s2j_stats}
+
+
+#: Per pipeline, the stats rows and column whose spread over workers is its load balance:
+#: (level or None for every row, load column, group column: one balance figure per group).
+BALANCE: dict[str, tuple[str | None, str, str]] = {
+    "ssj": (None, "wall_seconds", "run_id"), "s3j": ("worker", "load", "unit"),
+    "ineq": ("worker", "probe_seconds", "unit"), "hypercube": ("worker", "load", "unit"),
+    "s2j": ("worker", "live", "unit")}
+
+
+def _delta_pandas(path: str) -> Any:
+    """A Delta table as pandas (None if there is none), read with deltalake."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(path):
+        return None
+    return DeltaTable(path).to_pandas()
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:100]
+
+
+def render_run(output: str, out: str | None = None, run_id: str | None = None,
+               timing: str | None = None) -> str:
+    """One HTML page (PNG plots beside it) for one run of the pipeline writing ``output``: the
+    latest run, or the latest with ``run_id``. Returns the page's path (default
+    ``<output>_report/<run>/index.html``)."""
+    import html
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from simjoin.pipeline.timing import timing_path
+
+    output = output if "://" in output else os.path.abspath(output.rstrip("/"))
+    tpath = timing or timing_path()
+    tdf = _delta_pandas(tpath)
+    if tdf is None or "output" not in tdf.columns:
+        raise ValueError(f"no task-timing table at {tpath}: allowed the warehouse of a simjoin run "
+                         "(SIMJOIN_WAREHOUSE), or --timing")
+    mine = tdf[tdf["output"] == output]
+    if not len(mine):
+        known = sorted(set(tdf["output"].dropna()))[-8:]
+        raise ValueError(f"no run recorded for output {output}: allowed the output path of a simjoin run "
+                         f"(recorded: {', '.join(known) or 'none'})")
+    if run_id is not None:
+        from simjoin.pipeline.spec import sanitize_run_id
+
+        want = {run_id, sanitize_run_id(run_id)}
+        mine = mine[mine["run_id"].isin(want) | mine["invocation"].isin(want)]
+        if not len(mine):
+            ids = sorted(set(tdf[tdf["output"] == output]["run_id"]))[-8:]
+            raise ValueError(f"no run {run_id!r} recorded for {output}: allowed {', '.join(map(str, ids))}")
+    last = mine.sort_values("started_at")["invocation"].iloc[-1]
+    stages = mine[mine["invocation"] == last].sort_values("started_at")
+    pipeline = str(stages["pipeline"].iloc[0])
+    rid = str(stages["run_id"].iloc[0])
+    out = out or f"{output}_report/{_safe(str(last))}"
+    os.makedirs(out, exist_ok=True)
+    files: list[str] = []
+    # stage durations (retries and the second round of a resumed stream each appear)
+    by = stages.groupby("stage", sort=False).agg(process_s=("process_s", "sum"), startup_s=("startup_s", "sum"),
+                                                 work_s=("work_s", "sum"), attempts=("attempt", "max"),
+                                                 ok=("ok", "all"), rows_in=("rows_in", "max"),
+                                                 rows_out=("rows_out", "max"), quarantined=("quarantined", "max"))
+    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.45 * len(by)))
+    left = [0.0] * len(by)
+    for col, label, color in (("process_s", "process start", "#bbbbbb"), ("startup_s", "Spark start-up", "#e4572e"),
+                              ("work_s", "work", "#4c72b0")):
+        vals = by[col].fillna(0).tolist()
+        ax.barh(list(by.index), vals, left=left, label=label, color=color)
+        left = [a + b for a, b in zip(left, vals, strict=True)]
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds"), ax.set_title(f"{pipeline} run {rid}: stage durations")
+    ax.legend(loc="lower right", fontsize=8)
+    _save(fig, out, "stage_durations.png", files)
+    counts = by[["rows_in", "rows_out", "quarantined"]].astype(float)
+    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.45 * len(by)))
+    y = range(len(by))
+    for i, (col, color) in enumerate((("rows_in", "#4c72b0"), ("rows_out", "#55a868"), ("quarantined", "#c44e52"))):
+        ax.barh([v + (i - 1) * 0.27 for v in y], counts[col].fillna(0).values, height=0.27, label=col.replace("_", " "),
+                color=color)
+    ax.set_yticks(list(y), list(by.index))
+    ax.invert_yaxis()
+    ax.set_xlabel("rows"), ax.set_title(f"{pipeline} run {rid}: rows in, out and quarantined per stage")
+    ax.legend(loc="lower right", fontsize=8)
+    _save(fig, out, "stage_rows.png", files)
+
+    figures: dict[str, Any] = {"pipeline": pipeline, "output": output, "run": rid, "invocation": last,
+                               "mode": "/".join(sorted(set(stages["mode"]))),
+                               "Spark": "/".join(sorted(set(stages["spark"]))),
+                               "started": str(stages["started_at"].min()),
+                               "seconds in stages": round(float(sum(left)), 2),
+                               "all stages ok": bool(by["ok"].all())}
+    pairs = _delta_pandas(output)
+    if pairs is not None:
+        figures["output rows (all runs)"] = len(pairs)
+        if "run_id" in pairs.columns and pipeline == "ssj":
+            figures["output rows of this run"] = int((pairs["run_id"] == rid).sum())
+    pub = by["rows_out"].dropna()
+    if len(pub):
+        figures["rows out of the last stage"] = int(pub.iloc[-1])
+    quarantine = _delta_pandas(f"{output}_quarantine")
+    q_html = "<p>no quarantine table</p>"
+    if quarantine is not None:
+        q = quarantine[quarantine["run_id"] == rid] if "run_id" in quarantine.columns else quarantine
+        figures["quarantined rows" + (" of this run" if "run_id" in quarantine.columns else " (all runs)")] = len(q)
+        if "reason" in q.columns and len(q):
+            q_html = q.groupby("reason").size().rename("rows").reset_index().to_html(index=False)
+        else:
+            q_html = "<p>none</p>"
+    stats = _delta_pandas(f"{output}_stats")
+    stat_files: list[str] = []
+    if stats is not None and len(stats) and "pipeline" in stats.columns:
+        st = stats[stats["pipeline"] == pipeline]
+        if "run_id" in st.columns and (st["run_id"] == rid).any():
+            st = st[st["run_id"] == rid]
+        renderer = {"ssj": render_ssj_stats}.get(pipeline) or RENDERERS.get(pipeline)
+        if renderer is not None and len(st):
+            sub = os.path.join(out, "stats")
+            stat_files = renderer(st, sub, f"{pipeline} stats")
+        bal = _balance_plot(st, pipeline, out, files)
+        if bal is not None:
+            figures["load balance, max/mean per worker (worst)"] = round(bal[0], 3)
+            figures["load balance, max/mean per worker (median)"] = round(bal[1], 3)
+        if "window_start" in st.columns and "latency_p99_s" in st.columns:
+            lat = st[st.get("level", "window") == "window"] if "level" in st.columns else st
+            if len(lat):
+                figures["window latency p99, worst (s)"] = round(float(lat["latency_p99_s"].max()), 3)
+    key = pd.DataFrame({"figure": list(figures), "value": [str(v) for v in figures.values()]}).to_html(
+        index=False, escape=True)
+    stages = stages.astype({c: "Int64" for c in ("rows_in", "rows_out", "quarantined") if c in stages.columns})
+    table = stages[[c for c in ("stage", "mode", "spark", "attempt", "process_s", "startup_s", "work_s", "rows_in",
+                                "rows_out", "quarantined", "ok") if c in stages.columns]].to_html(
+        index=False, float_format="%.2f", na_rep="")
+
+    def imgs(paths: list[str], base: str = "") -> str:
+        return "".join(f'<figure><img src="{html.escape(base + os.path.basename(f))}" '
+                       f'alt="{html.escape(os.path.basename(f))}">'
+                       f"<figcaption>{html.escape(os.path.basename(f))}</figcaption></figure>" for f in paths)
+
+    title = f"simjoin {pipeline}: run {rid} -> {output}"
+    page = (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            "<style>body{font-family:sans-serif;margin:2em;max-width:1100px}img{max-width:100%}"
+            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1><h2>key figures</h2>{key}"
+            f"<h2>stages</h2>{imgs(files[:2])}{table}"
+            f"<h2>quarantine by reason</h2>{q_html}"
+            f"<h2>load per worker and balance, window latency, {html.escape(pipeline)} plots</h2>"
+            f"{imgs(files[2:])}{imgs(stat_files, 'stats/')}</body></html>")
+    index = os.path.join(out, "index.html")
+    with open(index, "w") as fh:
+        fh.write(page)
+    return index
+
+
+def _balance_plot(st: Any, pipeline: str, out: str, files: list[str]) -> tuple[float, float] | None:
+    """max/mean load over workers per group (unit, window or run): a plot and (worst, median)."""
+    import matplotlib.pyplot as plt
+
+    if pipeline not in BALANCE:
+        return None
+    level, col, group = BALANCE[pipeline]
+    d = st[st["level"] == level] if level and "level" in st.columns else st
+    if col not in d.columns or group not in d.columns or not len(d):
+        return None
+    worker = "worker" if "worker" in d.columns else "unit"
+    per = d.groupby([group, worker])[col].sum().astype(float)
+    g = per.groupby(level=0)
+    ratio = (g.max() / g.mean().where(g.mean() > 0)).dropna()
+    if not len(ratio):
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.plot([str(i) for i in ratio.index], ratio.values, marker="o")
+    ax.axhline(1.0, color="#999999", lw=0.8)
+    ax.set_xlabel(group), ax.set_ylabel(f"max / mean {col}")
+    ax.set_title(f"{pipeline}: load balance over {'units' if worker == 'unit' else 'workers'} per {group}")
+    _save(fig, out, "balance.png", files)
+    return float(ratio.max()), float(ratio.median())

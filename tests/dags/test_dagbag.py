@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import outlet_uris
+
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 
@@ -45,8 +47,8 @@ def test_generate_params_are_validated(dagbag):
         with pytest.raises(ParamValidationError):
             params.get_param(key).resolve(value)
     assert params.get_param("rows").resolve(5) == 5
-    outs = [o for t in dag.tasks for o in t.outlets]
-    assert outs and all(o.uri.startswith("file://") for o in outs)
+    outs = [u for us in outlet_uris(dag).values() for u in us]
+    assert outs and all(u.startswith("file://") for u in outs)
 
 
 def test_generate_dag_runs(dagbag, spark, tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from simjoin.core.hypercube.bruteforce import equi_pairs
-from tests.helpers import load_dag
+from tests.helpers import load_dag, outlet_uris
 from tests.spark.test_hypercube import _append, _gen, _read
 
 
@@ -24,7 +24,7 @@ def test_tasks_params_and_outlets(dag):
     for key, bad in (("workers", 0), ("window", "soon"), ("strategy", "broadcast"), ("epsilon", 1.5)):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)
-    outs = {t.task_id: {o.uri.rsplit("/", 1)[-1] for o in t.outlets} for t in dag.tasks}
+    outs = {t: {u.rsplit("/", 1)[-1] for u in us} for t, us in outlet_uris(dag).items()}
     assert {"pairs", "pairs_stats"} <= outs["publish"]
     assert not any(outs[t] for t in ("ingest", "dispatch", "join", "gate", "stats"))
 

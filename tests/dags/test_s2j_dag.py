@@ -11,7 +11,7 @@ import pytest
 
 from simjoin.core.s2j.bruteforce import brute_force
 from simjoin.core.s2j.task import parse_tasks
-from tests.helpers import load_dag
+from tests.helpers import load_dag, outlet_uris
 from tests.spark.test_s2j import _append, _gen, _pairs, _tuples
 
 
@@ -32,7 +32,7 @@ def test_tasks_params_and_outlets(dag):
     for key, bad in (("capacity", 0), ("window", "soon"), ("shed_model", "cubic"), ("tau1", 1.5)):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)
-    outs = {t.task_id: {o.uri.rsplit("/", 1)[-1] for o in t.outlets} for t in dag.tasks}
+    outs = {t: {u.rsplit("/", 1)[-1] for u in us} for t, us in outlet_uris(dag).items()}
     assert outs["publish"] and not any(outs[t] for t in ("ingest", "join", "gate"))
 
 

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import outlet_uris
+
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 
@@ -20,7 +22,7 @@ def test_tasks_and_params(dag):
     assert [t.task_id for t in dag.topological_sort()] == [
         "tokenize", "gate_tokens", "optimize", "join", "gate_pairs", "publish"]
     assert all(t.retries >= 2 for t in dag.tasks)
-    outs = {t.task_id: [o.uri for o in t.outlets] for t in dag.tasks}
+    outs = outlet_uris(dag)
     assert outs["publish"] and outs["tokenize"][0].endswith("_tokens") and outs["join"][0].endswith("_staging")
     p = dag.params
     for key, bad in (("threshold", 0), ("threshold", 1.5), ("similarity", "overlap"), ("tokenizer", "qgram:0"),

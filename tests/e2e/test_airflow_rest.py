@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,9 @@ def stack(tmp_path_factory):
     port = free_port()
     assert port != 8080 and port != 8793
     s = Stack(home=str(root / "home"), api_port=port, warm=True, connect_port=free_port(),
-              warehouse=str(root / "warehouse"))
+              warehouse=str(root / "warehouse"), env={"SIMJOIN_SSJ_SCHEDULE": "asset"})
     try:
-        s.start(timeout=300, wait_for_dags=("simjoin_ssj",))
+        s.start(timeout=300, wait_for_dags=("simjoin_ssj", "simjoin_generate"))
         yield s
     finally:
         s.stop()
@@ -105,3 +106,38 @@ def test_bad_conf_fails_once_with_the_message_and_writes_nothing(stack):
     text = stack.task_log("simjoin_ssj", run_id, "tokenize")
     assert "right" in text and "allowed" in text, text[-2000:]
     assert not os.path.exists(out)
+
+    # an unknown column: the first task fails once, naming the column and what the table has
+    run_id = stack.trigger("simjoin_ssj", {"input": sets, "output": out, "text_col": "no_such_col"})
+    run = stack.wait("simjoin_ssj", run_id, timeout=300)
+    assert run["state"] == "failed"
+    tis = {t["task_id"]: t for t in stack.task_instances("simjoin_ssj", run_id)}
+    assert tis["tokenize"]["state"] == "failed" and tis["tokenize"]["try_number"] == 1
+    text = stack.task_log("simjoin_ssj", run_id, "tokenize")
+    assert "no_such_col" in text and "allowed" in text, text[-2000:]
+    assert not os.path.exists(out)
+
+
+@pytest.mark.airflow
+def test_a_generate_run_writing_the_input_starts_the_join_through_its_asset(stack):
+    """simjoin_ssj is scheduled on its input table's Asset (SIMJOIN_SSJ_SCHEDULE=asset): a
+    simjoin_generate run that writes that table starts it, and it joins what was written."""
+    wh = stack.env["SIMJOIN_WAREHOUSE"]
+    sets, out, ref = f"{wh}/sets", f"{wh}/ssj_pairs", f"{wh}/asset_pairs_cli"
+    stack.request("PATCH", "/api/v2/dags/simjoin_ssj", {"is_paused": False})
+    gen = stack.trigger("simjoin_generate", {"kind": "sets", "out": sets, "rows": 2000, "seed": 11,
+                                             "overwrite": True})
+    assert stack.wait("simjoin_generate", gen, timeout=300)["state"] == "success"
+    deadline = time.monotonic() + 120
+    runs: list = []
+    while time.monotonic() < deadline and not runs:
+        _, body = stack.request("GET", "/api/v2/dags/simjoin_ssj/dagRuns?run_type=asset_triggered")
+        runs = body["dag_runs"]
+        time.sleep(1)
+    assert runs, "no asset-triggered simjoin_ssj run after simjoin_generate wrote its input"
+    run = stack.wait("simjoin_ssj", runs[0]["dag_run_id"], timeout=600)
+    assert run["state"] == "success", [(t["task_id"], t["state"]) for t in
+                                       stack.task_instances("simjoin_ssj", runs[0]["dag_run_id"])]
+    _cli(stack, "ssj", "--input", sets, "--output", ref)
+    got = _pairs(out)
+    assert got and got == _pairs(ref)

@@ -28,7 +28,10 @@ def test_generate_vectors_reads_back_with_deltalake(spark, tmp_path):
 
     r = runner.invoke(app, ["show", out, "--limit", "3"])
     assert r.exit_code == 0 and _last_line(r) == f"show {out}: 1000 rows at version 0, columns id, ts, vector"
-    runner.invoke(app, ["generate", "vectors", "--out", out, "--rows", "10", "--seed", "2"])
+    r = runner.invoke(app, ["generate", "vectors", "--out", out, "--rows", "10", "--seed", "2"])
+    assert r.exit_code == 2 and f"error: --out {out} already holds a Delta table" in r.output, r.output
+    r = runner.invoke(app, ["generate", "vectors", "--out", out, "--rows", "10", "--seed", "2", "--overwrite"])
+    assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["show", out, "--version", "0", "--limit", "1"])
     assert "1000 rows at version 0" in _last_line(r)
     r = runner.invoke(app, ["history", out])

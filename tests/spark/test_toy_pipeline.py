@@ -125,7 +125,8 @@ def test_dag_from_the_spec_runs(spark, tmp_path, toy_input, airflow_db):
     assert (schema["minimum"], schema["maximum"], schema["type"]) == (1, 10, "integer")
     with pytest.raises(ParamValidationError):
         dag.params.get_param("keep").resolve("odd")
-    assert [o.uri.rsplit("/", 2)[-2:] for o in dag.get_task("select").outlets] == [["toy", "out"]]
+    outlets = dag.get_task("select").outlets  # an AssetAlias announcing the table really written
+    assert len(outlets) == 1 and outlets[0].name.startswith("simjoin_toy.")
     out = str(tmp_path / "dag_out")
     run = dag.test(run_conf={"input": toy_input, "output": out, "factor": 2, "high": 10})
     assert "success" in str(run.state).lower()

@@ -9,11 +9,19 @@
 - **Tasks:** one per stage, in the spec's order, each one call of
   :func:`simjoin.pipeline.runner.run_task`; retries from the spec. A ``background`` gate runs
   beside the stages after it, as in one process, and every publishing stage waits for it.
-- **Assets:** a stage's ``outlets`` name tables; their Assets are the tables at the DAG's
-  default paths (``file://<path>``), announced when the stage succeeds. Stream pipelines
-  announce their pairs only from ``publish``, after the gate.
+- **Assets:** a stage's ``outlets`` name tables. Each is an ``AssetAlias``
+  (``simjoin_<name>.<table>``) through which the task announces, when it succeeds, the Asset of
+  the table it really wrote (``file://<path>`` of this run's params, not only the default path),
+  so a run writing elsewhere never announces the default table. Stream pipelines announce their
+  pairs only from ``publish``, after the gate.
 - **Schedule:** the spec's, overridden by ``SIMJOIN_<NAME>_SCHEDULE``: ``none``, a cron
-  expression, or ``asset`` (run when the input table's Asset is updated).
+  expression or preset (``@hourly``, ``*/15 * * * *``), or ``asset`` (run whenever the Asset of
+  the input table at the DAG's default path is updated: by a ``simjoin_generate`` run writing
+  there, or by any producer that emits that Asset).
+- **Runs:** each task passes the run's kind and its data interval to the stages: a scheduled run
+  or a backfill reads batch inputs as of the end of its data interval (so a backfill or a rerun of
+  a past run reproduces its output), and a scheduled or asset-triggered batch run whose inputs
+  have not changed since the last published run is skipped (see ``simjoin.pipeline.runner``).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Any
 from simjoin.pipeline.registry import get_spec
 from simjoin.pipeline.spec import PipelineSpec
 
-__all__ = ["build_dag", "dag_params", "warehouse"]
+__all__ = ["build_dag", "dag_params", "warehouse", "schedule_of", "alias_name"]
 
 
 def warehouse() -> str:
@@ -67,16 +75,30 @@ def dag_params(spec: PipelineSpec) -> dict[str, Any]:
     return out
 
 
-def _schedule(spec: PipelineSpec, defaults: dict[str, Any]) -> Any:
+def schedule_of(spec: PipelineSpec, defaults: dict[str, Any] | None = None) -> Any:
+    """The DAG's schedule: None, a cron expression / preset, or the input table's Asset."""
     from airflow.sdk import Asset
 
-    raw = os.environ.get(f"SIMJOIN_{spec.name.upper()}_SCHEDULE", spec.schedule or "none").strip()
+    var = f"SIMJOIN_{spec.name.upper()}_SCHEDULE"
+    raw = os.environ.get(var, spec.schedule or "none").strip()
     if raw.lower() in ("", "none", "null"):
         return None
     if raw.lower() == "asset":
         if not spec.trigger_input:
-            raise ValueError(f"SIMJOIN_{spec.name.upper()}_SCHEDULE=asset: pipeline {spec.name} has no input table")
+            raise ValueError(f"{var}=asset: pipeline {spec.name} has no input table: allowed none or a cron "
+                             "expression")
+        defaults = defaults if defaults is not None else _defaults(spec)
         return [Asset(uri=_uri(defaults[spec.trigger_input]))]
+    if raw.startswith("@"):
+        presets = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+        if raw not in presets:
+            raise ValueError(f"{var}={raw!r}: allowed none, asset, a cron expression or one of {', '.join(presets)}")
+        return raw
+    from croniter import croniter
+
+    if not croniter.is_valid(raw):
+        raise ValueError(f"{var}={raw!r} is not a cron expression: allowed none, asset, a cron expression "
+                         "such as '*/15 * * * *', or a preset such as @hourly")
     return raw
 
 
@@ -84,9 +106,14 @@ def _uri(path: str) -> str:
     return path if "://" in path else f"file://{os.path.abspath(path)}"
 
 
+def alias_name(pipeline: str, table: str) -> str:
+    """The AssetAlias through which ``pipeline``'s tasks announce the table they wrote."""
+    return f"simjoin_{pipeline}.{table}"
+
+
 def build_dag(pipeline: str | PipelineSpec) -> Any:
     """The DAG ``simjoin_<name>`` of a pipeline."""
-    from airflow.sdk import DAG, Asset, task
+    from airflow.sdk import DAG, Asset, AssetAlias, task
 
     spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
     defaults = _defaults(spec)
@@ -96,7 +123,7 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
     doc = f"{spec.doc}\n\nStages: {stages}. Built from the pipeline spec `{spec.name}` (simjoin.pipeline)."
     with DAG(
         dag_id=f"simjoin_{spec.name}",
-        schedule=_schedule(spec, defaults),
+        schedule=schedule_of(spec, defaults),
         start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
         catchup=False,
         max_active_runs=spec.max_active_runs,
@@ -108,17 +135,24 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
         prev = None  # the last stage that is not a background gate
         pending: list[Any] = []  # background gates not yet awaited
         for st in spec.stages:
-            outlets = [Asset(uri=_uri(paths[k])) for k in st.outlets]
+            outlets = [AssetAlias(alias_name(spec.name, k)) for k in st.outlets]
 
             io = "; ".join(f"{k}: {', '.join(f'`{paths.get(t, t)}`' for t in v)}"
                            for k, v in (("reads", st.reads), ("writes", st.writes)) if v)
             kind = " Quality gate: writes nothing." if st.gate else ""
 
             @task(task_id=st.name, outlets=outlets, doc_md=f"{st.doc}{kind}\n\n{io} (at the default paths)")
-            def _stage(params: Any = None, run_id: Any = None, _name: str = st.name) -> dict[str, Any]:
+            def _stage(params: Any = None, run_id: Any = None, outlet_events: Any = None, _name: str = st.name,
+                       _outlets: tuple[str, ...] = st.outlets) -> dict[str, Any]:
                 from simjoin.pipeline.runner import run_task
 
-                return run_task(spec.name, _name, dict(params), run_id)
+                out = run_task(spec.name, _name, dict(params), run_id)
+                if _outlets and outlet_events is not None:  # the tables this run really wrote
+                    written = spec.make_run(dict(params), run_id).table_paths()
+                    for key in _outlets:
+                        outlet_events[AssetAlias(alias_name(spec.name, key))].add(
+                            Asset(uri=_uri(written[key])), extra={"run_id": str(run_id), "stage": _name})
+                return out
 
             t = _stage()
             if prev is not None:

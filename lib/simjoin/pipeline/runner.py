@@ -5,12 +5,19 @@ In one process the stages hand DataFrames to each other through ``run.frames``; 
 task reads its inputs from Delta. Before the first stage of a run, the overwrite guard refuses
 an output path equal to an input, or holding a Delta table of another schema.
 
+One run per output at a time: :func:`run_pipeline` holds the output's lock
+(:mod:`simjoin.pipeline.lock`) for the whole run, :func:`run_stage` for its stage (gates, which
+write nothing, take none); another run on the same output is refused with one line.
+
 Fault injection for the reliability tests: ``SIMJOIN_FAULTS="s3j.gate,s3j.stats"`` makes those
-stages raise :class:`simjoin.faults.InjectedFault` right after their body ran (its writes done).
+stages raise :class:`simjoin.faults.InjectedFault` right after their body ran (its writes done);
+``s3j.join.write@1`` right after the stage's first Delta commit, ``s3j.join.rows@5`` inside the
+Spark job of its next write (:mod:`simjoin.faults`). Each stage runs as the faults' current stage.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,11 +25,12 @@ from contextlib import nullcontext
 from typing import Any
 
 from simjoin.config import ConfigError
-from simjoin.faults import InjectedFault, maybe_fail
+from simjoin.faults import InjectedFault, current_stage, maybe_fail
 from simjoin.log import get_logger
 from simjoin.log import stage as log_stage
+from simjoin.pipeline.lock import OutputLocked, output_lock, output_of
 from simjoin.pipeline.registry import get_spec
-from simjoin.pipeline.spec import PipelineSpec, Run
+from simjoin.pipeline.spec import TRIGGERS, NothingNew, PipelineSpec, Run
 
 __all__ = ["run_stage", "run_task", "run_pipeline", "guard_outputs", "InjectedFault", "one_line",
            "VALIDATION_ERRORS"]
@@ -68,7 +76,8 @@ def _norm(p: str) -> str:
 
 
 def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], run_id: str = "cli",
-              spark: Any = None, attempt: int = 1, mode: str = "cli") -> dict[str, Any]:
+              spark: Any = None, attempt: int = 1, mode: str = "cli", trigger: str = "cli",
+              as_of: Any = None) -> dict[str, Any]:
     """One stage of one run from (DAG) params: validate them, run the stage, return an XCom dict.
     Logs and records (:mod:`simjoin.pipeline.timing`) the process, Spark start-up and work seconds."""
     from simjoin.pipeline.timing import TaskTiming, process_age, record
@@ -76,7 +85,8 @@ def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], 
     spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
     st = spec.stage(stage)
     timing = TaskTiming(run_id, spec.name, st.name, mode, attempt=attempt, process_s=process_age())
-    run = spec.make_run(params, run_id)
+    run = spec.make_run(params, run_id, trigger=trigger, as_of=as_of)
+    timing.output, timing.invocation = _abs_output(run), run_id
     t0 = time.perf_counter()
     if spark is None:
         from simjoin.spark.session import get_spark
@@ -86,11 +96,14 @@ def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], 
     timing.spark = _spark_kind(spark)
     t1 = time.perf_counter()
     try:
-        if spec.stages[0].name == st.name:
-            guard_outputs(spark, run)
-        with log_stage(f"{spec.name} {st.name}", log):
-            out = st.function()(spark, run) or {}
-        maybe_fail(f"{spec.name}.{st.name}")
+        lock = nullcontext() if st.gate else output_lock(output_of(run), run.run_id, f"stage {st.name}")
+        with lock, current_stage(f"{spec.name}.{st.name}"):
+            if spec.stages[0].name == st.name:
+                guard_outputs(spark, run)
+            with log_stage(f"{spec.name} {st.name}", log):
+                out = st.function()(spark, run) or {}
+            timing.count(out)
+            maybe_fail(f"{spec.name}.{st.name}")
     except BaseException:
         timing.ok = False
         raise
@@ -100,6 +113,11 @@ def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], 
                  timing.process_s, timing.startup_s, timing.spark, timing.work_s)
         record([timing])
     return _jsonable(out)  # type: ignore[no-any-return]
+
+
+def _abs_output(run: Run) -> str | None:
+    out = output_of(run)
+    return out if out is None or "://" in out else os.path.abspath(out)
 
 
 def _spark_kind(spark: Any) -> str:
@@ -114,20 +132,41 @@ VALIDATION_ERRORS: tuple[type[BaseException], ...] = (ConfigError, ValueError, F
 
 def run_task(pipeline: str, stage: str, params: dict[str, Any], run_id: str) -> dict[str, Any]:
     """Airflow's task body: a validation error fails the task at once (no retry), with one line."""
+    attempt, trigger, as_of = 1, "manual", None
     try:
         from airflow.sdk import get_current_context
 
-        attempt = int(get_current_context()["ti"].try_number or 1)
+        ctx = get_current_context()
+        attempt = int(ctx["ti"].try_number or 1)
+        trigger, as_of = run_kind(ctx)
     except Exception:  # outside a running task (tests calling it directly)
-        attempt = 1
+        pass
     try:
-        return run_stage(pipeline, stage, params, run_id, attempt=attempt, mode="airflow")
+        return run_stage(pipeline, stage, params, run_id, attempt=attempt, mode="airflow", trigger=trigger,
+                         as_of=as_of)
+    except NothingNew as e:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        log.info("%s", e)
+        raise AirflowSkipException(str(e)) from e
+    except OutputLocked:  # another run writes the output now: a retry may find it free
+        raise
     except VALIDATION_ERRORS as e:
         from airflow.sdk.exceptions import AirflowFailException
 
         raise AirflowFailException(one_line(e)) from e
     finally:
         _release_warm_session()
+
+
+def run_kind(ctx: Any) -> tuple[str, Any]:
+    """(trigger, as_of) of an Airflow task's DAG run: its ``run_type`` and, for a scheduled run or
+    a backfill, the end of its data interval (the inputs are read as of then); else None (latest)."""
+    dag_run = ctx.get("dag_run")
+    kind = str(getattr(dag_run, "run_type", "manual") or "manual").lower().rsplit(".", 1)[-1]
+    trigger = kind if kind in TRIGGERS else "manual"
+    end = ctx.get("data_interval_end") if trigger in ("scheduled", "backfill") else None
+    return trigger, end
 
 
 def _release_warm_session() -> None:
@@ -164,7 +203,12 @@ def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
     """Every stage of ``run``'s pipeline in this process, in order; returns the merged results
     (``results[stage]``) and ``seconds``. Background gates run beside the following stages and
     must pass before a publishing stage. A stream pipeline that resumed an open unit runs
-    again, so that what arrived since is joined too."""
+    again, so that what arrived since is joined too. Holds the output's lock throughout."""
+    with output_lock(output_of(run), run.run_id, "the whole run"):
+        return _run_pipeline(spark, run)
+
+
+def _run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
     from simjoin.pipeline.timing import TaskTiming, process_age, record
     from simjoin.spark import delta
     from simjoin.spark.session import startup_seconds
@@ -210,7 +254,13 @@ def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
         if not (isinstance(first, dict) and first.get("resumed")):
             break
     results["seconds"] = time.perf_counter() - t0
-    rows = [TaskTiming(run.run_id, spec.name, name, "cli", kind, work_s=sec) for name, sec in timed]
+    invocation = f"{run.run_id}@{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
+    rows = []
+    for name, sec, res in timed:
+        row = TaskTiming(run.run_id, spec.name, name, "cli", kind, work_s=sec, output=_abs_output(run),
+                         invocation=invocation)
+        row.count(res)
+        rows.append(row)
     if rows:  # the process and Spark start-up are paid once, by the first stage
         rows[0].process_s, rows[0].startup_s = max(0.0, timings["process_s"]), timings["startup_s"]
     record(rows)
@@ -219,8 +269,10 @@ def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
 
 def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run, timed: list[Any]) -> Any:
     t0 = time.perf_counter()
+    res: Any = None
     try:
-        with log_stage(f"{spec.name} {name}", log):
-            return fn(spark, run)
+        with current_stage(f"{spec.name}.{name}"), log_stage(f"{spec.name} {name}", log):
+            res = fn(spark, run)
+            return res
     finally:
-        timed.append((name, time.perf_counter() - t0))
+        timed.append((name, time.perf_counter() - t0, res))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import posixpath
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -21,7 +22,15 @@ from typing import Any, Literal
 
 from simjoin.config import ConfigError, field_type, fingerprint, load_config
 
-__all__ = ["Stage", "PipelineSpec", "Run", "RunType", "resolve"]
+__all__ = ["Stage", "PipelineSpec", "Run", "RunType", "resolve", "NothingNew", "TRIGGERS", "check_warehouse_only",
+           "warehouse_only_enabled", "warehouse_root", "WAREHOUSE_ONLY_ENV"]
+
+#: How a run was started: the CLI, or an Airflow DAG run's ``run_type``.
+TRIGGERS = ("cli", "manual", "scheduled", "backfill", "asset_triggered")
+
+
+class NothingNew(Exception):
+    """Raised by a first stage when a scheduled run has no new input: the run is skipped."""
 
 RunType = Literal["batch", "stream", "tool"]
 
@@ -130,6 +139,66 @@ class PipelineSpec:
         return cls(self, cfg, run_id=sanitize_run_id(run_id), **extra)  # type: ignore[no-any-return]
 
 
+WAREHOUSE_ONLY_ENV = "SIMJOIN_WAREHOUSE_ONLY"
+
+
+def warehouse_only_enabled(asked: bool | None = None, default: bool = False) -> bool:
+    """Whether a run's tables must stay in the warehouse: ``asked`` if given, else
+    ``SIMJOIN_WAREHOUSE_ONLY`` (1/true/yes/on or 0/false/no/off) if set, else ``default`` (on for
+    DAG runs, off for the CLI)."""
+    if asked is not None:
+        return asked
+    raw = os.environ.get(WAREHOUSE_ONLY_ENV)
+    if raw is None or not raw.strip():
+        return default
+    v = raw.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(WAREHOUSE_ONLY_ENV, raw, "1 (tables only under SIMJOIN_WAREHOUSE) or 0")
+
+
+def warehouse_root() -> str:
+    """The warehouse folder the confinement checks against: ``SIMJOIN_WAREHOUSE`` or ./warehouse."""
+    return os.path.abspath(os.environ.get("SIMJOIN_WAREHOUSE") or "warehouse")
+
+
+def _real(path: str) -> tuple[str, str]:
+    """(scheme, resolved path): symlinks and ``..`` resolved for local paths (``file://`` too)."""
+    scheme, sep, rest = path.partition("://")
+    if sep and scheme != "file":
+        return scheme, posixpath.normpath("/" + rest.lstrip("/"))
+    local = rest if sep else path
+    return "", os.path.realpath(os.path.normpath(os.path.abspath(os.path.expanduser(local))))
+
+
+def _inside(path: str, root: str) -> bool:
+    (ps, p), (rs, r) = _real(path), _real(root)
+    return ps == rs and p != r and p.startswith(r.rstrip("/") + "/")
+
+
+def check_warehouse_only(run: Run) -> None:
+    """Refuse (ConfigError naming the field) a table path of ``run`` - an input, the output, or a
+    table derived from the output (``<output>_stats``...) - that does not resolve inside the
+    warehouse: what ``SIMJOIN_WAREHOUSE_ONLY=1`` (on by default for DAG runs) asks."""
+    wh = warehouse_root()
+    section = run.spec.config_section
+    allowed = f"a path under {wh} (SIMJOIN_WAREHOUSE_ONLY=1)"
+    io = [f.name for f in run.spec.fields() if f.metadata.get("io") and getattr(run.cfg, f.name)]
+    for name in io:
+        path = str(getattr(run.cfg, name))
+        if not _inside(path, wh):
+            real = _real(path)[1]
+            why = "" if real == os.path.normpath(os.path.abspath(path)) else f"; it resolves to {real}"
+            raise ConfigError(f"{section}.{name}", path, allowed + why)
+    out_field = next((n for n in ("output", "out") if n in io), io[-1] if io else "output")
+    for key, path in run.table_paths().items():
+        if not _inside(str(path), wh):
+            raise ConfigError(f"{section}.{out_field}", getattr(run.cfg, out_field, None),
+                              f"{allowed}, with every table of the run: its {key} table {path} is not")
+
+
 def sanitize_run_id(run_id: str) -> str:
     """An Airflow run id (``manual__2026-01-01T00:00:00+00:00``) as a partition value."""
     return re.sub(r"[^A-Za-z0-9_.:+\-]", "_", str(run_id))
@@ -149,6 +218,13 @@ class Run:
     #: Every stage of the run runs in this process, in order (the CLI's runner): stages may hand
     #: DataFrames over in memory instead of through work tables (``OpenUnit.hand_over``).
     in_process: bool = False
+    #: How the run was started (:data:`TRIGGERS`), and for an Airflow run the end of its data
+    #: interval: batch inputs are read as of then (``simjoin.spark.pins``).
+    trigger: str = "cli"
+    as_of: Any = None
+    #: Confine every table of the run to the warehouse (:func:`check_warehouse_only`). None: as
+    #: ``SIMJOIN_WAREHOUSE_ONLY`` says, else on for a run Airflow started (any trigger but ``cli``).
+    warehouse_only: bool | None = None
 
     def __post_init__(self) -> None:
         for f in self.spec.fields():
@@ -157,6 +233,8 @@ class Run:
                 what = "a Delta table path" if f.metadata.get("io") else "a value"
                 raise ConfigError(f"{self.spec.config_section}.{f.name}", getattr(self.cfg, f.name),
                                   f"{what} ({flag} is required)")
+        if warehouse_only_enabled(self.warehouse_only, default=self.trigger != "cli"):
+            check_warehouse_only(self)
 
     @property
     def pipeline(self) -> str:

@@ -7,7 +7,10 @@ that ``simjoin report`` can show where a run's time went:
 - ``process_s``: from the task process's start to the stage's start (Airflow's task runner,
   imports; 0 for the second and later stages of a CLI run);
 - ``startup_s``: getting a Spark session (a cold JVM, or a connection to the warm Spark);
-- ``work_s``: the stage itself.
+- ``work_s``: the stage itself;
+- ``rows_in``, ``rows_out``, ``quarantined``: the counts the stage reported (:func:`row_counts`);
+- ``output``: the run's output table, and ``invocation``: one id per run of a CLI command or per
+  Airflow DAG run, so ``simjoin report --output`` finds the stages of one run.
 
 Recording never fails a stage: a write error is logged and dropped.
 """
@@ -23,7 +26,26 @@ from typing import Any
 
 from simjoin.log import get_logger
 
-__all__ = ["TaskTiming", "timing_path", "record", "process_age"]
+__all__ = ["TaskTiming", "timing_path", "record", "process_age", "row_counts"]
+
+#: Result keys a stage reports its counts under, in order of preference (the first int wins).
+ROWS_IN = ("rows", "records_in", "tuples_in", "rows_in")
+ROWS_OUT = ("pairs", "records", "staged", "rows_out")
+
+
+def row_counts(result: Any) -> tuple[int | None, int | None, int | None]:
+    """(rows in, rows out, quarantined) from a stage's result dict; None where it says nothing."""
+    if not isinstance(result, dict):
+        return None, None, None
+
+    def first(keys: tuple[str, ...]) -> int | None:
+        for k in keys:
+            v = result.get(k)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+        return None
+
+    return first(ROWS_IN), first(ROWS_OUT), first(("quarantined",))
 
 log = get_logger("simjoin.timing")
 
@@ -58,6 +80,14 @@ class TaskTiming:
     ok: bool = True
     started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     host: str = field(default_factory=socket.gethostname)
+    output: str | None = None
+    invocation: str | None = None
+    rows_in: int | None = None
+    rows_out: int | None = None
+    quarantined: int | None = None
+
+    def count(self, result: Any) -> None:
+        self.rows_in, self.rows_out, self.quarantined = row_counts(result)
 
 
 def _schema() -> Any:
@@ -66,7 +96,9 @@ def _schema() -> Any:
     return pa.schema([("run_id", pa.string()), ("pipeline", pa.string()), ("stage", pa.string()),
                       ("mode", pa.string()), ("spark", pa.string()), ("attempt", pa.int32()),
                       ("process_s", pa.float64()), ("startup_s", pa.float64()), ("work_s", pa.float64()),
-                      ("ok", pa.bool_()), ("started_at", pa.timestamp("us", tz="UTC")), ("host", pa.string())])
+                      ("ok", pa.bool_()), ("started_at", pa.timestamp("us", tz="UTC")), ("host", pa.string()),
+                      ("output", pa.string()), ("invocation", pa.string()), ("rows_in", pa.int64()),
+                      ("rows_out", pa.int64()), ("quarantined", pa.int64())])
 
 
 def record(rows: list[TaskTiming], path: str | None = None) -> None:
@@ -82,6 +114,6 @@ def record(rows: list[TaskTiming], path: str | None = None) -> None:
         table = pa.Table.from_pydict(cols, schema=schema)
         target = path or timing_path()
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        write_deltalake(target, table, mode="append")
+        write_deltalake(target, table, mode="append", schema_mode="merge")  # tables of older versions gain columns
     except Exception as e:  # timing is for the report; it never fails a stage
         log.warning("task timing not recorded: %s", e)

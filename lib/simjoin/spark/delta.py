@@ -10,6 +10,7 @@ separate Delta Connect plugin for ``DeltaTable``).
 
 from __future__ import annotations
 
+import contextvars
 import glob
 import os
 import re
@@ -21,6 +22,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+
+from simjoin import faults
 
 __all__ = [
     "is_path",
@@ -46,7 +49,8 @@ def background_writes(max_workers: int = 3) -> Iterator[None]:
     every write and re-raises the first failure. Only for tables the block does not read back."""
     pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="delta-write")
     futures: list[Future[None]] = []
-    _local.submit = lambda fn, *a: futures.append(pool.submit(fn, *a))
+    # each write runs in the submitting stage's context (fault injection counts its commits)
+    _local.submit = lambda fn, *a: futures.append(pool.submit(contextvars.copy_context().run, fn, *a))
     try:
         yield
     finally:
@@ -112,7 +116,7 @@ def read_table(
 
 
 def _writer(df: DataFrame, mode: str, partition_by: Sequence[str] | None, options: Mapping[str, Any]):
-    w = df.write.format("delta").mode(mode)
+    w = faults.wrap_rows(df).write.format("delta").mode(mode)
     for k, v in options.items():
         w = w.option(k, str(v))
     if partition_by:
@@ -121,16 +125,23 @@ def _writer(df: DataFrame, mode: str, partition_by: Sequence[str] | None, option
 
 
 def _save(w: Any, ref: str) -> None:
-    if is_path(ref):
-        w.save(_abs(ref))
-    else:
-        w.saveAsTable(ref)
+    """Commit ``w`` to ``ref``; every commit is counted for ``SIMJOIN_FAULTS`` (``simjoin.faults``)."""
+    try:
+        if is_path(ref):
+            w.save(_abs(ref))
+        else:
+            w.saveAsTable(ref)
+    except Exception as e:
+        faults.reraise_injected(e)
+        raise
+    faults.after_commit(ref)
 
 
 def overwrite(df: DataFrame, ref: str, partition_by: Sequence[str] | None = None,
-              overwrite_schema: bool = True) -> None:
-    """Replace the whole table (a rerun gives the same table, never duplicates)."""
-    opts = {"overwriteSchema": "true"} if overwrite_schema else {}
+              overwrite_schema: bool = True, options: Mapping[str, Any] | None = None) -> None:
+    """Replace the whole table (a rerun gives the same table, never duplicates). ``options``:
+    more writer options, e.g. ``userMetadata`` recorded in the commit."""
+    opts = {**({"overwriteSchema": "true"} if overwrite_schema else {}), **(options or {})}
     _save(_writer(df, "overwrite", partition_by, opts), ref)
 
 
@@ -193,7 +204,7 @@ def merge(df: DataFrame, ref: str, keys: Sequence[str], delete_missing_in: str |
         overwrite(df, ref)
         return
     view = f"simjoin_merge_{uuid.uuid4().hex}"
-    df.createOrReplaceTempView(view)
+    faults.wrap_rows(df).createOrReplaceTempView(view)
     cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
     sql = (f"MERGE INTO {_sql_ref(ref)} t USING {view} s ON {cond} "
            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
@@ -201,14 +212,19 @@ def merge(df: DataFrame, ref: str, keys: Sequence[str], delete_missing_in: str |
         sql += f" WHEN NOT MATCHED BY SOURCE AND ({delete_missing_in}) THEN DELETE"
     try:
         spark.sql(sql).collect()
+    except Exception as e:
+        faults.reraise_injected(e)
+        raise
     finally:
         spark.catalog.dropTempView(view)
+    faults.after_commit(ref)
 
 
 def delete(spark: SparkSession, ref: str, cond: str) -> None:
     """Delete the rows matching the SQL condition ``cond`` (nothing if there is no table)."""
     if table_exists(spark, ref):
         spark.sql(f"DELETE FROM {_sql_ref(ref)} WHERE {cond}").collect()
+        faults.after_commit(ref)
 
 
 def history(spark: SparkSession, ref: str, limit: int | None = None) -> DataFrame:

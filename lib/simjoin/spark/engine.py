@@ -372,7 +372,13 @@ class MicroBatchEngine:
         """Stage what arrived since the last run as one new unit (or resume the open one).
         ``payload``: the columns every source must have (name -> type check), or one such dict
         per source."""
+        per_source: list[dict[str, Callable[[T.DataType], bool]]] = (
+            list(payload) if isinstance(payload, (list, tuple)) else [payload] * len(self.sources))  # type: ignore[list-item]
         prog = self.progress()
+        if prog.checkpoint_id is None and self.checkpoint_id() is None:
+            # a new output: a missing input or a wrong schema is refused before anything is written
+            for k, src in enumerate(self.sources):
+                self._read(k, src, per_source[k], payload_text, casts or {})
         ident = self.verify(prog)
         open_ = self.open_unit()
         if open_ is not None:
@@ -380,15 +386,21 @@ class MicroBatchEngine:
                      open_.unit)
             return {"unit": open_.unit, "resumed": True, "batches": [], "rows": 0, "staged": 0, "quarantined": 0}
         unit = prog.last_unit + 1
-        per_source: list[dict[str, Callable[[T.DataType], bool]]] = (
-            list(payload) if isinstance(payload, (list, tuple)) else [payload] * len(self.sources))  # type: ignore[list-item]
         parts = [self._read(k, p, per_source[k], payload_text, casts or {}) for k, p in enumerate(self.sources)]
         stream = parts[0]
         for p in parts[1:]:  # sources may carry different payload columns (each side's own)
             stream = stream.unionByName(p, allowMissingColumns=True)
         totals: dict[str, Any] = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0}
 
+        # foreach mode: a micro-batch the stream replays after a crash between staging it and its
+        # checkpoint commit was staged by a committed unit already: it is not staged (or judged
+        # late or duplicate against its own rows) again
+        staged_before = int(prog.meta.get("staged_batch", -1)) if self.ingest_mode() == "foreach" else -1
+
         def stage(batch: DataFrame, batch_id: int) -> None:
+            if int(batch_id) <= staged_before:
+                log.info("%s: micro-batch %d was staged by a committed unit; skipped", self.pipeline, batch_id)
+                return
             info = self._stage_batch(batch, int(batch_id), BatchInfo(unit, int(batch_id), prog, ident), prepare)
             totals["batches"].append(int(batch_id))
             for k in ("rows", "staged", "quarantined"):
@@ -517,7 +529,9 @@ class MicroBatchEngine:
                   .withColumn("fingerprint", F.lit(self.fingerprint))
                   .withColumn("checkpoint_id", F.lit(info.checkpoint_id))).cache()
         n_staged = staged.count()
-        if n_staged:
+        # an empty (or all-quarantined) batch still creates the records table: the checkpoint has
+        # consumed it, and verify() must not take a missing table for lost input
+        if n_staged or not delta.table_exists(self.spark, self.tables.records):
             delta.append_idempotent(staged, self.tables.records, self.write_id("records", info.checkpoint_id),
                                     batch_id)
         staged.unpersist()
@@ -566,6 +580,8 @@ class MicroBatchEngine:
         meta_all = {**prog.meta, **staged_meta, **(meta or {})}
         if self.ingest_mode() == "landing":  # the landing commits staged so far
             meta_all["landed"] = max([int(prog.meta.get("landed", -1))] + [int(r["b"]) for r in got])
+        else:  # the stream's micro-batches staged so far (a replay of one of them is skipped)
+            meta_all["staged_batch"] = max([int(prog.meta.get("staged_batch", -1))] + [int(r["b"]) for r in got])
         rows = [(unit.unit, int(s), mt, self.fingerprint, unit.checkpoint_id, json.dumps(meta_all, sort_keys=True))
                 for s, mt in sorted(marks.items())]
         from simjoin.spark.session import small_frame

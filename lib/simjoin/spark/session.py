@@ -34,7 +34,7 @@ from simjoin.log import get_logger
 from simjoin.spark import jvmcache
 
 __all__ = ["get_spark", "stop_spark", "small_frame", "arrow_frame", "is_remote", "remote_url", "serve",
-           "startup_seconds", "CONNECT_PORT", "TOKEN_ENV"]
+           "startup_seconds", "auth_conf", "CONNECT_PORT", "TOKEN_ENV", "AUTH_SECRET_ENV"]
 
 log = get_logger("simjoin.spark")
 # Jobs here are short: the C1 JIT alone warms up much faster, and the hot loops run in numba anyway.
@@ -43,6 +43,9 @@ JVM_FLAGS = os.environ.get("SIMJOIN_JVM_FLAGS", "-XX:TieredStopAtLevel=1 -XX:+Us
 CONNECT_PORT = 15002
 #: The warm Spark's pre-shared token: the server requires it and PySpark's client sends it.
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+#: Spark's RPC shared secret: a standalone master and workers started with it (docker-compose.yml)
+#: accept only applications that present it.
+AUTH_SECRET_ENV = "SIMJOIN_SPARK_AUTH_SECRET"
 _startup: dict[str, float] = {}
 
 
@@ -71,7 +74,7 @@ def _builder(cfg: SparkConfig, extra: dict[str, Any] | None, record_to: str | No
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
         .config("spark.driver.extraJavaOptions", _java_options(warehouse, record_to))
     )
-    for k, v in (extra or {}).items():
+    for k, v in {**auth_conf(), **(extra or {})}.items():
         b = b.config(k, v)
     jars_dir = os.environ.get("SIMJOIN_JARS_DIR")
     if jars_dir:
@@ -82,6 +85,13 @@ def _builder(cfg: SparkConfig, extra: dict[str, Any] | None, record_to: str | No
     if cached:  # Ivy resolved these before and they are all still there: skip resolution
         return b.config("spark.jars", ",".join(cached))
     return b.config("spark.jars.packages", packages)
+
+
+def auth_conf() -> dict[str, str]:
+    """``spark.authenticate`` with the secret in ``SIMJOIN_SPARK_AUTH_SECRET``; nothing when it is unset.
+    The secret is never logged (Spark redacts ``*secret*`` keys in its UI and event logs)."""
+    secret = os.environ.get(AUTH_SECRET_ENV, "").strip()
+    return {"spark.authenticate": "true", "spark.authenticate.secret": secret} if secret else {}
 
 
 def delta_packages() -> str:

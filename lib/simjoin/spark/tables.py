@@ -41,9 +41,14 @@ class SSJTables:
     def quarantine(self) -> str:
         return self._side("quarantine")
 
+    @property
+    def runs(self) -> str:
+        """The input versions each run read (``simjoin.spark.pins``)."""
+        return self._side("runs")
+
     def all(self) -> dict[str, str]:
         return {"pairs": self.output, "tokens": self.tokens, "lengths": self.lengths, "plan": self.plan,
-                "stats": self.stats, "quarantine": self.quarantine}
+                "stats": self.stats, "quarantine": self.quarantine, "runs": self.runs}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,84 @@
+"""Input pins of a batch run: the Delta version of each input that a run read.
+
+A batch stage reads versioned Delta inputs (DESIGN.md): the first stage of a run pins, per input,
+the latest version, or for a scheduled run or a backfill the last version committed at or before
+the end of its data interval, in ``<output>_runs``. A retry or a rerun of that Airflow run reads
+the very versions it pinned, so it reproduces its output even after the inputs moved on; a
+scheduled or asset-triggered run whose pins equal the last published run's has nothing new.
+CLI runs (run id ``cli`` by default, reused by every CLI run) always pin afresh.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from simjoin.spark import delta
+from simjoin.spark.session import small_frame
+
+__all__ = ["PIN_SCHEMA", "version_as_of", "pin_inputs", "mark_published", "last_published"]
+
+PIN_SCHEMA = "run_id string, side int, path string, version long, as_of string, pinned_at timestamp, published boolean"
+
+
+def version_as_of(spark: SparkSession, ref: str, as_of: dt.datetime) -> int:
+    """The last version of ``ref`` committed at or before ``as_of`` (tz-aware, or UTC if naive)."""
+    if as_of.tzinfo is None:
+        as_of = as_of.replace(tzinfo=dt.UTC)
+    micros = int(as_of.timestamp() * 1_000_000)
+    h = delta.history(spark, ref).select("version", F.unix_micros("timestamp").alias("us"))
+    row = h.filter(F.col("us") <= micros).agg(F.max("version")).first()
+    if row is None or row[0] is None:
+        first = h.agg(F.min("us")).first()
+        since = (dt.datetime.fromtimestamp(first[0] / 1e6, dt.UTC).isoformat()  # type: ignore[index]
+                 if first and first[0] is not None else "?")
+        raise ValueError(f"input {ref} has no version at or before {as_of.isoformat()} (its oldest kept commit "
+                         f"is at {since}): allowed a data interval that ends after the table was written")
+    return int(row[0])
+
+
+def _read(spark: SparkSession, table: str) -> list[Any]:
+    if not delta.table_exists(spark, table):
+        return []
+    return delta.read_table(spark, table).collect()  # one row per input per run: small
+
+
+def pin_inputs(spark: SparkSession, table: str, run_id: str, inputs: Sequence[tuple[int, str]],
+               as_of: dt.datetime | None = None, reuse: bool = True) -> dict[int, int]:
+    """``{side: version}`` this run reads. With ``reuse``, a run that pinned these inputs before
+    (an Airflow retry or rerun) gets its earlier pins back; otherwise the pins are taken now and
+    written to ``table`` (the run's ``run_id`` partition, replaced)."""
+    rows = [r for r in _read(spark, table) if r["run_id"] == run_id]
+    if reuse and rows and {(r["side"], r["path"]) for r in rows} == set(inputs):
+        return {int(r["side"]): int(r["version"]) for r in rows}
+    versions = {side: (version_as_of(spark, path, as_of) if as_of is not None else delta.latest_version(spark, path))
+                for side, path in inputs}
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    out = [(run_id, side, path, versions[side], as_of.isoformat() if as_of else None, now, False)
+           for side, path in inputs]
+    delta.overwrite_partition(small_frame(spark, out, PIN_SCHEMA), table, {"run_id": run_id})
+    return versions
+
+
+def mark_published(spark: SparkSession, table: str, run_id: str) -> None:
+    """The run's output is published: later scheduled runs compare their pins with these."""
+    rows = [r for r in _read(spark, table) if r["run_id"] == run_id]
+    if rows and not all(r["published"] for r in rows):
+        out = [(r["run_id"], r["side"], r["path"], r["version"], r["as_of"], r["pinned_at"], True) for r in rows]
+        delta.overwrite_partition(small_frame(spark, out, PIN_SCHEMA), table, {"run_id": run_id})
+
+
+def last_published(spark: SparkSession, table: str, exclude: str) -> tuple[str, dict[tuple[int, str], int]] | None:
+    """The latest published run other than ``exclude``: (run_id, {(side, path): version})."""
+    runs: dict[str, list[Any]] = {}
+    for r in _read(spark, table):
+        if r["published"] and r["run_id"] != exclude:
+            runs.setdefault(r["run_id"], []).append(r)
+    if not runs:
+        return None
+    run_id = max(runs, key=lambda k: max(r["pinned_at"] for r in runs[k]))
+    return run_id, {(int(r["side"]), r["path"]): int(r["version"]) for r in runs[run_id]}

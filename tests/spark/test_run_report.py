@@ -1,0 +1,54 @@
+"""`simjoin report --output PATH [--run-id ID]`: one HTML page per run, from any pipeline's tables.
+
+The page shows the run's real numbers (key figures, stage durations, rows in/out/quarantined per
+stage, quarantine reasons, load balance, the pipeline's plots); user paths are HTML-escaped. A
+headless Chromium check of the same page lives in tests/e2e/test_report_browser.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from click.testing import CliRunner
+
+from simjoin.cli import app
+from tests.helpers import make_ssj_run
+
+
+def test_one_page_per_run_with_real_numbers(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    out, run_id = make_ssj_run(spark, str(tmp_path))
+    res = CliRunner().invoke(app, ["report", "--output", out, "--run-id", run_id])
+    assert res.exit_code == 0, res.output
+    page = res.output.strip().splitlines()[-1].removeprefix("report: ")
+    assert page.endswith("index.html") and os.path.isfile(page)
+    with open(page) as fh:
+        text = fh.read()
+    # every image the page names exists and is a PNG
+    srcs = re.findall(r'<img src="([^"]+)"', text)
+    assert len(srcs) >= 4, srcs
+    for src in srcs:
+        with open(os.path.join(os.path.dirname(page), src.replace("&amp;", "&")), "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n", src
+    assert {"stage_durations.png", "stage_rows.png", "balance.png"} <= {os.path.basename(s) for s in srcs}
+    # user paths are escaped; the raw path never appears as markup
+    assert "a&amp;b&lt;c&gt;" in text and "a&b<c>" not in text
+    # real numbers: the run's pairs and its one quarantined row
+    pairs = DeltaTable(out).to_pandas()
+    n = int((pairs["run_id"] == run_id).sum())
+    assert n > 0
+    assert re.search(rf"<td>output rows of this run</td>\s*<td>{n}</td>", text), text[:3000]
+    assert re.search(r"<td>quarantined rows of this run</td>\s*<td>1</td>", text)
+    assert "null or empty" in text or "reason" in text
+    for stage in ("tokenize", "optimize", "join", "publish"):
+        assert f"<td>{stage}</td>" in text
+
+
+def test_bad_report_arguments_are_one_line(spark, tmp_path):
+    r = CliRunner().invoke(app, ["report", "--output", str(tmp_path / "nothing_here")])
+    assert r.exit_code == 2 and "no run recorded for output" in r.output and "Traceback" not in r.output
+    out, _ = make_ssj_run(spark, str(tmp_path))
+    r = CliRunner().invoke(app, ["report", "--output", out, "--run-id", "no-such-run"])
+    assert r.exit_code == 2 and "no run 'no-such-run' recorded" in r.output and "report-run" in r.output
