@@ -13,7 +13,7 @@ export AIRFLOW__API__PORT ?= 8080
 export AIRFLOW__API__HOST ?= 127.0.0.1
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL ?= http://127.0.0.1:$(AIRFLOW__API__PORT)/execution/
 
-.PHONY: demo test test-fast test-slow browser install airflow clean bench bench-s2j bench-s3j bench-s3j-balance bench-airflow lint compose-env
+.PHONY: demo test test-fast test-slow test-exhaustive browser install airflow clean bench bench-s2j bench-s3j bench-s3j-balance bench-airflow lint compose-env
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -29,17 +29,27 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m jobs.tools.demo
 
-# The fast suite first, then the slow one (Airflow standalone through REST, the Spark cluster, the
-# whole fault-injection and bad-input matrices, the report in headless Chromium).
+# The fast suite first, then the slow one (Airflow standalone through REST, the Spark cluster, a
+# fault in every stage of every pipeline, every bad input through whole pipelines, the report in
+# headless Chromium), each long matrix in its own pytest process: its own Spark driver.
+SLOW := -m "slow and not exhaustive"
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q -m "not slow" tests
-	$(BIN)/python -m pytest -q -m slow tests
+	$(MAKE) --no-print-directory test-slow
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
 test-slow: $(STAMP) browser
-	$(BIN)/python -m pytest -q -m slow tests
+	$(BIN)/python -m pytest -q $(SLOW) tests/reliability/test_faults.py
+	$(BIN)/python -m pytest -q $(SLOW) tests/reliability/test_bad_input.py
+	$(BIN)/python -m pytest -q $(SLOW) tests --ignore=tests/reliability/test_faults.py \
+	  --ignore=tests/reliability/test_bad_input.py
+
+# The rest of the matrices: the other fault kind of every stage, each bad row kind on its own.
+test-exhaustive: $(STAMP)
+	$(BIN)/python -m pytest -q -m exhaustive tests/reliability/test_faults.py
+	$(BIN)/python -m pytest -q -m exhaustive tests/reliability/test_bad_input.py
 
 # Debian's Chromium and ChromeDriver for the report's browser test, installed where missing (as root).
 browser:

@@ -17,12 +17,14 @@ Expected outcomes:
   written (no file appears under the case's folder).
 - ``Quarantine``: row-level problems: the bad rows go to the run's quarantine table with their
   reason, the good rows go on (first stage through the DAG's task body; the whole pipeline through
-  the CLI in the slow matrix).
+  the CLI in the slow suite).
 - ``Ok``: e.g. an empty input is a run with 0 pairs, not an error.
 
 The fast subset (unmarked) covers every error case through the CLI and the DAG task body and the
-row-level cases through the DAG task body; ``-m slow`` adds the whole pipelines through the CLI and
-one real ``dag.test()`` per DAG.
+row-level cases through the DAG task body; ``-m slow`` adds the whole pipelines through the CLI
+(every bad row of a pipeline in one input) and one real ``dag.test()`` per DAG. ``-m exhaustive``
+(``make test-exhaustive``) runs each row-level kind on its own as well, through the CLI and the
+DAG task body.
 """
 
 from __future__ import annotations
@@ -603,6 +605,7 @@ def _check_first_stage(out: dict[str, Any], want: list[tuple[Any, str]], n_good:
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("name,kind,i", _matrix((Quarantine,)))
 def test_bad_rows_are_quarantined_by_the_dag_task_and_good_rows_go_on(spark, bases, tmp_path, name, kind, i):
     _, case = _case(name, kind, i)
@@ -617,9 +620,7 @@ def _has_rows(name: str) -> bool:
     return name not in BAD or any(isinstance(BAD[name]().cases.get(k), list) for k in ROW_LEVEL)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n in FAST_ROWS else [pytest.mark.slow])
-                                  for n in _pipelines() if _has_rows(n)])
-def test_every_bad_row_at_once_is_quarantined_by_the_dag_task(spark, bases, tmp_path, name):
+def _every_bad_row(name: str) -> Quarantine:
     """Every row-level case of a pipeline in one input: each bad row with its own reason."""
     know = _know(name)
     rows = [c for kind in ROW_LEVEL if isinstance(know.cases[kind], list) for c in know.cases[kind]]  # type: ignore
@@ -635,23 +636,44 @@ def test_every_bad_row_at_once_is_quarantined_by_the_dag_task(spark, bases, tmp_
                 out.append((r, why))
         return out
 
-    params, want, n_good = _dirty(spark, bases, name, Quarantine(all_rows), str(tmp_path))
+    return Quarantine(all_rows)
+
+
+ROW_PIPELINES = [n for n in _pipelines() if _has_rows(n)]
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n in FAST_ROWS else [pytest.mark.slow])
+                                  for n in ROW_PIPELINES])
+def test_every_bad_row_at_once_is_quarantined_by_the_dag_task(spark, bases, tmp_path, name):
+    params, want, n_good = _dirty(spark, bases, name, _every_bad_row(name), str(tmp_path))
     out = _run_task(name, params)
     _check_reasons(_quarantined(spark, name, params), want)
     _check_first_stage(out, want, n_good)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name,kind,i", _matrix((Quarantine,)))
-def test_bad_rows_are_quarantined_by_the_cli_and_the_run_goes_on(spark, bases, tmp_path, name, kind, i):
+def _quarantined_by_the_cli(spark: Any, bases: Any, tmp_path: Any, name: str, case: Quarantine) -> None:
     from simjoin.pipeline.registry import get_spec
 
-    _, case = _case(name, kind, i)
     params, want, _ = _dirty(spark, bases, name, case, str(tmp_path))
     code, last, err = cli(*_argv(get_spec(name), params))
     assert code == 0, err[-3000:]
     assert f"{len(want)} quarantined" in last, last
     _check_reasons(_quarantined(spark, name, params), want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ROW_PIPELINES)
+def test_every_bad_row_at_once_is_quarantined_by_the_cli_and_the_run_goes_on(spark, bases, tmp_path, name):
+    """The whole pipeline through the CLI: the bad rows in quarantine, each with its reason, the run done."""
+    _quarantined_by_the_cli(spark, bases, tmp_path, name, _every_bad_row(name))
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("name,kind,i", _matrix((Quarantine,)))
+def test_bad_rows_are_quarantined_by_the_cli_and_the_run_goes_on(spark, bases, tmp_path, name, kind, i):
+    """Each kind on its own (``make test-exhaustive``; together above, in ``make test``)."""
+    _quarantined_by_the_cli(spark, bases, tmp_path, name, _case(name, kind, i)[1])
 
 
 # ------------------------------------------------------------------ runs that must succeed

@@ -18,10 +18,14 @@ Stream pipelines are also killed between their output write and their state writ
 loses nor repeats a pair.
 
 Driven by the pipeline specs: every pipeline of ``simjoin.pipeline.registry.specs()`` needs a
-case in ``cases.CASES``, or :func:`test_every_pipeline_has_a_case` fails. The whole matrix is
-``-m slow``. The fast subset: a ``rows@1`` fault on the publishing stage of every batch and tool
-pipeline, and per stream pipeline its publish failing mid-write then killed before its state
-write, finished by the next run (the variant where new rows arrive meanwhile is ``slow``).
+case in ``cases.CASES``, or :func:`test_every_pipeline_has_a_case` fails.
+
+- ``make test`` (``-m slow``, after the fast suite): one walk per pipeline through every stage,
+  each taking one fault (``_ci_kind``) and its retry; per stream pipeline, its publish failing
+  mid-write, then killed before its state write while new rows arrive, finished by the next run.
+- The fast subset: a ``rows@1`` fault on the publishing stage of every batch and tool pipeline.
+- ``make test-exhaustive`` (``-m exhaustive``): every (stage, kind) as its own test, both kinds
+  of every writing stage, and the publish kill without new rows.
 """
 
 from __future__ import annotations
@@ -77,8 +81,25 @@ def _fast(spec: PipelineSpec) -> set[tuple[str, str]]:
     return set() if spec.run_type == "stream" else {(_publishing(spec), "rows")}
 
 
-MATRIX = [pytest.param(name, stage, kind, id=f"{name}-{stage}-{kind}",
-                       marks=() if (stage, kind) in _fast(spec) else (pytest.mark.slow,))
+def _ci_kind(spec: PipelineSpec, stage: str) -> str:
+    """The one fault per stage ``make test`` runs (the other is ``-m exhaustive``): after a commit
+    for a stage that commits more than once (the state between its commits) and for the publishing
+    stage (its output committed, the task dead before it said so); inside the Spark job of the
+    write (nothing committed) for the others."""
+    st = next(s for s in spec.stages if s.name == stage)
+    if st.gate:
+        return "after"
+    multi = CASES[spec.name].write_at.get(stage, 1) > 1 if spec.name in CASES else False
+    return "write" if multi or stage == _publishing(spec) else "rows"
+
+
+def _marks(spec: PipelineSpec, stage: str, kind: str) -> tuple[Any, ...]:
+    """The fast subset unmarked; the rest one test per fault, ``-m exhaustive`` (``make test``
+    runs the ``_ci_kind`` faults as one walk per pipeline below)."""
+    return () if (stage, kind) in _fast(spec) else (pytest.mark.slow, pytest.mark.exhaustive)
+
+
+MATRIX = [pytest.param(name, stage, kind, id=f"{name}-{stage}-{kind}", marks=_marks(spec, stage, kind))
           for name, spec in SPECS.items() for stage, kind in _faults_of(spec)]
 STREAMS = [name for name, spec in SPECS.items() if spec.run_type == "stream"]
 
@@ -241,11 +262,48 @@ def test_a_stage_failing_mid_write_then_retried_equals_a_clean_run(spark, tmp_pa
         assert got == want, f"after {point}, a retry and the next micro-batch:\n{_diff(got, want)}"
 
 
+# ------------------------------------------------------------------ one walk per pipeline
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SPECS))
+def test_every_stage_failing_mid_write_then_retried_equals_a_clean_run(spark, tmp_path, monkeypatch, clean_root,
+                                                                       name):
+    """The matrix in one run per pipeline (what ``make test`` runs): every stage, in order, takes
+    its fault (``_ci_kind``); right after it, no table a reader sees is half-written; its retry
+    (same run id) then goes on to the next stage's fault. The outputs equal a clean run's, and for
+    a stream the next micro-batch neither loses nor repeats. The same faults one test each, and
+    the other kind of each stage, are ``test_a_stage_failing_mid_write_then_retried_...`` above."""
+    spec, case = SPECS[name], _case(name)
+    clean = _clean(spark, name, clean_root)
+    folder = str(tmp_path / name)
+    params = case.make_inputs(spark, folder)
+    run = spec.make_run(params, "r1")
+    for st in spec.stages:
+        before = versions(run)
+        point = _point(spec, case, st.name, _ci_kind(spec, st.name))
+        monkeypatch.setenv("SIMJOIN_FAULTS", point)
+        with pytest.raises(InjectedFault, match=re.escape(f"injected fault at {point.split('@')[0]}")):
+            run_stage(spec, st.name, params, "r1", spark=spark, trigger=TRIGGER)
+        monkeypatch.delenv("SIMJOIN_FAULTS")
+        _no_half_written(spark, run, case, before, clean.view(clean.at[st.name]), point)
+        run_stage(spec, st.name, params, "r1", spark=spark, trigger=TRIGGER)  # the retry
+    got, want = reader_view(spark, run, case), clean.view(clean.first)
+    assert got == want, f"after a fault and a retry in every stage:\n{_diff(got, want)}"
+    if case.more_inputs is not None:
+        case.more_inputs(spark, folder)
+        for st in spec.stages:
+            run_stage(spec, st.name, params, "r2", spark=spark, trigger=TRIGGER)
+        got, want = reader_view(spark, run, case), clean.view(clean.final)
+        assert got == want, f"after a fault and a retry in every stage, then the next micro-batch:\n{_diff(got, want)}"
+
+
 # ------------------------------------------------------------------ killed between output and state
 
 
 @pytest.mark.parametrize("name,more", [pytest.param(n, m, id=f"{n}-{'new-rows' if m else 'same-unit'}",
-                                                  marks=(pytest.mark.slow,) if m else ())
+                                                  marks=(pytest.mark.slow,) if m else
+                                                  (pytest.mark.slow, pytest.mark.exhaustive))
                                      for n in STREAMS for m in (False, True)])
 def test_publish_fails_mid_write_then_is_killed_between_output_and_state_then_the_next_run_is_exact(
         spark, tmp_path, monkeypatch, clean_root, name, more):

@@ -69,6 +69,10 @@ def _builder(cfg: SparkConfig, extra: dict[str, Any] | None, record_to: str | No
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.databricks.delta.snapshotPartitions", "2")
+        # Delta keeps every table's log and snapshot plans it touched (10,000 by default): a
+        # long-lived driver (the warm Spark, a test session) grew by ~3.5 MB per table until GC
+        # thrashed and the JVM died. A run touches a few dozen tables.
+        .config("spark.databricks.delta.delta.log.cacheSize", os.environ.get("SIMJOIN_DELTA_LOG_CACHE", "64"))
         .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
