@@ -50,6 +50,8 @@ test-slow: $(STAMP) browser
 test-exhaustive: $(STAMP)
 	$(BIN)/python -m pytest -q -m exhaustive tests/reliability/test_faults.py
 	$(BIN)/python -m pytest -q -m exhaustive tests/reliability/test_bad_input.py
+	$(BIN)/python -m pytest -q -m exhaustive tests --ignore=tests/reliability/test_faults.py \
+	  --ignore=tests/reliability/test_bad_input.py
 
 # Debian's Chromium and ChromeDriver for the report's browser test, installed where missing (as root).
 browser:

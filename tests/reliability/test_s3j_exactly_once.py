@@ -57,6 +57,8 @@ def _brute_force(n):
     return ref
 
 
+@pytest.mark.slow
+@pytest.mark.exhaustive  # make test: the s3j walk of test_faults.py fails and retries every stage
 def test_gate_then_stats_then_publish_fail_once_then_rerun_is_exact(dag, spark, tmp_path, monkeypatch):
     from simjoin.spark import delta
 
@@ -87,6 +89,8 @@ def test_gate_then_stats_then_publish_fail_once_then_rerun_is_exact(dag, spark, 
     assert units == [0, 1]
 
 
+@pytest.mark.slow
+@pytest.mark.exhaustive  # make test: the s3j walk of test_faults.py reruns every stage under its unit
 def test_every_stage_rerun_under_the_same_unit_is_idempotent(spark, tmp_path):
     """Each S3J task run twice in a row (as a retry would) through the one task entry."""
     from simjoin.pipeline.runner import run_stage
