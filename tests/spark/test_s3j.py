@@ -173,6 +173,8 @@ def test_quarantine_bad_vectors(spark, tmp_path):
     assert [(r.left_id, r.right_id) for r in delta.read_table(spark, out).collect()] == [(1, 2)]
 
 
+@pytest.mark.slow
+@pytest.mark.exhaustive  # make test: tests/unit rebalance cases and the s3j contract; 275 s here
 def test_rebalance_and_split_give_the_same_pairs(spark, tmp_path):
     """A skewed stream in three micro-batches (cuts inside sliding windows): the rebalance stage
     moves and splits worksets between them (Algorithm 1 + splitting, a low trigger), the next

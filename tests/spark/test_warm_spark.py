@@ -87,6 +87,8 @@ def test_ssj_on_the_warm_spark_equals_a_local_run(spark, warm, tmp_path):
     assert local.pairs > 0 and ids(str(tmp_path / "warm")) == ids(str(tmp_path / "local"))
 
 
+@pytest.mark.slow
+@pytest.mark.exhaustive  # make test: the fault walks; 196 s here
 def test_stream_two_units_and_a_kill_after_landing_are_exact(spark, warm, tmp_path):
     src, out = str(tmp_path / "src"), str(tmp_path / "pairs")
     _stream(spark, src, 0, 200)
