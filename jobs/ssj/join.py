@@ -1,5 +1,6 @@
 """Stage 3: the distributed join. Each plan unit runs as its own Spark task with a local PPJoin;
-pairs go to the staging table, one stats row per unit to the stats table."""
+pairs go to the staging table, one stats row per unit to the stats table. An incremental run
+(``jobs.ssj.increment``) stages only the pairs with an appended record."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs.ssj import increment
 from jobs.ssj.common import SSJRun
 from jobs.ssj.optimize import load_plan
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
@@ -34,20 +36,34 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     prev = spark.conf.get("spark.sql.adaptive.coalescePartitions.enabled") or "true"
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
     try:
-        res = S.join_units(S.route_to_units(records, plan), plan, job.rs).persist(StorageLevel.MEMORY_AND_DISK)
-        pairs = (res.filter(F.col("kind") == int(RowKind.PAIR)).select("left_id", "right_id", "similarity")
-                 .withColumn("run_id", F.lit(job.run_id)))
-        # one stats row per unit, completed on the driver with the plan's estimates
+        inc = increment.load(spark, job)
+        if inc.incremental:  # only the pairs with an appended record: R-S joins against all records
+            blocks = [S.join_units(S.route_to_units(b, plan), plan, True) for b in S.increment_blocks(records, job.rs)]
+            res = blocks[0]
+            for b in blocks[1:]:
+                res = res.unionByName(b)
+        else:
+            res = S.join_units(S.route_to_units(records, plan), plan, job.rs)
+        res = res.persist(StorageLevel.MEMORY_AND_DISK)
+        pairs = res.filter(F.col("kind") == int(RowKind.PAIR)).select("left_id", "right_id", "similarity")
+        if inc.incremental and not job.rs:
+            pairs = S.self_pairs(pairs)
+        pairs = pairs.withColumn("run_id", F.lit(job.run_id))
+        # one stats row per unit (summed over an increment's blocks), completed with the plan's estimates
         stats = res.filter(F.col("kind") == int(RowKind.STATS))
-        got = {r["unit"]: r for r in stats.select(*STAT_COLS[:8]).collect()}
+        got: dict[int, list] = {}
+        for r in stats.select(*STAT_COLS[:8]).collect():
+            have = got.get(r["unit"])
+            got[r["unit"]] = list(r) if have is None else [
+                *have[:1], *(x + int(y) for x, y in zip(have[1:6], list(r)[1:6])),
+                have[6] + float(r["wall_seconds"]), have[7]]
         stat_rows = []
         for u in plan.units:
-            r = got.get(u.unit)
-            vals = [int(r[c]) if r else 0 for c in STAT_COLS[1:6]]
-            stat_rows.append((u.unit, *vals, float(r["wall_seconds"]) if r else 0.0,
-                         int(r["task_partition"]) if r else None, u.node, u.modgroup, float(u.est_cost),
-                         int(u.est_ram_bytes), float(vals[2]), job.run_id, "ssj",
-                         float(r["wall_seconds"]) if r else 0.0))
+            g = got.get(u.unit)
+            vals = [int(x) for x in g[1:6]] if g else [0] * 5
+            wall = float(g[6]) if g else 0.0
+            stat_rows.append((u.unit, *vals, wall, int(g[7]) if g else None, u.node, u.modgroup,
+                              float(u.est_cost), int(u.est_ram_bytes), float(vals[2]), job.run_id, "ssj", wall))
         delta.overwrite_partition(small_frame(spark, stat_rows, STATS_SCHEMA), job.tables.stats, job.part)
         delta.overwrite_partition(pairs, job.tables.staging, job.part)
         job.keep("pairs", pairs)
@@ -59,7 +75,8 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
                  row["unit"], row["node"], row["modgroup"], row["records_indexed"], row["records_probed"],
                  row["candidates"], row["results"], row["wall_seconds"])
     walls = [row["wall_seconds"] for row in rows]
-    out = {"pairs": int(sum(row["results"] for row in rows)), "units": len(rows),
+    n_pairs = job.frames["pairs"].count() if inc.incremental and not job.rs else sum(r["results"] for r in rows)
+    out = {"pairs": int(n_pairs), "mode": inc.mode, "units": len(rows),
            "candidates": int(sum(row["candidates"] for row in rows)),
            "slowest_unit_s": float(max(walls, default=0.0)), "fastest_unit_s": float(min(walls, default=0.0))}
     return out

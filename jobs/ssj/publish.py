@@ -1,4 +1,5 @@
-"""Stage: publish the gated pairs of this run to the output table (its run_id partition)."""
+"""Stage: publish the gated pairs of this run to the output table (its run_id partition). An
+incremental run publishes its base run's pairs with the new ones (``jobs.ssj.increment``)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,32 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs.ssj import increment
 from jobs.ssj.common import SSJRun
 from simjoin.log import get_logger
 from simjoin.spark import delta, pins
 
 log = get_logger("simjoin.ssj")
+COLS = ("left_id", "right_id", "similarity")
 
 
 def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
-    """Copy the gated pairs (kept by the join in this process, else the staging table) to the output."""
-    kept = "pairs" in job.frames
+    """Copy the gated pairs (kept by the join in this process, else the staging table) to the output,
+    with the base run's pairs for an incremental run; then record the count and mark the run published."""
+    inc = increment.load(spark, job)
     staged = job.frame("pairs", lambda: delta.read_table(spark, job.tables.staging)
-                       .filter(F.col("run_id") == job.run_id))
-    delta.overwrite_partition(staged.select("left_id", "right_id", "similarity", "run_id"), job.output, job.part)
-    n = staged.count() if kept else (
-        delta.read_table(spark, job.output).filter(F.col("run_id") == job.run_id).count())
-    pins.mark_published(spark, job.tables.runs, job.run_id)
-    log.info("ssj publish: %d pairs -> %s", n, job.output)
-    return {"pairs": n, "table": job.output, "run_id": job.run_id}
+                       .filter(F.col("run_id") == job.run_id)).select(*COLS)
+    out = staged
+    if inc.incremental:
+        carried = delta.read_table(spark, job.output).filter(F.col("run_id") == F.lit(inc.base_run)).select(*COLS)
+        out = carried.unionByName(staged)
+    with delta.in_order():  # the pairs, then their count (a base for later runs), then "published"
+        delta.overwrite_partition(out.withColumn("run_id", F.lit(job.run_id)), job.output, job.part)
+        n = delta.read_table(spark, job.output).filter(F.col("run_id") == job.run_id).count()
+        increment.write(spark, job, inc, pairs=n)
+        pins.mark_published(spark, job.tables.runs, job.run_id)
+    new = staged.count() if inc.incremental else n
+    log.info("ssj publish: %d pairs -> %s (%s)", n, job.output,
+             f"{new} new on top of run {inc.base_run}" if inc.incremental else "full join")
+    return {"pairs": n, "new_pairs": new, "mode": inc.mode, "base_run": inc.base_run, "table": job.output,
+            "run_id": job.run_id}

@@ -11,8 +11,9 @@ from simjoin.pipeline.spec import PipelineSpec, Stage
 def summary(run: Any, results: dict[str, Any]) -> str:
     r = results["rounds"][-1]
     tok, opt, join, pub = r["tokenize"], r["optimize"], r["join"], r["publish"]
+    how = f", {pub['new_pairs']} new on top of run {pub['base_run']}" if pub.get("base_run") else ""
     ratio = join["slowest_unit_s"] / join["fastest_unit_s"] if join["fastest_unit_s"] > 0 else float("nan")
-    return (f"ssj: {pub['pairs']} pairs from {tok['records']} records ({tok['quarantined']} quarantined), "
+    return (f"ssj: {pub['pairs']} pairs{how} from {tok['records']} records ({tok['quarantined']} quarantined), "
             f"{join['units']} units (n={opt['n']}, m={opt['m']}, slowest/fastest {ratio:.1f}) -> {run.output}")
 
 
@@ -25,8 +26,10 @@ SPEC = PipelineSpec(
         "run_id partition, so a retried or re-run task reproduces the same tables. Trigger with a config "
         'such as {"input": "warehouse/sets", "output": "warehouse/ssj_pairs", "threshold": 0.8}.',
     stages=(
-        Stage("tokenize", "jobs.ssj.tokenize:run", reads=(), writes=("tokens", "lengths", "quarantine"),
-              outlets=("tokens",), doc="Tokenize, quarantine bad rows, length statistics."),
+        Stage("tokenize", "jobs.ssj.tokenize:run", reads=(),
+              writes=("tokens", "lengths", "quarantine", "runs", "increments"), outlets=("tokens",),
+              doc="Pin the input versions, choose full or incremental, tokenize, quarantine bad rows, "
+                  "length statistics."),
         Stage("gate_tokens", "jobs.ssj.gates:tokens", reads=("tokens",), gate=True, background=True,
               doc="Great Expectations on the token records."),
         Stage("optimize", "jobs.ssj.optimize:run", reads=("lengths",), writes=("plan",), outlets=("plan",),
@@ -35,8 +38,9 @@ SPEC = PipelineSpec(
               outlets=("staging",), doc="One local PPJoin per unit -> staging pairs and unit stats."),
         Stage("gate_pairs", "jobs.ssj.gates:pairs", reads=("staging",), gate=True,
               doc="Great Expectations on the staged pairs."),
-        Stage("publish", "jobs.ssj.publish:run", reads=("staging",), writes=("output",), outlets=("output",),
-              publishes=True, doc="The gated pairs -> the output's run_id partition."),
+        Stage("publish", "jobs.ssj.publish:run", reads=("staging",), writes=("output", "increments", "runs"),
+              outlets=("output",), publishes=True,
+              doc="The gated pairs (with the base run's, if incremental) -> the output's run_id partition."),
     ),
     run_class="jobs.ssj.common:SSJRun",
     summary="jobs.ssj.spec:summary",

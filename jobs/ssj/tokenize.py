@@ -12,9 +12,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.ssj import increment
 from jobs.ssj.common import SSJRun
 from simjoin.log import get_logger
-from simjoin.spark import delta
+from simjoin.spark import delta, pins
 from simjoin.spark import setsim as S
 from simjoin.spark.session import small_frame
 
@@ -26,7 +27,6 @@ def read_versions(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]]
     """The input versions this run reads (pinned in ``<output>_runs``); a scheduled or
     asset-triggered run whose inputs are those of the last published run has nothing new."""
     from simjoin.pipeline.spec import NothingNew
-    from simjoin.spark import pins
 
     for _, path in sides:  # fail on a bad input before anything (the pins too) is written
         if not delta.table_exists(spark, path):
@@ -56,14 +56,25 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
         if delta.table_exists(spark, path):
             S.check_input_columns(delta.read_table(spark, path), cfg.id_col, cfg.text_col, f"input {path}")
     versions = read_versions(spark, job, sides)
+    inc = increment.choose(spark, job, sides, versions)
+    log.info("ssj tokenize: %s", inc.reason)
     prepared: DataFrame | None = None
     for side, path in sides:
         df = delta.read_table(spark, path, version=versions[side])
         S.check_input_columns(df, cfg.id_col, cfg.text_col, f"input {path}")
-        one = S.prepare(S.select_input(df, cfg.id_col, cfg.text_col, side), cfg.qgram)
+        if inc.incremental:  # rows appended since the base run get side + APPENDED
+            df = pins.appended(spark, path, df, inc.since[side])
+        one = S.prepare(S.select_input(df, cfg.id_col, cfg.text_col, side,
+                                       appended="_appended" if inc.incremental else None), cfg.qgram)
         prepared = one if prepared is None else prepared.unionByName(one)
     assert prepared is not None
     prepared = prepared.cache()
+    if inc.incremental and (clash := S.appended_id_clash(prepared)) is not None:
+        inc = increment.full(f"the appended row id {clash} repeats an id of an earlier row")
+        log.info("ssj tokenize: %s", inc.reason)
+        first = prepared
+        prepared = prepared.withColumn("side", (F.col("side") % S.APPENDED).cast("int")).cache()
+        first.unpersist()
     prof = S.profile(prepared)
     if prof.duplicates:
         log.info("ssj tokenize: %d ids occur more than once; keeping the first row of each", len(prof.duplicates))
@@ -75,7 +86,8 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     log.info("quality %s: %d rows in, %d good, %d quarantined", " + ".join(p for _, p in sides), n_in,
              prof.good, prof.bad)
     if prof.bad:
-        bad = (prepared.filter(F.col("reason") != "").select("side", "id", "text", "reason")
+        bad = (prepared.filter(F.col("reason") != "")
+               .select((F.col("side") % S.APPENDED).cast("int").alias("side"), "id", "text", "reason")
                .withColumn("stage", F.lit("tokenize")).withColumn("run_id", F.lit(job.run_id)))
     else:  # nothing to quarantine: still replace this run's partition, without a scan
         bad = small_frame(spark, [], QUARANTINE_SCHEMA)
@@ -90,8 +102,11 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     if n != prof.good:
         raise AssertionError(f"ssj tokenize lost rows: {n} records encoded, {prof.good} good rows")
     delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
+    new = records.filter(F.col("side") >= S.APPENDED).count() if inc.incremental else n
+    inc = increment.write(spark, job, increment.with_new_records(inc, new))
     job.keep("records", records)
     job.keep("length_rows", length_rows)
-    log.info("ssj tokenize: %d records in, %d tokenized, %d quarantined", n_in, prof.good, prof.bad)
-    return {"records_in": n_in, "records": prof.good, "quarantined": prof.bad,
-            "versions": {p: versions[s] for s, p in sides}}
+    log.info("ssj tokenize: %d records in, %d tokenized (%d to join: %s), %d quarantined", n_in, prof.good, new,
+             inc.mode, prof.bad)
+    return {"records_in": n_in, "records": prof.good, "quarantined": prof.bad, "mode": inc.mode,
+            "base_run": inc.base_run, "new_records": new, "versions": {p: versions[s] for s, p in sides}}

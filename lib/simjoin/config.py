@@ -198,6 +198,9 @@ class SSJConfig:
     mod: int | None = param(None, "Modulo m (default: the optimizer's search).", ge=1)
     total_units: int = param(4, "Seed t of the parameter search (n * m = t).", ge=1, flag="--units")
     memory_gb: float = param(4.0, "RAM limit per unit for the optimizer (GiB).", gt=0)
+    incremental: bool = param(True, "Join only the records appended since the last published run with the "
+                                    "same parameters, and carry its pairs over (a full join when there is none, "
+                                    "or the input was rewritten).")
 
     def __post_init__(self) -> None:
         s = "ssj"

@@ -51,13 +51,29 @@ def background_writes(max_workers: int = 3) -> Iterator[None]:
     futures: list[Future[None]] = []
     # each write runs in the submitting stage's context (fault injection counts its commits)
     _local.submit = lambda fn, *a: futures.append(pool.submit(contextvars.copy_context().run, fn, *a))
+    _local.futures = futures
     try:
         yield
     finally:
-        _local.submit = None
+        _local.submit = _local.futures = None
         pool.shutdown(wait=True)
     for f in futures:
         f.result()
+
+
+@contextmanager
+def in_order() -> Iterator[None]:
+    """Commits that must land one after another (an output, then the record that it is complete):
+    inside ``background_writes``, first wait for every write submitted so far (re-raising its
+    failure), then write synchronously, in program order, until the block ends."""
+    submit, futures = getattr(_local, "submit", None), getattr(_local, "futures", None)
+    for f in list(futures or []):
+        f.result()
+    _local.submit = None
+    try:
+        yield
+    finally:
+        _local.submit = submit
 
 
 

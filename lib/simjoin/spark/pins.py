@@ -20,7 +20,8 @@ from pyspark.sql import functions as F
 from simjoin.spark import delta
 from simjoin.spark.session import small_frame
 
-__all__ = ["PIN_SCHEMA", "version_as_of", "pin_inputs", "mark_published", "last_published"]
+__all__ = ["PIN_SCHEMA", "version_as_of", "pin_inputs", "mark_published", "last_published", "published_runs",
+           "append_only", "appended"]
 
 PIN_SCHEMA = "run_id string, side int, path string, version long, as_of string, pinned_at timestamp, published boolean"
 
@@ -72,13 +73,54 @@ def mark_published(spark: SparkSession, table: str, run_id: str) -> None:
         delta.overwrite_partition(small_frame(spark, out, PIN_SCHEMA), table, {"run_id": run_id})
 
 
-def last_published(spark: SparkSession, table: str, exclude: str) -> tuple[str, dict[tuple[int, str], int]] | None:
-    """The latest published run other than ``exclude``: (run_id, {(side, path): version})."""
+def published_runs(spark: SparkSession, table: str, exclude: str) -> list[tuple[str, dict[tuple[int, str], int]]]:
+    """Every published run other than ``exclude``, the latest pinned first: (run_id, {(side, path): version})."""
     runs: dict[str, list[Any]] = {}
     for r in _read(spark, table):
         if r["published"] and r["run_id"] != exclude:
             runs.setdefault(r["run_id"], []).append(r)
-    if not runs:
+    order = sorted(runs, key=lambda k: max(r["pinned_at"] for r in runs[k]), reverse=True)
+    return [(k, {(int(r["side"]), r["path"]): int(r["version"]) for r in runs[k]}) for k in order]
+
+
+def last_published(spark: SparkSession, table: str, exclude: str) -> tuple[str, dict[tuple[int, str], int]] | None:
+    """The latest published run other than ``exclude``: (run_id, {(side, path): version})."""
+    runs = published_runs(spark, table, exclude)
+    return runs[0] if runs else None
+
+
+# Commits that only add rows: a blind append, or a streaming append. Anything else (an overwrite, a
+# MERGE, DELETE or UPDATE, an OPTIMIZE that rewrites files, a schema change) may move or drop rows.
+_APPENDS = {"WRITE": "mode", "STREAMING UPDATE": "outputMode"}
+
+
+def append_only(spark: SparkSession, ref: str, since: int, until: int) -> str | None:
+    """``None`` if every commit of ``ref`` after version ``since`` up to ``until`` only appended
+    rows; otherwise why not, in one line."""
+    if until < since:
+        return f"{ref} v{until} is older than v{since}"
+    if until == since:
         return None
-    run_id = max(runs, key=lambda k: max(r["pinned_at"] for r in runs[k]))
-    return run_id, {(int(r["side"]), r["path"]): int(r["version"]) for r in runs[run_id]}
+    rows = (delta.history(spark, ref).filter((F.col("version") > since) & (F.col("version") <= until))
+            .select("version", "operation", "operationParameters").collect())
+    got = {int(r["version"]): r for r in rows}
+    for v in range(since + 1, until + 1):
+        r = got.get(v)
+        if r is None:
+            return f"{ref} v{v}: the commit is no longer in the table's history"
+        key = _APPENDS.get(r["operation"])
+        params = r["operationParameters"] or {}
+        if key is None or params.get(key) != "Append":
+            how = f"{r['operation']} ({', '.join(f'{k}={w}' for k, w in sorted(params.items()))})"
+            return f"{ref} v{v} is a {how}, not an append"
+    return None
+
+
+def appended(spark: SparkSession, ref: str, df: Any, since: int) -> Any:
+    """``df`` (read from ``ref``) with a boolean column ``_appended``: whether the row lies in a data
+    file that version ``since`` of ``ref`` did not have. Exact when the commits since then only
+    appended (``append_only``): old rows stay in their files."""
+    old = delta.read_table(spark, ref, version=since).inputFiles()
+    files = small_frame(spark, [(f,) for f in old], "_file string").withColumn("_old", F.lit(True))
+    return (df.withColumn("_file", F.col("_metadata.file_path")).join(F.broadcast(files), "_file", "left")
+            .withColumn("_appended", F.col("_old").isNull()).drop("_file", "_old"))

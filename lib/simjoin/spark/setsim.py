@@ -30,8 +30,12 @@ from simjoin.spark.tokenizer import tokenize as tokenize_arrow
 
 __all__ = [
     "SSJTables",
+    "APPENDED",
     "check_input_columns",
     "select_input",
+    "appended_id_clash",
+    "increment_blocks",
+    "self_pairs",
     "prepare",
     "profile",
     "TokenProfile",
@@ -55,10 +59,59 @@ def check_input_columns(df: DataFrame, id_col: str, text_col: str, what: str) ->
             raise ValueError(f"{what}: column {col!r} has type {types[col]}; allowed: {', '.join(allowed)}")
 
 
-def select_input(df: DataFrame, id_col: str, text_col: str, side: int) -> DataFrame:
-    """(side, id, text) from a user table."""
-    return df.select(F.lit(side).cast("int").alias("side"), F.col(id_col).cast("long").alias("id"),
+#: Side offset of a record appended since an incremental run's base: side 2 = an appended left
+#: record, 3 = an appended right record (``jobs.ssj.increment``).
+APPENDED = 2
+
+
+def select_input(df: DataFrame, id_col: str, text_col: str, side: int, appended: str | None = None) -> DataFrame:
+    """(side, id, text) from a user table; with ``appended`` (a boolean column of ``df``), the rows
+    where it holds get side ``side + APPENDED``."""
+    sd = F.lit(side)
+    if appended is not None:
+        sd = sd + F.when(F.col(appended), F.lit(APPENDED)).otherwise(F.lit(0))
+    return df.select(sd.cast("int").alias("side"), F.col(id_col).cast("long").alias("id"),
                      F.col(text_col).alias("text"))
+
+
+def appended_id_clash(prepared: DataFrame) -> int | None:
+    """An id that an appended good row shares with an earlier good row of the same input, if any."""
+    good = prepared.filter(F.col("reason") == "").select(
+        (F.col("side") % APPENDED).alias("s"), "id", (F.col("side") >= APPENDED).alias("new"))
+    hit = (good.groupBy("s", "id").agg(F.min(F.col("new").cast("int")).alias("a"),
+                                       F.max(F.col("new").cast("int")).alias("b"))
+           .filter(F.col("a") != F.col("b")).select("id").limit(1).collect())
+    return int(hit[0]["id"]) if hit else None
+
+
+def increment_blocks(records: DataFrame, rs: bool) -> list[DataFrame]:
+    """The R-S joins that find exactly the pairs with at least one appended record.
+
+    Self-join: appended records (left) against all records (right); every pair of two appended
+    records comes twice, and each appended record meets itself (``self_pairs`` cleans both up).
+    R-S join: appended left against all right, then earlier left against appended right.
+    A record in both sides of a block gets rid ``2 rid + side``: still unique, still in length order.
+    """
+    sd = F.col("side")
+
+    def block(left: Any, right: Any) -> DataFrame:
+        one = records.filter(left).withColumn("side", F.lit(0)).unionByName(
+            records.filter(right).withColumn("side", F.lit(1)))
+        return one.withColumn("side", sd.cast("int")).withColumn("rid", F.col("rid") * 2 + sd)
+
+    if not rs:
+        return [block(sd == APPENDED, F.lit(True))]
+    return [block(sd == APPENDED, sd.isin(1, 1 + APPENDED)), block(sd == 0, sd == 1 + APPENDED)]
+
+
+def self_pairs(pairs: DataFrame) -> DataFrame:
+    """Pairs of an incremental self-join block as the self-join gives them: no record with itself,
+    each unordered pair once, ``left_id < right_id``."""
+    a, b = F.col("left_id"), F.col("right_id")
+    return (pairs.filter(a != b).withColumn("l", F.least(a, b)).withColumn("r", F.greatest(a, b))
+            .drop("left_id", "right_id").withColumnRenamed("l", "left_id").withColumnRenamed("r", "right_id")
+            .dropDuplicates(["left_id", "right_id"]).select("left_id", "right_id", *[
+                c for c in pairs.columns if c not in ("left_id", "right_id")]))
 
 
 PREPARED_SCHEMA = "side int, id long, text string, tokens array<string>, reason string"

@@ -46,9 +46,15 @@ class SSJTables:
         """The input versions each run read (``simjoin.spark.pins``)."""
         return self._side("runs")
 
+    @property
+    def increments(self) -> str:
+        """Per run: full or incremental, the published run it built on, and its published pair count."""
+        return self._side("increments")
+
     def all(self) -> dict[str, str]:
         return {"pairs": self.output, "tokens": self.tokens, "lengths": self.lengths, "plan": self.plan,
-                "stats": self.stats, "quarantine": self.quarantine, "runs": self.runs}
+                "stats": self.stats, "quarantine": self.quarantine, "runs": self.runs,
+                "increments": self.increments}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,117 @@
+"""Incremental runs: an ssj run builds on the last published run when it can, else joins in full.
+
+A run reads its inputs at pinned versions v and publishes exactly the pairs of v. Say a published
+run b read the same inputs at versions v_b <= v, with the same parameters, and every commit since
+v_b only appended rows. Then
+
+    pairs(v) = pairs(v_b)  ∪  {pairs (x, y) of v with x or y appended since v_b}.
+
+So the run tokenizes the whole input under one token order (prefix filtering stays exact under
+any global order, as long as every record uses the same one), joins only the appended records
+against all records (``simjoin.spark.setsim.increment_blocks``), and publishes b's pairs with the
+new ones. A run falls back to a full join, and says why in ``<output>_increments``, when:
+
+- there is no such published run (``--no-incremental``, other parameters, other inputs);
+- an input was rewritten since (an overwrite, MERGE, DELETE, UPDATE or OPTIMIZE, or its commits
+  are gone from the Delta log);
+- an appended row repeats an id of an earlier row (which row is kept could change);
+- run b's output partition no longer holds the pairs it published (someone deleted them).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from jobs.ssj.common import SSJRun
+from simjoin.spark import delta, pins
+from simjoin.spark.session import small_frame
+
+INCREMENTS_SCHEMA = ("run_id string, mode string, base_run string, reason string, params string, "
+                     "new_records long, pairs long")
+#: The parameters the pairs depend on: a base run must have had the same.
+PAIR_PARAMS = ("threshold", "similarity", "tokenizer", "id_col", "text_col")
+
+
+@dataclass(frozen=True)
+class Increment:
+    """How this run joins: on top of ``base_run`` (incremental) or in full (``base_run`` None)."""
+
+    base_run: str | None
+    reason: str
+    since: dict[int, int] = field(default_factory=dict)  # side -> the base run's version of that input
+    new_records: int | None = None
+
+    @property
+    def incremental(self) -> bool:
+        return self.base_run is not None
+
+    @property
+    def mode(self) -> str:
+        return "incremental" if self.incremental else "full"
+
+
+def params_key(job: SSJRun) -> str:
+    return json.dumps({k: getattr(job.cfg, k) for k in PAIR_PARAMS}, sort_keys=True)
+
+
+def full(reason: str) -> Increment:
+    return Increment(None, f"a full join: {reason}")
+
+
+def _rows(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
+    t = job.tables.increments
+    if not delta.table_exists(spark, t):
+        return {}
+    return {r["run_id"]: r for r in delta.read_table(spark, t).collect()}  # one row per run: small
+
+
+def choose(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int]) -> Increment:
+    """The latest published run this one can build on, or a full join and why."""
+    if not job.cfg.incremental:
+        return full("incremental is off")
+    done = _rows(spark, job)
+    key = params_key(job)
+    for run_id, pinned in pins.published_runs(spark, job.tables.runs, exclude=job.run_id):
+        r = done.get(run_id)
+        if (set(pinned) != set(sides) or any(pinned[(s, p)] > versions[s] for s, p in sides)
+                or r is None or r["pairs"] is None or r["params"] != key):
+            continue
+        for s, p in sides:
+            why = pins.append_only(spark, p, pinned[(s, p)], versions[s])
+            if why:
+                return full(f"{why} since run {run_id}")
+        have = (delta.read_table(spark, job.output).filter(F.col("run_id") == run_id).count()
+                if delta.table_exists(spark, job.output) else 0)
+        if have != r["pairs"]:
+            return full(f"run {run_id}'s output partition holds {have} pairs; it published {r['pairs']}")
+        since = {s: pinned[(s, p)] for s, p in sides}
+        return Increment(run_id, f"incremental on run {run_id} ("
+                         + ", ".join(f"{p} v{since[s]} -> v{versions[s]}" for s, p in sides) + ")", since)
+    return full("no published run of these inputs with these parameters to build on")
+
+
+def write(spark: SparkSession, job: SSJRun, inc: Increment, pairs: int | None = None) -> Increment:
+    """This run's row of ``<output>_increments`` (its ``run_id`` partition, replaced); ``pairs`` is set
+    by the publish stage, which makes the run a base for later ones."""
+    row = (job.run_id, inc.mode, inc.base_run, inc.reason, params_key(job), inc.new_records, pairs)
+    delta.overwrite_partition(small_frame(spark, [row], INCREMENTS_SCHEMA), job.tables.increments, job.part)
+    return job.keep("increment", inc)  # type: ignore[no-any-return]
+
+
+def with_new_records(inc: Increment, n: int) -> Increment:
+    return replace(inc, new_records=n)
+
+
+def load(spark: SparkSession, job: SSJRun) -> Increment:
+    """The increment the tokenize stage chose: kept in this process, else its table row."""
+    if "increment" in job.frames:
+        return job.frames["increment"]  # type: ignore[no-any-return]
+    r = _rows(spark, job).get(job.run_id)
+    if r is None:
+        raise ValueError(f"{job.tables.increments} has no row for run {job.run_id!r}: run the tokenize stage first")
+    return Increment(r["base_run"], r["reason"], new_records=r["new_records"])
