@@ -112,8 +112,14 @@ def test_rerun_and_backfill_reproduce_a_past_run_and_scheduled_runs_skip_when_no
     _ssj_stage_run(spark, params, "backfill__1", "backfill", as_of=t1)
     assert _partition(out, "backfill__1") == before
     # a scheduled run now sees the new rows
+    # a scheduled run now sees the new rows, and joins only them against all (one task per stage)
     now = _ssj_stage_run(spark, params, "scheduled__3", "scheduled", as_of=dt.datetime.now(dt.UTC))
     assert now is not None and len(_partition(out, "scheduled__3")) > len(before)
+    assert now["tokenize"]["mode"] == "incremental" and now["tokenize"]["new_records"] == len(more)
+    assert now["publish"]["base_run"] in ("scheduled__1", "backfill__1")
+    full = _ssj_stage_run(spark, {**params, "incremental": False}, "manual__3", "manual")
+    assert full is not None and full["tokenize"]["mode"] == "full"
+    assert _partition(out, "scheduled__3") == _partition(out, "manual__3")
     # a backfill before the input existed: one clear line
     with pytest.raises(ValueError, match=r"has no version at or before .*allowed a data interval that ends after"):
         _ssj_stage_run(spark, params, "backfill__0", "backfill", as_of=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))

@@ -60,12 +60,13 @@ def _pairs(spark, out, run_id):
     return got
 
 
+MORE = [pytest.mark.slow, pytest.mark.exhaustive]  # make test-exhaustive
 CASES = [  # seed, threshold, similarity, workers, mod
     (1, 0.6, "jaccard", 2, 2),
-    (2, 0.75, "cosine", None, None),
-    pytest.param(3, 0.5, "dice", 3, 1, marks=pytest.mark.slow),
-    pytest.param(4, 0.8, "jaccard", 2, 3, marks=pytest.mark.slow),
-    pytest.param(5, 1.0, "jaccard", 1, 2, marks=pytest.mark.slow),
+    pytest.param(2, 0.75, "cosine", None, None, marks=MORE),
+    pytest.param(3, 0.5, "dice", 3, 1, marks=MORE),
+    pytest.param(4, 0.8, "jaccard", 2, 3, marks=MORE),
+    pytest.param(5, 1.0, "jaccard", 1, 2, marks=MORE),
 ]
 
 
@@ -92,7 +93,7 @@ def test_self_join_appends_are_joined_incrementally_and_exactly(spark, tmp_path,
         assert inc["pairs"] == len(got) == res["rounds"][-1]["publish"]["pairs"]
 
 
-@pytest.mark.parametrize("seed", [7, pytest.param(8, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("seed", [7, pytest.param(8, marks=MORE)])
 def test_rs_join_appends_on_either_side_are_joined_incrementally_and_exactly(spark, tmp_path, seed):
     rng = random.Random(seed)
     lp, rp, out = str(tmp_path / "left"), str(tmp_path / "right"), str(tmp_path / "pairs")
