@@ -154,3 +154,28 @@ def test_a_full_join_when_it_cannot_build_on_a_run_and_it_says_why(spark, tmp_pa
     run_named(spark, "ssj", run_id="g", **kw)
     assert _increment(spark, out, "g")["base_run"] == "f"
     assert _pairs(spark, out, "g") == _pairs(spark, out, "f")
+
+
+@pytest.mark.slow
+def test_a_publish_killed_after_its_pairs_is_no_base_and_its_retry_is_exact(spark, tmp_path, monkeypatch):
+    from simjoin.faults import ENV, InjectedFault
+
+    src, out = str(tmp_path / "sets"), str(tmp_path / "pairs")
+    rows = _random_texts(60, 31)
+    _write(spark, src, rows)
+    kw = {"input": src, "output": out, "threshold": 0.6}
+    run_named(spark, "ssj", run_id="r0", **kw)
+    more = _more(random.Random(31), 50_000, 30, rows)
+    _write(spark, src, more, version=1)
+    rows = rows + more
+    monkeypatch.setenv(ENV, "ssj.publish.write@1")  # the pairs committed, their count not yet
+    with pytest.raises(InjectedFault):
+        run_named(spark, "ssj", run_id="r1", **kw)
+    monkeypatch.delenv(ENV)
+    assert _increment(spark, out, "r1")["pairs"] is None
+    run_named(spark, "ssj", run_id="r2", **kw)  # r1 is no base: r0 is
+    assert _increment(spark, out, "r2")["base_run"] == "r0"
+    run_named(spark, "ssj", run_id="r1", **kw)  # the retry
+    ref = _reference(_good(rows), 0.6)
+    for run_id in ("r1", "r2"):
+        _assert_same(_pairs(spark, out, run_id), ref)
