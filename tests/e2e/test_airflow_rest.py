@@ -79,7 +79,8 @@ def test_rest_trigger_on_a_moved_port_runs_on_the_warm_spark(stack, tmp_path):
     mine = timing[(timing["run_id"] == run_id) & (timing["mode"] == "airflow")]
     assert set(mine["stage"]) == {t["task_id"] for t in tis}
     assert (mine["spark"] == "warm").all()
-    assert mine["startup_s"].max() < 2.0, mine[["stage", "startup_s"]]
+    # a Connect session opens in about 1 s; a fresh JVM takes 10 s or more (a loose bound: 2 busy cores)
+    assert mine["startup_s"].max() < 8.0, mine[["stage", "startup_s"]]
     log_text = stack.task_log("simjoin_ssj", run_id, "join")
     assert "Spark start-up" in log_text and "warm" in log_text
 

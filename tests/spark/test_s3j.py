@@ -73,16 +73,17 @@ def _threshold(metric, X, q=0.01):
     return float(np.quantile(D[np.triu_indices(len(D), 1)], q))
 
 
+_MORE = [pytest.mark.slow, pytest.mark.exhaustive]  # make test-exhaustive
 CASES = [  # dim, metric, inclusive, two-stream, algorithm
     (2, "angular", False, False, "s3j"),
-    (2, "euclidean", True, True, "s3j"),
+    pytest.param(2, "euclidean", True, True, "s3j", marks=_MORE),
     (2, "cosine", False, True, "clusterjoin"),
     (10, "angular", True, True, "s3j"),
-    (10, "euclidean", False, False, "s3j"),
-    (10, "cosine", True, False, "s3j"),
-    (50, "angular", False, True, "s3j"),
+    pytest.param(10, "euclidean", False, False, "s3j", marks=_MORE),
+    pytest.param(10, "cosine", True, False, "s3j", marks=_MORE),
+    pytest.param(50, "angular", False, True, "s3j", marks=_MORE),
     (50, "euclidean", True, False, "clusterjoin"),
-    (50, "cosine", False, False, "s3j"),
+    pytest.param(50, "cosine", False, False, "s3j", marks=_MORE),
 ]
 
 
