@@ -3,6 +3,7 @@ id) go to the quarantine table with a reason; good rows become integer-token rec
 
 The input is read and tokenized once (cached); one shuffle profiles it (token frequencies,
 lengths per partition, repeated ids, bad rows), and one narrow pass encodes the records.
+An incremental run (``jobs.ssj.increment``) tags the rows appended since its base run with side + 2.
 """
 
 from __future__ import annotations
