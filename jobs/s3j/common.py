@@ -80,4 +80,4 @@ def open_unit(spark: Any, run: S3JRun) -> S3JUnit | None:
         return None
     if not u.meta.get("dim"):
         raise RuntimeError(f"unit {u.id} has no vector dimension: rerun ingest")
-    return S3JUnit(u.engine, u.unit, u.meta)
+    return u.like(S3JUnit)

@@ -4,7 +4,8 @@ Every config field becomes an option (``--threshold``, ``--id-col``...; a field'
 renames it): its type, choices and help come from the field, and its default stays None so that
 ``conf/<section>.yaml`` and ``SIMJOIN_<SECTION>_<KEY>`` apply. The values are validated by the
 same ``load_config`` as the DAG's. A field whose ``flag`` is ``""`` selects a sub-command
-(``simjoin generate vectors``). Batch pipelines get ``--run-id``, stream pipelines ``--reset``.
+(``simjoin generate vectors``). Batch pipelines get ``--run-id``, stream pipelines ``--reset`` and
+``--follow [--trigger 5s]`` (:func:`simjoin.pipeline.runner.follow_pipeline`).
 
 Every error - a bad flag, a bad input, an error raised inside Spark or a streaming micro-batch -
 reaches the user as one line ``error: ...`` on stderr and exit code 2 (user error) or 1.
@@ -56,12 +57,29 @@ def _options(spec: PipelineSpec, skip: str | None = None) -> list[click.Paramete
         opts.append(click.Option(["--reset"], is_flag=True, default=False,
                                  help="First remove the output with its state, work, stats, quarantine and "
                                       "checkpoint, then join every input again."))
+        opts.append(click.Option(["--follow"], is_flag=True, default=False,
+                                 help="Keep running: one streaming query joins and publishes each micro-batch as it "
+                                      "arrives, on a warm JVM (Ctrl-C or SIGTERM stops it; a restart resumes)."))
+        opts.append(click.Option(["--trigger"], default="5s", show_default=True,
+                                 help="With --follow: how often the query looks for new rows (e.g. 1s, 500ms)."))
     return opts
 
 
 def _fail(msg: str, code: int = 2) -> None:
     click.echo(f"error: {msg}", err=True)
     raise SystemExit(code)
+
+
+def _trigger(text: str | None) -> float:
+    from simjoin.config import parse_duration
+
+    try:
+        secs = parse_duration(text or "5s")
+    except ValueError as e:
+        raise ValueError(f"--trigger: {e}") from None
+    if secs <= 0:
+        raise ValueError(f"--trigger {text!r}: allowed a duration > 0, e.g. 5s or 500ms")
+    return secs
 
 
 def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
@@ -73,6 +91,8 @@ def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
     master = values.pop("master", None)
     run_id = values.pop("run_id", "cli")
     reset = bool(values.pop("reset", False))
+    follow = bool(values.pop("follow", False))
+    trigger = values.pop("trigger", None)
     config_file = values.pop("config_file", None)
     for f in spec.fields():  # a repeatable flag: its values joined; none given: None (YAML/env apply)
         if f.metadata.get("multiple") and f.name in values:
@@ -80,6 +100,7 @@ def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
             values[f.name] = "; ".join(given) if given else None
     try:
         run = spec.make_run(values, run_id=run_id, reset=reset, config_file=config_file)
+        trigger_s = _trigger(trigger) if follow else 0.0
     except (ConfigError, ValueError) as e:
         _fail(str(e))
     try:
@@ -87,8 +108,18 @@ def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
         from simjoin.spark.session import get_spark
 
         spark = get_spark(load_config(SparkConfig, "spark", {"master": master}))
-        results = run_pipeline(spark, run)  # type: ignore[possibly-undefined]
-        line = resolve(spec.summary)(run, results) if spec.summary else f"{spec.name}: done"  # type: ignore
+        if follow:
+            from simjoin.pipeline.runner import follow_pipeline
+
+            res = follow_pipeline(spark, run, trigger_s)  # type: ignore[possibly-undefined]
+            f, first = res["follow"], spec.stages[0].name
+            caught = sum(1 for r in res["catch_up"]["rounds"] if (r.get(first) or {}).get("unit") is not None)
+            line = (f"{spec.name} follow: units published: {caught} on start, {len(res['units'])} followed "
+                    f"({f.get('rows', 0)} rows read, {f.get('quarantined', 0)} quarantined); stopped -> "
+                    f"{run.output}")  # type: ignore[possibly-undefined]
+        else:
+            results = run_pipeline(spark, run)  # type: ignore[possibly-undefined]
+            line = resolve(spec.summary)(run, results) if spec.summary else f"{spec.name}: done"  # type: ignore
     except (ConfigError, ValueError, FileNotFoundError) as e:
         _fail(one_line(e))
     except KeyboardInterrupt:

@@ -32,7 +32,7 @@ from simjoin.pipeline.lock import OutputLocked, output_lock, output_of
 from simjoin.pipeline.registry import get_spec
 from simjoin.pipeline.spec import TRIGGERS, NothingNew, PipelineSpec, Run
 
-__all__ = ["run_stage", "run_task", "run_pipeline", "guard_outputs", "InjectedFault", "one_line",
+__all__ = ["run_stage", "run_task", "run_pipeline", "follow_pipeline", "Follow", "guard_outputs", "InjectedFault", "one_line",
            "VALIDATION_ERRORS"]
 
 log = get_logger("simjoin.pipeline")
@@ -209,8 +209,7 @@ def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
 
 
 def _run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
-    from simjoin.pipeline.timing import TaskTiming, process_age, record
-    from simjoin.spark import delta
+    from simjoin.pipeline.timing import process_age
     from simjoin.spark.session import startup_seconds
 
     spec = run.spec
@@ -227,44 +226,114 @@ def _run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
         results["reset"] = reset(spark)
     timed: list[Any] = []
     for _round in range(2):
-        done: dict[str, Any] = {}
-        try:
-            # Stage tables of a batch run are written by background jobs (never read back in-process);
-            # a stream's engine reads its own tables back, so it writes synchronously.
-            writes = delta.background_writes() if spec.run_type == "batch" else nullcontext()
-            with writes, ThreadPoolExecutor(1, thread_name_prefix="gate") as pool:
-                pending: list[tuple[str, Future[Any]]] = []
-                for st in spec.stages:
-                    fn = st.function()
-                    if st.publishes:
-                        for name, fut in pending:
-                            done[name] = fut.result()
-                        pending.clear()
-                    if st.background:
-                        pending.append((st.name, pool.submit(_timed, spec, st.name, fn, spark, run, timed)))
-                        continue
-                    done[st.name] = _timed(spec, st.name, fn, spark, run, timed)
-                for name, fut in pending:
-                    done[name] = fut.result()
-        finally:
-            run.frames.clear()
-            spark.catalog.clearCache()
+        done = _run_stages(spark, run, spec.stages, timed)
         results["rounds"].append(done)
         first = done.get(spec.stages[0].name) or {}
         if not (isinstance(first, dict) and first.get("resumed")):
             break
     results["seconds"] = time.perf_counter() - t0
+    _record_cli(run, timed, timings, kind)
+    return results
+
+
+def _record_cli(run: Run, timed: list[Any], timings: dict[str, float] | None, kind: str) -> None:
+    from simjoin.pipeline.timing import TaskTiming, record
+
     invocation = f"{run.run_id}@{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
     rows = []
     for name, sec, res in timed:
-        row = TaskTiming(run.run_id, spec.name, name, "cli", kind, work_s=sec, output=_abs_output(run),
+        row = TaskTiming(run.run_id, run.spec.name, name, "cli", kind, work_s=sec, output=_abs_output(run),
                          invocation=invocation)
         row.count(res)
         rows.append(row)
-    if rows:  # the process and Spark start-up are paid once, by the first stage
+    if rows and timings:  # the process and Spark start-up are paid once, by the first stage
         rows[0].process_s, rows[0].startup_s = max(0.0, timings["process_s"]), timings["startup_s"]
     record(rows)
-    return results
+
+
+def _run_stages(spark: Any, run: Run, stages: Any, timed: list[Any]) -> dict[str, Any]:
+    """``stages`` in order in this process (background gates beside the next stages, done
+    before a publishing stage); the frames they handed each other are dropped at the end."""
+    from simjoin.spark import delta
+
+    spec = run.spec
+    done: dict[str, Any] = {}
+    try:
+        # Stage tables of a batch run are written by background jobs (never read back in-process);
+        # a stream's engine reads its own tables back, so it writes synchronously.
+        writes = delta.background_writes() if spec.run_type == "batch" else nullcontext()
+        with writes, ThreadPoolExecutor(1, thread_name_prefix="gate") as pool:
+            pending: list[tuple[str, Future[Any]]] = []
+            for st in stages:
+                fn = st.function()
+                if st.publishes:
+                    for name, fut in pending:
+                        done[name] = fut.result()
+                    pending.clear()
+                if st.background:
+                    pending.append((st.name, pool.submit(_timed, spec, st.name, fn, spark, run, timed)))
+                    continue
+                done[st.name] = _timed(spec, st.name, fn, spark, run, timed)
+            for name, fut in pending:
+                done[name] = fut.result()
+    finally:
+        run.frames.clear()
+        spark.catalog.clearCache()
+    return done
+
+
+def follow_pipeline(spark: Any, run: Run, trigger_s: float, max_units: int | None = None) -> dict[str, Any]:
+    """Follow mode of a stream pipeline: finish an open unit and catch up (one normal run), then
+    one long-running Structured Streaming query (``processingTime`` trigger) in this process.
+    Each micro-batch becomes one unit and runs every later stage, gate and publish at once, on
+    the warm JVM, with the batch mode's tables and exactly-once rules. SIGINT or SIGTERM (or
+    ``max_units`` units) stops it between units; a restart resumes where it stopped."""
+    import signal
+    import threading
+
+    if run.spec.run_type != "stream":
+        raise ValueError(f"--follow: {run.spec.name} is a batch pipeline: allowed only for stream pipelines")
+    if trigger_s <= 0:
+        raise ValueError(f"--trigger {trigger_s:g}s: allowed a duration > 0, e.g. 5s")
+    stop = threading.Event()
+    units: list[dict[str, Any]] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    timed: list[Any] = []
+    try:
+        with output_lock(output_of(run), run.run_id, "follow mode"):
+            first = _run_pipeline(spark, run)
+            rest = run.spec.stages[1:]
+
+            def after_unit(unit: int) -> dict[str, Any]:
+                done = _run_stages(spark, run, rest, timed)
+                units.append({"unit": unit, **{k: v for k, v in done.items() if isinstance(v, dict)}})
+                _record_cli(run, timed, None, _spark_kind(spark))
+                timed.clear()
+                if max_units is not None and len(units) >= max_units:
+                    stop.set()
+                return done
+
+            run.follow = Follow(trigger_s, after_unit, stop)  # type: ignore[attr-defined]
+            try:
+                follow = _timed(run.spec, run.spec.stages[0].name, run.spec.stages[0].function(), spark, run, [])
+            finally:
+                run.follow = None  # type: ignore[attr-defined]
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
+    return {"catch_up": first, "units": units, "follow": follow}
+
+
+class Follow:
+    """What the engine's ingest needs to follow a stream (:func:`follow_pipeline`)."""
+
+    def __init__(self, trigger_s: float, after_unit: Any, stop: Any) -> None:
+        self.trigger_s = float(trigger_s)
+        self.after_unit = after_unit
+        self.stop = stop
 
 
 def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run, timed: list[Any]) -> Any:

@@ -218,6 +218,8 @@ class Run:
     #: Every stage of the run runs in this process, in order (the CLI's runner): stages may hand
     #: DataFrames over in memory instead of through work tables (``OpenUnit.hand_over``).
     in_process: bool = False
+    #: Follow mode (``simjoin.pipeline.runner.Follow``) while a stream's ingest follows its input.
+    follow: Any = None
     #: How the run was started (:data:`TRIGGERS`), and for an Airflow run the end of its data
     #: interval: batch inputs are read as of then (``simjoin.spark.pins``).
     trigger: str = "cli"

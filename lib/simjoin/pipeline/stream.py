@@ -8,7 +8,7 @@ the DAG processor) never starts it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from simjoin.config import parse_duration
@@ -64,7 +64,8 @@ class StreamRun(Run):
         from simjoin.spark.engine import MicroBatchEngine
 
         return MicroBatchEngine(spark, self.pipeline, self.tables, self.sources, self.state_fingerprint(),
-                                ts_unit=self.cfg.ts_unit, max_future_s=self.cfg.max_future_s)
+                                ts_unit=self.cfg.ts_unit, max_future_s=self.cfg.max_future_s,
+                                follow=self.follow)
 
     def reset_tables(self, spark: Any) -> list[str]:
         return self.engine(spark).reset()  # type: ignore[no-any-return]
@@ -74,7 +75,7 @@ class StreamRun(Run):
         staged. Stages of one process share it (``frames``; cleared when the run's stages are done)."""
         if "open_unit" in self.frames:
             return self.frames["open_unit"]
-        u = OpenUnit.of(self.engine(spark))
+        u = OpenUnit.of(self.engine(spark), self)
         if u is not None:
             self.keep("open_unit", u)
         return u
@@ -83,20 +84,33 @@ class StreamRun(Run):
 @dataclass(frozen=True)
 class OpenUnit:
     """The open unit as its stages see it: the engine, the staged records and the metadata ingest
-    kept with them; the stage's work tables are tagged with it."""
+    kept with them; the stage's work tables are tagged with it.
+
+    When every stage of the run runs in this process (``run.in_process``: the CLI, follow mode),
+    a work table is not written to Delta: :meth:`write_work` persists and materializes the
+    DataFrame (one Spark job, the same rows a Delta write would have computed) and the later
+    stages read it from memory. An Airflow task writes and reads Delta work tables, so any
+    stage can run alone or again."""
 
     engine: Any
     unit: Any  # simjoin.spark.engine.Unit
     meta: dict[str, Any]
+    run: Any = field(default=None, compare=False, repr=False)
+    #: work tables already checked to hold this unit (one Spark job per table, not per read)
+    _checked: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def of(cls, engine: Any) -> OpenUnit | None:
+    def of(cls, engine: Any, run: Any = None) -> OpenUnit | None:
         unit = engine.open_unit()
         if unit is None:
             return None
         row = unit.records.select("meta").first()
         meta = {**engine.progress().meta, **(json.loads(row["meta"]) if row and row["meta"] else {})}
-        return cls(engine, unit, meta)
+        return cls(engine, unit, meta, run)
+
+    def like(self, cls: type[OpenUnit]) -> Any:
+        """This unit as a pipeline's subclass of OpenUnit (same engine, unit, run and frames)."""
+        return cls(self.engine, self.unit, self.meta, self.run, self._checked)
 
     @property
     def id(self) -> int:
@@ -106,31 +120,47 @@ class OpenUnit:
     def records(self) -> Any:
         return self.unit.records
 
+    @property
+    def in_memory(self) -> bool:
+        return bool(self.run is not None and self.run.in_process)
+
     def work(self, name: str, keep_unit: bool = False) -> Any:
-        return self.engine.work(name, self.id, keep_unit)  # type: ignore[no-any-return]
+        kept = self.run.frames.get(self._key(name)) if self.in_memory else None
+        if kept is not None:
+            if keep_unit:
+                from pyspark.sql import functions as F
+
+                return kept.withColumn("unit", F.lit(self.id).cast("long"))
+            return kept
+        if name not in self._checked:
+            self._checked[name] = self.engine.work(name, self.id, True)
+        df = self._checked[name]
+        return df if keep_unit else df.drop("unit")
 
     def write_work(self, df: Any, name: str) -> str:
+        """Hand ``df`` to the unit's later stages as ``name``; returns where it went."""
+        if self.in_memory:
+            from pyspark import StorageLevel
+
+            kept = df
+            if not df.isLocal():  # rows from the driver need no job; the rest is computed now, once
+                kept = df.persist(StorageLevel.MEMORY_AND_DISK)
+                kept.count()
+            old = self.run.frames.get(self._key(name))
+            if old is not None and old is not kept:
+                old.unpersist()
+            self.run.keep(self._key(name), kept)
+            return f"memory:{self.engine.tables.work(name)}"
+        self._checked.pop(name, None)
         return self.engine.write_work(df, name, self.id)  # type: ignore[no-any-return]
 
     def hand_over(self, run: Any, df: Any, name: str) -> None:
-        """A stage's output for the unit's next stages: kept (persisted) in this process when
-        every stage runs here (``run.in_process``, the CLI), else written as a work table (each
-        Airflow task reads it back). Either way a retry recomputes or rereads the same rows."""
-        if run.in_process:
-            run.keep(self._key(name), df.persist())
-        else:
-            self.write_work(df, name)
+        """A stage's output for the unit's next stages (see :meth:`write_work`)."""
+        self.write_work(df, name)
 
     def handed(self, run: Any, name: str, keep_unit: bool = False) -> Any:
-        """What an earlier stage handed over as ``name`` (see :meth:`hand_over`)."""
-        df = run.frames.get(self._key(name))
-        if df is None:
-            return self.work(name, keep_unit)
-        if keep_unit:
-            from pyspark.sql import functions as F
-
-            return df.withColumn("unit", F.lit(self.id).cast("long"))
-        return df
+        """What an earlier stage handed over as ``name`` (see :meth:`write_work`)."""
+        return self.work(name, keep_unit)
 
     def _key(self, name: str) -> str:
         return f"work:{name}:{self.id}"

@@ -77,6 +77,10 @@ class CheckpointMismatch(ValueError):
     """The checkpoint does not belong to the output's state (deleted, foreign or stale)."""
 
 
+class _Stopping(Exception):
+    """Follow mode is stopping: a micro-batch that starts now is left for the next start."""
+
+
 class StaleUnit(RuntimeError):
     """A work table holds another unit than the open one: the previous stage must run again."""
 
@@ -109,6 +113,11 @@ def read_state(spark: SparkSession, path: str, before_unit: int) -> DataFrame | 
     if not delta.table_exists(spark, path):
         return None
     return delta.read_table(spark, path).where(F.col("unit") < before_unit)
+
+
+def _aware(t: dt.datetime) -> dt.datetime:
+    """A timestamp Spark returned (naive, in the session's UTC) as an aware one."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def micros(col: str) -> Column:
@@ -187,7 +196,8 @@ class MicroBatchEngine:
     """One stream pipeline's engine over its tables (see the module docstring)."""
 
     def __init__(self, spark: SparkSession, pipeline: str, tables: StreamTables, sources: Sequence[str],
-                 fingerprint: str, ts_unit: str | None = None, max_future_s: float = 3600.0) -> None:
+                 fingerprint: str, ts_unit: str | None = None, max_future_s: float = 3600.0,
+                 follow: Any = None) -> None:
         self.spark = spark
         self.pipeline = pipeline
         self.tables = tables
@@ -195,6 +205,8 @@ class MicroBatchEngine:
         self.fingerprint = fingerprint
         self.ts_unit = ts_unit
         self.max_future_s = float(max_future_s)
+        #: follow mode (``simjoin.pipeline.runner.Follow``): ingest runs a processingTime query
+        self.follow = follow
 
     # ----------------------------------------------------------------- identity and progress
 
@@ -391,6 +403,8 @@ class MicroBatchEngine:
         for p in parts[1:]:  # sources may carry different payload columns (each side's own)
             stream = stream.unionByName(p, allowMissingColumns=True)
         totals: dict[str, Any] = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0}
+        if self.follow is not None:
+            return self._follow(stream, prepare, ident, max_files_per_trigger, totals)
 
         # foreach mode: a micro-batch the stream replays after a crash between staging it and its
         # checkpoint commit was staged by a committed unit already: it is not staged (or judged
@@ -443,6 +457,78 @@ class MicroBatchEngine:
             if errors:
                 raise errors[0] from None
             raise
+
+    def _follow(self, stream: DataFrame, prepare: Prepare, ident: str, max_files_per_trigger: int | None,
+                totals: dict[str, Any]) -> dict[str, Any]:
+        """Follow mode: one ``foreachBatch`` query with a ``processingTime`` trigger. Each
+        micro-batch is staged as its own unit, then ``follow.after_unit(unit)`` runs the later
+        stages and publishes it before the batch is committed to the checkpoint: a crash leaves
+        an open unit (or an uncommitted batch) that the next start finishes first, as in batch
+        mode. A stop request lets the batch in progress finish; a batch that starts after it
+        raises at once, before staging anything, and is read again by the next start."""
+        import threading
+        import time as _time
+
+        from simjoin.spark.session import is_remote
+
+        follow = self.follow
+        if self.ingest_mode() == "landing" or is_remote(self.spark):
+            raise ValueError(f"--follow runs the stream's query in this process: {self.tables.output} needs a local "
+                             "Spark (run it with SIMJOIN_SPARK_REMOTE=off)")
+        busy = threading.Event()
+        errors: list[BaseException] = []
+        totals["units"] = []
+
+        def on_batch(batch: DataFrame, batch_id: int) -> None:
+            if follow.stop.is_set():
+                errors.append(_Stopping())
+                raise _Stopping()
+            busy.set()
+            try:
+                prog = self.progress()
+                if int(batch_id) <= int(prog.meta.get("staged_batch", -1)):
+                    log.info("%s: micro-batch %d was staged by a committed unit; skipped", self.pipeline, batch_id)
+                    return
+                unit = prog.last_unit + 1
+                info = self._stage_batch(batch, int(batch_id), BatchInfo(unit, int(batch_id), prog, ident), prepare)
+                totals["batches"].append(int(batch_id))
+                for k in ("rows", "staged", "quarantined"):
+                    totals[k] += info[k]
+                if info["staged"]:
+                    follow.after_unit(unit)
+                    totals["units"].append(unit)
+            except BaseException as e:
+                log.exception("%s: micro-batch %d failed", self.pipeline, batch_id)
+                errors.append(e)
+                raise
+            finally:
+                busy.clear()
+
+        writer = (stream.writeStream.foreachBatch(on_batch)
+                  .option("checkpointLocation", delta._abs(self.tables.checkpoint))
+                  .trigger(processingTime=f"{max(1, round(follow.trigger_s * 1000))} milliseconds"))
+        if max_files_per_trigger:
+            writer = writer.option("maxFilesPerTrigger", int(max_files_per_trigger))
+        q = writer.queryName(f"simjoin_{self.pipeline}_follow_{ident[:8]}").start()
+        log.info("%s: following %s every %gs (Ctrl-C stops)", self.pipeline, ", ".join(self.sources),
+                 follow.trigger_s)
+        try:
+            while q.isActive and not follow.stop.is_set():
+                q.awaitTermination(0.25)
+            if q.isActive:
+                while busy.is_set():
+                    _time.sleep(0.05)
+                q.stop()
+        except Exception:
+            if not errors or not isinstance(errors[0], _Stopping):
+                if errors:
+                    raise errors[0] from None
+                raise
+        real = [e for e in errors if not isinstance(e, _Stopping)]
+        if real:
+            raise real[0]
+        log.info("%s: follow mode stopped after %d units", self.pipeline, len(totals["units"]))
+        return {"unit": None, "resumed": False, "follow": True, **totals}
 
     def _ingest_landing(self, stream: DataFrame, stage: Callable[[DataFrame, int], None], prog: Progress,
                         ident: str, max_files_per_trigger: int | None) -> None:
@@ -572,12 +658,14 @@ class MicroBatchEngine:
         maybe_fail(f"{self.pipeline}.publish.mid")
         prog = self.progress()
         got = unit.records.groupBy("side").agg(F.max("ts").alias("m"), F.first("meta").alias("meta"),
-                                               F.max("batch_id").alias("b")).collect()
+                                               F.max("batch_id").alias("b"), F.min("ts").alias("lo"),
+                                               F.count("*").alias("n")).collect()
         marks = {int(r["side"]): r["m"] for r in got}
         for s, mt in prog.max_ts.items():
             marks[s] = max(marks[s], mt) if s in marks else mt
         staged_meta = json.loads(got[0]["meta"]) if got and got[0]["meta"] else {}
         meta_all = {**prog.meta, **staged_meta, **(meta or {})}
+
         if self.ingest_mode() == "landing":  # the landing commits staged so far
             meta_all["landed"] = max([int(prog.meta.get("landed", -1))] + [int(r["b"]) for r in got])
         else:  # the stream's micro-batches staged so far (a replay of one of them is skipped)
@@ -588,8 +676,10 @@ class MicroBatchEngine:
 
         prow = small_frame(self.spark, rows, "unit long, side byte, max_ts timestamp, fingerprint string, "
                                              "checkpoint_id string, meta string")
+        # the commit that publishes the unit says so (its time is the unit's publish time)
         delta.append_idempotent(prow, self.tables.progress, self.write_id("progress", unit.checkpoint_id),
-                                unit.unit)
+                                unit.unit, options={"userMetadata": json.dumps({"unit": unit.unit})})
+        now = dt.datetime.now(UTC)
         wm = min(marks.values()) if len(marks) == len(self.sources) else None
         # housekeeping: committed units' staged rows are no longer needed (readers skip them by
         # unit; a DELETE costs a second or two, so it runs every few units)
@@ -601,6 +691,12 @@ class MicroBatchEngine:
                 self.delete(landing, "true")  # every landed commit is staged and committed
         log.info("%s: unit %d published (%s), watermark %s", self.pipeline, unit.unit,
                  ", ".join(p for p, _, _ in pieces), wm)
+        if got:  # event time to result: the newest and the oldest record of the unit
+            lo = _aware(min(r["lo"] for r in got))
+            hi = _aware(max(r["m"] for r in got))
+            log.info("%s: unit %d: %d records, published %.1fs after its newest and %.1fs after its oldest "
+                     "record's ts", self.pipeline, unit.unit, sum(int(r["n"]) for r in got),
+                     (now - hi).total_seconds(), (now - lo).total_seconds())
         return {"unit": unit.unit, "watermark": None if wm is None else wm.isoformat()}
 
     def delete(self, path: str, cond: str) -> None:
