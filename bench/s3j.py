@@ -14,6 +14,18 @@ t calibrated on a sample).
    ``--spark-records`` + ``--spark-records`` records, ``--spark-windows`` windows, one run per
    window (window k's rows appended, then one run). Ratios from the stats table; pairs checked
    against the core on the same data.
+3. CLI, end to end (issue "S3J, fast"): both windows appended first, then ONE ``simjoin s3j``
+   process (JVM start-up included) joins them. Anchor in the same run, per window: scikit-learn
+   ``BallTree`` on the window's right records, ``query_radius`` for every left record, the pairs
+   written to Delta with ``deltalake`` - the single-node tool plus the same output. Kernel: the
+   join tasks' time per window (``seconds`` of the stats table's ``worker`` rows: the numba join
+   inside the worksets, from Arrow columns in to pair arrays out), summed over tasks, against
+   BallTree's query time on the same window.
+4. Follow mode latency: ``simjoin s3j --follow --trigger 1s`` while a producer appends
+   ``--rate`` records/s per stream (ts = the wall-clock time of the append) for ``--follow-seconds``.
+   A record's latency = the commit time of the progress commit that published its unit (its
+   ``userMetadata`` names the unit) minus its ts; a unit holds, per side, the records with ts up
+   to its ``max_ts``.
 
 Duplication ratio (paper Section 9.1): average copies of a record at the join =
 (inner + outlier + outer rows routed to worksets) / records of the window, summed over the
@@ -31,7 +43,8 @@ space partitioning's share). Space partitioning computes P distances per record 
 space centroids); they are in neither ratio and are shown apart (``+ space``: n P / pairs).
 
 Usage: .venv/bin/python bench/s3j.py [--records 10000] [--windows 5] [--spark-records 20000]
-       [--spark-windows 2] [--no-core] [--no-spark] [--out bench/results/s3j.md]
+       [--spark-windows 2] [--no-core] [--no-spark] [--no-cli] [--no-follow] [--rate 1000]
+       [--follow-seconds 60] [--out bench/results/s3j.md]
 """
 
 from __future__ import annotations
@@ -228,6 +241,167 @@ def spark_part(a: argparse.Namespace) -> list[dict]:
     return raw
 
 
+BIN = Path(__file__).resolve().parents[1] / ".venv" / "bin"
+
+
+def balltree_pairs_to_delta(XL: np.ndarray, idl: np.ndarray, XR: np.ndarray, idr: np.ndarray, t: float,
+                            path: str) -> tuple[float, float, int]:
+    """BallTree per window, its pairs (with angular distances) written to Delta: (query s, total s, pairs)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from sklearn.neighbors import BallTree
+
+    t0 = time.perf_counter()
+    U = XR / np.linalg.norm(XR, axis=1, keepdims=True)
+    Q = XL / np.linalg.norm(XL, axis=1, keepdims=True)
+    ind, dist = BallTree(U).query_radius(Q, r=2 * math.sin(math.pi * t / 2), return_distance=True)
+    counts = np.fromiter((len(i) for i in ind), np.int64, len(ind))
+    li = np.repeat(idl, counts)
+    ri = idr[np.concatenate(ind)] if counts.sum() else np.zeros(0, np.int64)
+    d = 2 * np.arcsin(np.clip(np.concatenate(dist) / 2, 0, 1)) / math.pi if counts.sum() else np.zeros(0)
+    q = time.perf_counter() - t0
+    write_deltalake(path, pa.table({"left_id": li, "right_id": ri, "distance": d}), mode="append")
+    return q, time.perf_counter() - t0, int(counts.sum())
+
+
+def cli_part(a: argparse.Namespace) -> list[dict]:
+    """Part 3: one ``simjoin s3j`` process over both windows, per selectivity, with the anchor."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from deltalake import DeltaTable
+
+    n, W, P = a.spark_records, a.spark_windows, a.workers
+    S = spark_streams(n, W, a.seed)
+    work = Path(tempfile.mkdtemp(prefix="s3j-cli-bench-"))
+    raw = []
+    for sel in (0.01, 0.005, 0.001):
+        t = calibrate(sel, np.random.default_rng(11))
+        base = work / f"sel{sel}"
+        for k in range(W):
+            m = np.nonzero(S["win"] == k)[0]
+            write_piece(str(base / "left"), S["id0"][m], S["ts0"][m], S["X0"][m])
+            write_piece(str(base / "right"), S["id1"][m], S["ts1"][m], S["X1"][m])
+        t0 = time.perf_counter()
+        r = subprocess.run([str(BIN / "simjoin"), "s3j", "--left", str(base / "left"), "--right",
+                            str(base / "right"), "--output", str(base / "out"), "--threshold", repr(t),
+                            "--metric", "angular", "--window", "60s", "--workers", str(P)],
+                           capture_output=True, text=True)
+        secs = time.perf_counter() - t0
+        if r.returncode:
+            raise SystemExit(f"simjoin s3j failed: {r.stderr[-2000:]}")
+        st = DeltaTable(str(base / "out_stats")).to_pandas()
+        wk = st[st["level"] == "worker"]
+        kernel = [float(wk[wk["window_start"] == ws]["seconds"].sum()) for ws in sorted(wk["window_start"].unique())]
+        pairs = DeltaTable(str(base / "out")).to_pyarrow_table().num_rows
+        bt_q, bt_tot, bt_pairs = [], [], 0
+        for k in range(W):
+            m = S["win"] == k
+            q, tot, c = balltree_pairs_to_delta(S["X0"][m], S["id0"][m], S["X1"][m], S["id1"][m], t,
+                                                str(base / "balltree"))
+            bt_q.append(q)
+            bt_tot.append(tot)
+            bt_pairs += c
+        row = {"selectivity": sel, "t": t, "seconds": secs, "records": 2 * n * W, "records_per_s": 2 * n * W / secs,
+               "pairs": pairs, "balltree_pairs": bt_pairs, "kernel_s": kernel, "balltree_query_s": bt_q,
+               "balltree_total_s": bt_tot, "summary": r.stdout.strip().splitlines()[-1]}
+        raw.append(row)
+        print(f"cli {sel:.1%}: {secs:.1f}s, {pairs:,} pairs (BallTree {bt_pairs:,} in {sum(bt_tot):.2f}s); kernel "
+              f"{sum(kernel):.2f}s vs BallTree query {sum(bt_q):.2f}s", flush=True)
+        shutil.rmtree(base, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
+    return raw
+
+
+def follow_part(a: argparse.Namespace) -> list[dict]:
+    """Part 4: follow mode under a steady producer; per-record latency from the progress commits."""
+    import datetime as dt
+    import json as js
+    import shutil
+    import signal
+    import subprocess
+    import tempfile
+
+    from deltalake import DeltaTable
+
+    work = Path(tempfile.mkdtemp(prefix="s3j-follow-bench-"))
+    rng = np.random.default_rng(a.seed)
+    t = calibrate(0.01, np.random.default_rng(11))
+    sides = ("left", "right")
+    sent: dict[int, list[np.ndarray]] = {0: [], 1: []}
+    next_id = [0, 0]
+
+    def produce(k: int) -> None:
+        now = time.time()
+        ts = np.full(k, int(now * 1e6), np.int64)
+        for s in (0, 1):
+            ids = np.arange(next_id[s], next_id[s] + k, dtype=np.int64)
+            next_id[s] += k
+            write_piece(str(work / sides[s]), ids, ts, rng.uniform(-1, 1, (k, 2)))
+            sent[s].append(ts)
+
+    produce(10)  # the streams exist before the follower starts
+    log = open(work / "follow.log", "w")  # noqa: SIM115 - the follower's log, open while it runs
+    p = subprocess.Popen([str(BIN / "simjoin"), "s3j", "--left", str(work / "left"), "--right", str(work / "right"),
+                          "--output", str(work / "out"), "--threshold", repr(t), "--metric", "angular",
+                          "--window", "60s", "--workers", str(a.workers), "--follow", "--trigger", "1s"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    while not (work / "out_state" / "progress").exists():  # started and caught up
+        time.sleep(0.5)
+        if p.poll() is not None:
+            raise SystemExit(f"follow failed: {(work / 'follow.log').read_text()[-2000:]}")
+    step = 0.5
+    t_end = time.time() + a.follow_seconds
+    while time.time() < t_end:
+        t0 = time.time()
+        produce(int(a.rate * step))
+        time.sleep(max(0.0, step - (time.time() - t0)))
+    drain_until = time.time() + 600
+    total = sum(len(x) for x in sent[0])
+    while time.time() < drain_until:  # let the follower publish what was produced
+        prog = DeltaTable(str(work / "out_state" / "progress")).to_pandas()
+        last = prog.sort_values("unit").groupby("side")["max_ts"].max()
+        if len(last) == 2 and all(pd_ts(last[s]) >= sent[s][-1][-1] for s in (0, 1)):
+            break
+        time.sleep(1)
+    p.send_signal(signal.SIGTERM)
+    p.wait(300)
+    prog = DeltaTable(str(work / "out_state" / "progress")).to_pandas()
+    hist = DeltaTable(str(work / "out_state" / "progress")).history()
+    committed = {}
+    for h in hist:
+        meta = h.get("userMetadata")
+        if meta:
+            committed[int(js.loads(meta)["unit"])] = int(h["timestamp"]) * 1000  # ms -> us
+    lat: list[np.ndarray] = []
+    for s in (0, 1):
+        ts = np.concatenate(sent[s])
+        us = prog[prog["side"] == s].sort_values("unit")
+        bounds = np.array([pd_ts(x) for x in us["max_ts"]])
+        unit_of = np.searchsorted(bounds, ts, side="left")  # the first unit whose max_ts >= ts
+        ok = unit_of < len(us)
+        pub = np.array([committed.get(int(u), -1) for u in us["unit"]])[unit_of[ok]]
+        lat.append((pub - ts[ok]) / 1e6)
+    L = np.concatenate(lat)
+    units = int(prog["unit"].nunique())
+    shutil.rmtree(work, ignore_errors=True)
+    row = {"rate": a.rate, "seconds": a.follow_seconds, "records": int(2 * total), "published": int(L.size),
+           "units": units, "p50_s": float(np.percentile(L, 50)), "p99_s": float(np.percentile(L, 99)),
+           "max_s": float(L.max()), "threshold": t, "unpublished": int(2 * total - L.size),
+           "started": dt.datetime.now(dt.UTC).isoformat()}
+    print(f"follow: {row['records']:,} records in {units} units, latency p50 {row['p50_s']:.1f}s "
+          f"p99 {row['p99_s']:.1f}s", flush=True)
+    return [row]
+
+
+def pd_ts(x: Any) -> int:
+    """A timestamp from a pandas/pyarrow row as epoch microseconds."""
+    import pandas as pd
+
+    return int(pd.Timestamp(x).value // 1000)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=10_000, help="core: records per stream per window")
@@ -238,6 +412,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=3, help="Spark streams' seed")
     ap.add_argument("--no-core", action="store_true", help="skip part 1 (keep the previous results)")
     ap.add_argument("--no-spark", action="store_true", help="skip part 2 (keep the previous results)")
+    ap.add_argument("--no-cli", action="store_true", help="skip part 3 (keep the previous results)")
+    ap.add_argument("--no-follow", action="store_true", help="skip part 4 (keep the previous results)")
+    ap.add_argument("--rate", type=int, default=1000, help="follow: records/s per stream")
+    ap.add_argument("--follow-seconds", type=int, default=60, help="follow: how long the producer appends")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "s3j.md"))
     a = ap.parse_args()
     out = Path(a.out)
@@ -247,7 +425,9 @@ def main() -> None:
     res = {}
     for part, skip, fn, args in (("core", a.no_core, core, ("records", "windows", "workers")),
                                  ("spark", a.no_spark, spark_part, ("spark_records", "spark_windows", "workers",
-                                                                    "seed"))):
+                                                                    "seed")),
+                                 ("cli", a.no_cli, cli_part, ("spark_records", "spark_windows", "workers", "seed")),
+                                 ("follow", a.no_follow, follow_part, ("rate", "follow_seconds", "workers"))):
         if skip:
             if part in old:
                 res[part] = {**old[part], "kept": True}
@@ -340,6 +520,47 @@ def render(res: dict) -> str:
                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
                  + "\n\nGoals (duplication <= 1.9 at 1 %; comparisons ratio incl. centroid distances <= Table 2):"
                  "\n\n" + "\n".join(goals) + "\n")
+    if "cli" in res:
+        c = res["cli"]
+        ca = c["args"]
+        kept = f" (kept from the run of {c.get('started')})" if c.get("kept") else ""
+        rows, goals = [], []
+        for r in c["rows"]:
+            bt, k, q = sum(r["balltree_total_s"]), sum(r["kernel_s"]), sum(r["balltree_query_s"])
+            rows.append(f"| {r['selectivity']:.1%} | {r['pairs']:,} | {_yes(r['pairs'] == r['balltree_pairs'])} | "
+                        f"{r['seconds']:.1f} | {r['records_per_s']:,.0f} | {bt:.2f} | {r['seconds'] / bt:.0f}x | "
+                        f"{', '.join(f'{x:.2f}' for x in r['kernel_s'])} | "
+                        f"{', '.join(f'{x:.2f}' for x in r['balltree_query_s'])} | {k / q:.2f} |")
+            goal = {0.01: 15.0, 0.001: 10.0}.get(r["selectivity"])
+            if goal:
+                goals.append(f"- {r['selectivity']:.1%}: end to end {r['seconds']:.1f}s <= {goal:.0f}s: "
+                             f"{_yes(r['seconds'] <= goal)}")
+            goals.append(f"- {r['selectivity']:.1%}: kernel {k:.2f}s within 3x of BallTree's {q:.2f}s: "
+                         f"{_yes(k <= 3 * q)}")
+        n, W, P = ca["spark_records"], ca["spark_windows"], ca["workers"]
+        text += (f"\n## 3. One CLI run, end to end{kept}\n\n"
+                 f"`simjoin s3j` as a user runs it (a new process, JVM start-up included) over two streams of "
+                 f"{n * W:,} records each ({W} tumbling 60 s windows of {n:,} + {n:,}), P = {P}, angular, strict "
+                 f"`<`. *BallTree + Delta*: scikit-learn BallTree per window (build, query_radius for every left "
+                 f"record) plus writing the same pairs to Delta with `deltalake`, summed over the windows. "
+                 f"*Kernel*: the join tasks' seconds per window, summed over tasks (stats table, `worker` rows), "
+                 f"against BallTree's query time per window.\n\n"
+                 "| selectivity | pairs | = BallTree | seconds | records/s | BallTree + Delta (s) | ratio | "
+                 "kernel per window (s) | BallTree per window (s) | kernel / BallTree |\n"
+                 "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\nGoals:\n\n"
+                 + "\n".join(goals) + "\n")
+    if "follow" in res:
+        f = res["follow"]
+        kept = f" (kept from the run of {f.get('started')})" if f.get("kept") else ""
+        r = f["rows"][0]
+        text += (f"\n## 4. Follow mode latency{kept}\n\n"
+                 f"`simjoin s3j --follow --trigger 1s` while a producer appends {r['rate']:,} records/s per "
+                 f"stream for {r['seconds']} s (ts = append time; 1 % selectivity). Latency of a record = the "
+                 f"commit time of the unit that published it - its ts.\n\n"
+                 "| records | units | p50 (s) | p99 (s) | max (s) | not published |\n|---|---|---|---|---|---|\n"
+                 f"| {r['records']:,} | {r['units']} | {r['p50_s']:.1f} | {r['p99_s']:.1f} | {r['max_s']:.1f} | "
+                 f"{r['unpublished']} |\n\nGoal: p99 <= 5 s at 1,000 records/s per stream: "
+                 f"{_yes(r['p99_s'] <= 5.0)}\n")
     return text
 
 

@@ -32,8 +32,8 @@ from simjoin.pipeline.lock import OutputLocked, output_lock, output_of
 from simjoin.pipeline.registry import get_spec
 from simjoin.pipeline.spec import TRIGGERS, NothingNew, PipelineSpec, Run
 
-__all__ = ["run_stage", "run_task", "run_pipeline", "follow_pipeline", "Follow", "guard_outputs", "InjectedFault", "one_line",
-           "VALIDATION_ERRORS"]
+__all__ = ["run_stage", "run_task", "run_pipeline", "follow_pipeline", "Follow", "guard_outputs", "InjectedFault",
+           "one_line", "VALIDATION_ERRORS"]
 
 log = get_logger("simjoin.pipeline")
 

@@ -514,7 +514,7 @@ class MicroBatchEngine:
                  follow.trigger_s)
         try:
             while q.isActive and not follow.stop.is_set():
-                q.awaitTermination(0.25)
+                q.awaitTermination(0.25)  # type: ignore[arg-type]  # seconds; a float works
             if q.isActive:
                 while busy.is_set():
                     _time.sleep(0.05)
