@@ -34,6 +34,9 @@ def _seen(spark: SparkSession, run: S3JRun, info: BatchInfo) -> DataFrame | None
     if delta.table_exists(spark, run.join_state):
         live = (delta.read_table(spark, run.join_state)
                 .where((F.col("role") != int(Role.BUFFER)) & (F.col("unit") < info.unit)))
+        wm = info.progress.watermark
+        if wm is not None:  # rows of windows the watermark closed may linger until a window ends
+            live = live.where(F.col("window_end") > F.lit(wm))
     return run.engine(spark).seen(info, live)  # type: ignore[no-any-return]
 
 

@@ -87,10 +87,10 @@ class OpenUnit:
     kept with them; the stage's work tables are tagged with it.
 
     When every stage of the run runs in this process (``run.in_process``: the CLI, follow mode),
-    a work table is not written to Delta: :meth:`write_work` persists and materializes the
-    DataFrame (one Spark job, the same rows a Delta write would have computed) and the later
-    stages read it from memory. An Airflow task writes and reads Delta work tables, so any
-    stage can run alone or again."""
+    a work table is not written to Delta: :meth:`write_work` materializes the DataFrame as a
+    local checkpoint (one Spark job, the same rows a Delta write would have computed; the
+    executors keep the blocks) and the later stages read it from there. An Airflow task writes
+    and reads Delta work tables, so any stage can run alone or again."""
 
     engine: Any
     unit: Any  # simjoin.spark.engine.Unit
@@ -140,15 +140,9 @@ class OpenUnit:
     def write_work(self, df: Any, name: str) -> str:
         """Hand ``df`` to the unit's later stages as ``name``; returns where it went."""
         if self.in_memory:
-            from pyspark import StorageLevel
-
-            kept = df
-            if not df.isLocal():  # rows from the driver need no job; the rest is computed now, once
-                kept = df.persist(StorageLevel.MEMORY_AND_DISK)
-                kept.count()
-            old = self.run.frames.get(self._key(name))
-            if old is not None and old is not kept:
-                old.unpersist()
+            # computed now, once, and cut from its lineage: a later commit to a table it was read
+            # from (publish appends to the state) must not re-plan or recompute it
+            kept = df if df.isLocal() else df.localCheckpoint(eager=True)
             self.run.keep(self._key(name), kept)
             return f"memory:{self.engine.tables.work(name)}"
         self._checked.pop(name, None)

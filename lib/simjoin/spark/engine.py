@@ -120,6 +120,11 @@ def _aware(t: dt.datetime) -> dt.datetime:
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
+def _epoch_us(t: dt.datetime) -> int:
+    d = _aware(t) - dt.datetime(1970, 1, 1, tzinfo=UTC)
+    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
+
+
 def micros(col: str) -> Column:
     return F.unix_micros(F.col(col))
 
@@ -207,6 +212,7 @@ class MicroBatchEngine:
         self.max_future_s = float(max_future_s)
         #: follow mode (``simjoin.pipeline.runner.Follow``): ingest runs a processingTime query
         self.follow = follow
+        self._progress: Progress | None = None
 
     # ----------------------------------------------------------------- identity and progress
 
@@ -254,7 +260,14 @@ class MicroBatchEngine:
         return (f"run again with --reset to clear {self.tables.output} with its state, work, stats, "
                 "quarantine and checkpoint together (every input is then joined again)")
 
-    def progress(self) -> Progress:
+    def progress(self, fresh: bool = False) -> Progress:
+        """What the committed units say. Read once per engine (a run's stages share their
+        unit's engine) and again after :meth:`publish` or :meth:`reset`; ``fresh`` rereads."""
+        if self._progress is None or fresh:
+            self._progress = self._read_progress()
+        return self._progress
+
+    def _read_progress(self) -> Progress:
         path = self.tables.progress
         if not delta.table_exists(self.spark, path):
             return Progress(-1, None, {}, None, None, {})
@@ -311,6 +324,7 @@ class MicroBatchEngine:
     def reset(self) -> list[str]:
         """Remove the output and every table and folder beside it that the engine owns."""
         removed = []
+        self._progress = None
         for p in self.tables.paths().values():
             loc = _local(p)
             if loc is None:
@@ -485,7 +499,7 @@ class MicroBatchEngine:
                 raise _Stopping()
             busy.set()
             try:
-                prog = self.progress()
+                prog = self.progress(fresh=True)  # the last unit was published by the stages' engine
                 if int(batch_id) <= int(prog.meta.get("staged_batch", -1)):
                     log.info("%s: micro-batch %d was staged by a committed unit; skipped", self.pipeline, batch_id)
                     return
@@ -650,16 +664,18 @@ class MicroBatchEngine:
         # the pieces go to different tables: append them as concurrent Spark jobs
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max(1, min(8, len(pieces))), thread_name_prefix="publish") as pool:
+        with ThreadPoolExecutor(max(1, min(8, len(pieces) + 1)), thread_name_prefix="publish") as pool:
             futures = [pool.submit(delta.append_idempotent, df, path, self.write_id(piece, unit.checkpoint_id),
                                    unit.unit, None, (options or {}).get(piece)) for piece, df, path in pieces]
+            # what the progress row needs is read beside the appends (the lock keeps it unchanged)
+            summary = pool.submit(lambda: unit.records.groupBy("side").agg(
+                F.max("ts").alias("m"), F.first("meta").alias("meta"), F.max("batch_id").alias("b"),
+                F.min("ts").alias("lo"), F.count("*").alias("n")).collect())
+            prog = self.progress()
         for f in futures:
             f.result()
+        got = summary.result()
         maybe_fail(f"{self.pipeline}.publish.mid")
-        prog = self.progress()
-        got = unit.records.groupBy("side").agg(F.max("ts").alias("m"), F.first("meta").alias("meta"),
-                                               F.max("batch_id").alias("b"), F.min("ts").alias("lo"),
-                                               F.count("*").alias("n")).collect()
         marks = {int(r["side"]): r["m"] for r in got}
         for s, mt in prog.max_ts.items():
             marks[s] = max(marks[s], mt) if s in marks else mt
@@ -679,6 +695,7 @@ class MicroBatchEngine:
         # the commit that publishes the unit says so (its time is the unit's publish time)
         delta.append_idempotent(prow, self.tables.progress, self.write_id("progress", unit.checkpoint_id),
                                 unit.unit, options={"userMetadata": json.dumps({"unit": unit.unit})})
+        self._progress = None
         now = dt.datetime.now(UTC)
         wm = min(marks.values()) if len(marks) == len(self.sources) else None
         # housekeeping: committed units' staged rows are no longer needed (readers skip them by
@@ -697,15 +714,29 @@ class MicroBatchEngine:
             log.info("%s: unit %d: %d records, published %.1fs after its newest and %.1fs after its oldest "
                      "record's ts", self.pipeline, unit.unit, sum(int(r["n"]) for r in got),
                      (now - hi).total_seconds(), (now - lo).total_seconds())
-        return {"unit": unit.unit, "watermark": None if wm is None else wm.isoformat()}
+        return {"unit": unit.unit, "watermark": None if wm is None else wm.isoformat(),
+                "watermark_ts": wm, "previous_watermark_ts": prog.watermark}
 
     def delete(self, path: str, cond: str) -> None:
         delta.delete(self.spark, path, cond)
 
-    def expire(self, path: str, watermark: dt.datetime | None, column: str = "window_end") -> None:
-        """Drop state rows whose window ended at or before the watermark."""
-        if watermark is not None:
-            self.delete(path, f"{column} <= timestamp'{watermark.astimezone(UTC).isoformat()}'")
+    def expire(self, path: str, watermark: dt.datetime | None, column: str = "window_end",
+               previous: dt.datetime | None = None, windows: tuple[float, float] | None = None) -> None:
+        """Drop state rows whose window ended at or before the watermark. With ``previous`` (the
+        watermark before this unit) and ``windows`` (size, slide in seconds of epoch-aligned
+        windows), skip the DELETE when no window ended between the two watermarks: rows of
+        windows that ended earlier were dropped then (or are never read again)."""
+        if watermark is None:
+            return
+        if previous is not None and windows is not None:
+            size_us, slide_us = (round(x * 1e6) for x in windows)
+
+            def closed(t: dt.datetime) -> int:
+                return (_epoch_us(t) - size_us) // slide_us
+
+            if closed(previous) == closed(watermark):
+                return
+        self.delete(path, f"{column} <= timestamp'{_aware(watermark).astimezone(UTC).isoformat()}'")
 
 
 def assign_windows(df: DataFrame, size_s: float, slide_s: float | None = None, ts_col: str = "ts") -> DataFrame:

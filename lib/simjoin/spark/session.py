@@ -74,6 +74,8 @@ def _builder(cfg: SparkConfig, extra: dict[str, Any] | None, record_to: str | No
         # thrashed and the JVM died. A run touches a few dozen tables.
         .config("spark.databricks.delta.delta.log.cacheSize", os.environ.get("SIMJOIN_DELTA_LOG_CACHE", "64"))
         .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
+        # no .crc file per commit: computing it costs Spark jobs on every commit of small tables
+        .config("spark.databricks.delta.writeChecksumFile.enabled", "false")
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
         .config("spark.driver.extraJavaOptions", _java_options(warehouse, record_to))
