@@ -93,13 +93,19 @@ def _follow(root: Path, log: Path) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, env={**os.environ, "SIMJOIN_LOG_LEVEL": "INFO"})
 
 
-def test_follow_publishes_each_micro_batch_stops_on_sigterm_and_a_batch_run_resumes(tmp_path):
-    s = Streams(tmp_path, 5)
+def _following(root: Path, seed: int) -> tuple[Streams, Path, subprocess.Popen]:
+    """Streams with one append, a follower that published it (unit 0), then a second append."""
+    s = Streams(root, seed)
     s.append(0)
-    log = tmp_path / "follow.log"
-    p = _follow(tmp_path, log)
-    _wait(p, log, lambda: _units(tmp_path) >= 1, "unit 0")
+    log = root / "follow.log"
+    p = _follow(root, log)
+    _wait(p, log, lambda: _units(root) >= 1, "unit 0")
     s.append(1)  # arrives while the query runs: its own micro-batch, its own unit
+    return s, log, p
+
+
+def test_follow_publishes_each_micro_batch_stops_on_sigterm_and_a_batch_run_resumes(tmp_path):
+    s, log, p = _following(tmp_path, 5)
     _wait(p, log, lambda: _units(tmp_path) >= 2, "unit 1")
     assert set(_pairs(tmp_path)) == s.brute_force()
     p.send_signal(signal.SIGTERM)
@@ -128,12 +134,7 @@ def test_follow_rejects_a_bad_trigger_in_one_line(tmp_path):
 @pytest.mark.slow
 @pytest.mark.exhaustive
 def test_follow_killed_between_staging_and_publishing_resumes_exactly(tmp_path):
-    s = Streams(tmp_path, 6)
-    s.append(0)
-    log = tmp_path / "follow.log"
-    p = _follow(tmp_path, log)
-    _wait(p, log, lambda: _units(tmp_path) >= 1, "unit 0")
-    s.append(1)
+    s, log, p = _following(tmp_path, 6)
     _wait(p, log, lambda: "-> unit 1:" in log.read_text(), "unit 1 staged")
     p.kill()  # SIGKILL: unit 1 is staged, not published
     p.wait(60)
