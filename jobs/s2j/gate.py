@@ -20,7 +20,7 @@ def staged_pairs(run: S2JRun, u: Any) -> DataFrame:
     later stages of the same process: the gate checks them and publish writes one table per task."""
     key = f"s2j_pairs_{u.id}"
     if key not in run.frames:
-        run.keep(key, u.handed(run, "joined").where(F.col("kind") == int(RowKind.PAIR))
+        run.keep(key, u.work("joined").where(F.col("kind") == int(RowKind.PAIR))
                  .select("task", "left_id", "right_id", F.timestamp_micros("ts").alias("ts")).persist())
     return run.frames[key]  # type: ignore[no-any-return]
 

@@ -100,8 +100,8 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
             "side": pa.array([r[0] for r in shed_rows], pa.int8()),
             "id": pa.array([r[1] for r in shed_rows], pa.int64()),
             "ts": pa.array([r[2] for r in shed_rows], pa.int64())}))
-        u.hand_over(run_, sh.select("side", "id", F.timestamp_micros("ts").alias("ts"), F.lit(d.tau).alias("tau"),
-                                    F.lit(d.shed_ratio).alias("shed_ratio")), "shed")
+        u.write_work(sh.select("side", "id", F.timestamp_micros("ts").alias("ts"), F.lit(d.tau).alias("tau"),
+                                F.lit(d.shed_ratio).alias("shed_ratio")), "shed")
     # blocks -> workers (existing, then the new ones); a new block the other stream already left behind is not kept
     next_block = int(meta.get("next_block", 0))
     fresh = [(s, Block(t).index(p.index_columns(s))) for s in sides for t in cut_blocks(kept[s], d.block_size)]
@@ -116,11 +116,11 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
                                                                         pa.int64()),
                                                   "_w": pa.array(assign[:len(live_rows)], pa.int32())}))
         blocks = (state.join(F.broadcast(mapping), "block_id").drop("worker").withColumnRenamed("_w", "worker"))
-    u.hand_over(run_, join_df(spark, blocks, kept, p, d.workers), "joined")
+    u.write_work(join_df(spark, blocks, kept, p, d.workers), "joined")
     rows = [(next_block + i, s, assign[len(live_rows) + i], b) for i, (s, b) in enumerate(fresh)]
-    u.hand_over(run_, block_frame(spark, rows), "blocks")
+    u.write_work(block_frame(spark, rows), "blocks")
     # statistics (the join runs here, once: in this process its output stays cached for the gate and publish)
-    st = u.handed(run_, "joined").where(F.col("kind") == int(RowKind.STATS)).collect()
+    st = u.work("joined").where(F.col("kind") == int(RowKind.STATS)).collect()
     secs = time.perf_counter() - t0
     loads = [0] * d.workers
     nblocks = [0] * d.workers
@@ -148,9 +148,9 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
         c = per_task.get(i, [0, 0])
         out.append(("s2j", None, "task", u.id, None, t.name, None, None, None, None, None, None, None, None, None,
                     None, None, c[0], c[1], None, None))
-    u.hand_over(run_, small_frame(spark, out, STATS_SCHEMA), "stats")
-    u.hand_over(run_, small_frame(spark, [(d.workers, d.high, d.low, next_block + len(fresh), len(shed_rows))],
-                                  DECISION_SCHEMA), "decision")
+    u.write_work(small_frame(spark, out, STATS_SCHEMA), "stats")
+    u.write_work(small_frame(spark, [(d.workers, d.high, d.low, next_block + len(fresh), len(shed_rows))],
+                              DECISION_SCHEMA), "decision")
     return {"unit": u.id, "tau": d.tau, "workers": d.workers, "shed": len(shed_rows), "shed_ratio": d.shed_ratio,
             "block_size": d.block_size, "tuples_in": incoming, "processed": processed, "pairs": pairs,
             "moved_blocks": moved, "new_blocks": len(fresh), "expired_blocks": len(gone), "live": live,

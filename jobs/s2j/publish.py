@@ -42,7 +42,7 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     if u is None:
         return {"unit": None}
     meta = u.engine.progress().meta
-    dec = u.handed(run_, "decision").first()
+    dec = u.work("decision").first()
     pairs = staged_pairs(run_, u)
     due = snapshot_due(u, run_, meta)
     snaps = int(meta.get("snapshots", 0))
@@ -64,9 +64,9 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     else:
         pieces.append(("buffer", pairs.withColumn("unit", F.lit(u.id).cast("long")), run_.buffer))
     if int(dec["shed"]):
-        pieces.append(("shed", u.handed(run_, "shed", keep_unit=True), run_.tables.shed))
-    pieces += [("stats", u.handed(run_, "stats", keep_unit=True), run_.tables.stats),
-               ("blocks", u.handed(run_, "blocks", keep_unit=True), run_.blocks)]
+        pieces.append(("shed", u.work("shed", keep_unit=True), run_.tables.shed))
+    pieces += [("stats", u.work("stats", keep_unit=True), run_.tables.stats),
+               ("blocks", u.work("blocks", keep_unit=True), run_.blocks)]
     new_meta = {"workers": int(dec["workers"]), "high": int(dec["high"]), "low": int(dec["low"]),
                 "next_block": int(dec["next_block"]), "snapshots": snaps + (1 if due else 0),
                 "last_snapshot_unit": u.id if due else last}

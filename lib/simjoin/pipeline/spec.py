@@ -216,7 +216,7 @@ class Run:
     reset: bool = False
     frames: dict[str, Any] = field(default_factory=dict)
     #: Every stage of the run runs in this process, in order (the CLI's runner): stages may hand
-    #: DataFrames over in memory instead of through work tables (``OpenUnit.hand_over``).
+    #: DataFrames over in memory instead of through work tables (``OpenUnit.write_work``).
     in_process: bool = False
     #: Follow mode (``simjoin.pipeline.runner.Follow``) while a stream's ingest follows its input.
     follow: Any = None

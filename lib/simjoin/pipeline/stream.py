@@ -148,13 +148,5 @@ class OpenUnit:
         self._checked.pop(name, None)
         return self.engine.write_work(df, name, self.id)  # type: ignore[no-any-return]
 
-    def hand_over(self, run: Any, df: Any, name: str) -> None:
-        """A stage's output for the unit's next stages (see :meth:`write_work`)."""
-        self.write_work(df, name)
-
-    def handed(self, run: Any, name: str, keep_unit: bool = False) -> Any:
-        """What an earlier stage handed over as ``name`` (see :meth:`write_work`)."""
-        return self.work(name, keep_unit)
-
     def _key(self, name: str) -> str:
         return f"work:{name}:{self.id}"
