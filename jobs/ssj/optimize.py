@@ -1,8 +1,11 @@
-"""Stage 2: the optimizer (Fier & Freytag Sec. 2.1-2.5): length statistics -> plan table, one
-row per unit (node, modgroup) with index lengths, probe lengths, estimated cost and RAM."""
+"""Stage 2: the optimizer (Fier & Freytag Sec. 2.1-2.5): length statistics and the records' measured
+prefix work -> plan table, one row per unit (node, modgroup) with index lengths, probe lengths,
+estimated cost and RAM, and one row per (n, m) the search tried with why it was pruned, kept or
+chosen."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -10,7 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.ssj.common import SSJRun
-from simjoin.core.setsim import Plan, choose_parameters, make_plan
+from simjoin.core.setsim import Plan, RamFactors, make_plan, search_plan
 from simjoin.log import get_logger
 from simjoin.spark import delta
 from simjoin.spark import setsim as S
@@ -20,7 +23,9 @@ log = get_logger("simjoin.ssj")
 
 def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     plan = make(spark, job)
-    return {"units": plan.n_units, "n": plan.n, "m": plan.m, "deviation": float(plan.deviation)}
+    mods = sorted({plan.unit_mod(u) for u in plan.units})
+    return {"units": plan.n_units, "n": plan.n, "m": plan.m, "mods": mods, "deviation": float(plan.deviation),
+            "reason": plan.reason}
 
 
 def make(spark: SparkSession, job: SSJRun) -> Plan:
@@ -30,14 +35,30 @@ def make(spark: SparkSession, job: SSJRun) -> Plan:
     rows = sorted(rows, key=lambda r: r["length"])
     lengths = np.array([r["length"] for r in rows], dtype=np.int64)
     counts = np.array([r["count"] for r in rows], dtype=np.int64)
+    factors = RamFactors.kernel()
     if cfg.workers is not None or cfg.mod is not None:
-        plan = make_plan(lengths, counts, cfg.threshold, cfg.similarity, n=cfg.workers or 1, m=cfg.mod or 1)
+        plan = make_plan(lengths, counts, cfg.threshold, cfg.similarity, n=cfg.workers or 1, m=cfg.mod or 1,
+                         factors=factors)
+        plan = Plan(theta=plan.theta, sim=plan.sim, n=plan.n, m=plan.m, units=plan.units, deviation=plan.deviation,
+                    reason=f"set by the user: --workers {cfg.workers or 1} --mod {cfg.mod or 1}")
     else:
-        t = cfg.total_units
-        plan = choose_parameters(lengths, counts, cfg.threshold, cfg.similarity, total_units=t,
-                                 memory_bytes=int(cfg.memory_gb * 2**30), min_nodes=min(4, t))
+        budget = S.unit_budget(spark, cfg.memory_gb)
+        t0 = time.perf_counter()
+        records = job.frame("records", lambda: delta.read_table(spark, job.tables.tokens)
+                            .filter(F.col("run_id") == job.run_id))
+        work, fraction = S.slice_work(records, cfg.threshold, cfg.similarity, job.rs, int(counts.sum()))
+        log.info("ssj optimize: prefix work of %d slices measured in %.1fs (%s of the records), %.3g posting visits",
+                 len(work), time.perf_counter() - t0, "all" if fraction >= 1 else f"{fraction:.1%}",
+                 sum(work.values()))
+        costs = {int(length): work.get(int(length), 0.0) for length in lengths}
+        plan = search_plan(lengths, counts, cfg.threshold, cfg.similarity, slots=budget.slots,
+                           memory_bytes=budget.memory_bytes, factors=factors, costs=costs,
+                           total_units=cfg.total_units, skew_factor=cfg.skew_factor)
+        log.info("ssj optimize: memory per unit %.2f GiB (%s)", budget.memory_bytes / 2**30, budget.source)
+        for c in plan.search:
+            log.info("ssj optimize: t=%d n=%d m=%d %s: %s", c.t, c.n, c.m, c.verdict, c.reason)
     out = S.plan_to_df(spark, plan).withColumn("run_id", F.lit(job.run_id))
-    delta.overwrite_partition(out, job.tables.plan, job.part)
+    delta.overwrite_partition(out, job.tables.plan, job.part, merge_schema=True)
     log.info("ssj optimize: n=%d m=%d -> %d units, cost deviation %.2f", plan.n, plan.m, plan.n_units,
              plan.deviation)
     return job.keep("plan", plan)  # type: ignore[no-any-return]

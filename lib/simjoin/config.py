@@ -196,8 +196,12 @@ class SSJConfig:
     text_col: str = param("text", "Text column of the input.")
     workers: int | None = param(None, "Nodes n (default: the optimizer's search).", ge=1)
     mod: int | None = param(None, "Modulo m (default: the optimizer's search).", ge=1)
-    total_units: int = param(4, "Seed t of the parameter search (n * m = t).", ge=1, flag="--units")
-    memory_gb: float = param(4.0, "RAM limit per unit for the optimizer (GiB).", gt=0)
+    total_units: int | None = param(None, "Seed t of the parameter search (n * m = t; default: 2 units per task "
+                                          "slot).", ge=1, flag="--units")
+    memory_gb: float | None = param(None, "RAM limit per unit for the optimizer, GiB (default: from the Spark "
+                                          "session: the machine or executor memory per task slot).", gt=0)
+    skew_factor: float = param(1.5, "Split a node into more modgroups while its units cost more than this times "
+                                    "the mean unit (candidate skew).", ge=1, le=100)
     incremental: bool = param(True, "Join only the records appended since the last published run with the "
                                     "same parameters, and carry its pairs over (a full join when there is none, "
                                     "or the input was rewritten).")
@@ -494,8 +498,13 @@ class GenerateConfig:
     seed: int = param(42, "Random seed (same seed, same table).", ge=0)
     dim: int = param(8, "Vector dimension.", ge=1, le=4096)
     dist: str = param("uniform", "Distribution (vectors: uniform, gaussian, skewed, pareto, clustered; "
-                                 "ineq: uniform, pareto, or correlated: b = a + N(0, 2)).",
-                      choices=("uniform", "gaussian", "skewed", "pareto", "clustered", "correlated"))
+                                 "ineq: uniform, pareto, or correlated: b = a + N(0, 2); sets: uniform, dup_frac of "
+                                 "the records are copies of scattered earlier records, or near-duplicates, "
+                                 "candidate skew: they are copies of 65,536 global cluster seeds, cluster sizes "
+                                 "Zipf(0.8) capped at 1.2%, every cluster spanning all chunks; per 1M rows the "
+                                 "largest hold 3,000 records, about 27M pairs at θ 0.6, growing with rows^2).",
+                      choices=("uniform", "gaussian", "skewed", "pareto", "clustered", "correlated",
+                               "near-duplicates"))
     rate: float = param(100.0, "Rows per second of ts.", gt=0)
     alpha: float = param(1.2, "Zipf exponent of the key distribution (0: uniform).", ge=0, le=10)
     domain: int = param(1000, "Number of distinct keys K (aqi: stations).", ge=1)
@@ -507,16 +516,30 @@ class GenerateConfig:
     drift_period: str = param("60s", "Length of a drift period on ts, e.g. 60s (use the join's window).",
                               duration=True)
     drift_after: int = param(2, "skew: number of drift periods of dist before it turns skewed.", ge=0)
+    lengths: str = param("zipf", "sets: record lengths: zipf (Poisson(12), at least 1), aol (like the AOL query "
+                                 "log: 80% of 1-4 tokens, a tail up to 30; tokens Zipf(0.7) over 1M words) or "
+                                 "long (100-300 tokens, like ENRON; over 200,000 words).",
+                         choices=("zipf", "aol", "long"))
+    dup_frac: float = param(0.25, "sets: share of the records that are near-duplicates (copies with about 1/8 of "
+                                  "their tokens replaced).", ge=0, le=1)
 
     def __post_init__(self) -> None:
         check_fields(self, "generate")
         _check(self.drift == "none" or self.kind == "vectors", "generate", "drift", self.drift,
                f"none for kind {self.kind} (wander and skew only for vectors)")
+        _check(self.lengths == "zipf" or self.kind == "sets", "generate", "lengths", self.lengths,
+               f"zipf for kind {self.kind} (aol and long only for sets)")
+        _check(self.dup_frac == 0.25 or self.kind == "sets", "generate", "dup_frac", self.dup_frac,
+               f"0.25 for kind {self.kind} (other values only for sets)")
         if self.kind == "ineq":
             _check(self.dist in ("uniform", "pareto", "correlated"), "generate", "dist", self.dist,
                    "uniform, pareto or correlated for ineq")
+        elif self.kind == "sets":
+            _check(self.dist in ("uniform", "near-duplicates"), "generate", "dist", self.dist,
+                   "uniform or near-duplicates for sets")
         else:
             _check(self.dist != "correlated", "generate", "dist", self.dist, "correlated only for ineq")
+            _check(self.dist != "near-duplicates", "generate", "dist", self.dist, "near-duplicates only for sets")
 
 
 T = TypeVar("T")

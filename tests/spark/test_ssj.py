@@ -92,6 +92,26 @@ def test_self_join_equals_brute_force(spark, tmp_path, theta, sim, workers, mod)
         assert (9001, 9005) in got  # case-folded identical records
 
 
+def test_small_memory_forces_more_units_same_pairs(spark, tmp_path):
+    """--memory-gb below every t = 4 candidate's estimate: the search prunes them all (the plan table
+    says why), doubles t, and the join gives the same pairs as with ample memory."""
+    from simjoin.core.setsim import RamFactors
+
+    rows = _random_texts(400, seed=5)
+    _, ample = _run(spark, tmp_path, rows, 0.6)
+    plan = delta.read_table(spark, str(tmp_path / "pairs_plan")).filter("kind = 'candidate'").collect()
+    assert {(r.t, r.n, r.m) for r in plan} == {(4, 1, 4), (4, 2, 2), (4, 4, 1)}
+    assert sum(r.verdict == "chosen" for r in plan) == 1 and all(r.reason for r in plan)
+    limit = RamFactors.kernel().static_bytes + min(r.est_ram_bytes for r in plan) - 1
+    _, small = _run(spark, tmp_path / "small", rows, 0.6, memory_gb=limit / 2**30)
+    plan = delta.read_table(spark, str(tmp_path / "small" / "pairs_plan")).collect()
+    cands = [r for r in plan if r.kind == "candidate"]
+    assert all(r.verdict == "pruned" and "GiB per unit" in r.reason for r in cands if r.t == 4)
+    units = [r for r in plan if r.kind == "unit"]
+    assert len(units) >= 8 and max(r.est_ram_bytes for r in units) <= limit - RamFactors.kernel().static_bytes
+    assert small == ample and len(small) == len(_reference(rows, 0.6)) > 0
+
+
 def test_rs_join_equals_brute_force(spark, tmp_path):
     left = _random_texts(120, seed=11)
     right = [(i + 100000, t) for i, t in _random_texts(90, seed=12)]

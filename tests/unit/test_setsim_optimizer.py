@@ -8,6 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+
 from simjoin.core.setsim import (
     RamFactors,
     candidate_ram,
@@ -23,6 +24,7 @@ from simjoin.core.setsim import (
     min_overlap,
     probe_prefix,
     probe_ram,
+    search_plan,
     slice_costs,
     unit_ram,
 )
@@ -180,9 +182,14 @@ def test_ram_estimates_table2() -> None:
     nd = distribute_slices(T2_COSTS, 2, theta=0.7)[0]
     assert unit_ram(nd, 2, counts, 0.7, "jaccard", f) == (
         index_ram(nd.index_lengths, counts, 0.7)
-        + probe_ram(nd.probe_lengths, counts, 2)
+        + probe_ram(nd.probe_lengths, counts, 2, f, nd.index_lengths)
         + candidate_ram(nd.index_lengths, counts)
     )
+    # Sec. 2.2: index records are copied whole into every modgroup; only probe-only lengths divide by m
+    assert nd.index_lengths == (2, 4, 7, 8) and nd.probe_lengths == (2, 4, 5, 7, 8)
+    whole = sum(counts[l] * (60 + 4 * l) for l in (2, 4, 7, 8))
+    assert probe_ram(nd.probe_lengths, counts, 2, f, nd.index_lengths) == whole + -(-counts[5] * 80 // 2)
+    assert unit_ram(nd, 2, counts, 0.7) > unit_ram(nd, 4, counts, 0.7) > index_ram(nd.index_lengths, counts, 0.7)
     plan = make_plan(T2_LENGTHS, T2_COUNTS, 0.7, n=2, m=2)
     assert plan.units[0].est_ram_bytes == unit_ram(nd, 2, counts, 0.7)
     assert plan.units[0].est_cost == 2584800 / 2 and plan.units[2].est_cost == 2070500 / 2
@@ -231,12 +238,14 @@ def test_search_prunes_by_ram() -> None:
     assert (plan.n, plan.m) == (2, 4)
     assert max(u.est_ram_bytes for u in plan.units) <= limit
     # static bytes count against the limit too: now every n·m = 8 is pruned
+    fit16 = min(_max_ram(n, 16 // n) for n in (1, 2, 4, 8, 16))
+    assert min(_max_ram(n, 8 // n) for n in (1, 2, 4, 8)) > fit16
     f = RamFactors(static_bytes=1000)
     plan = choose_parameters(
-        T2_LENGTHS, T2_COUNTS, 0.7, "jaccard", total_units=8, memory_bytes=limit + 999, factors=f
+        T2_LENGTHS, T2_COUNTS, 0.7, "jaccard", total_units=8, memory_bytes=fit16 + 1000, factors=f
     )
     assert plan.n * plan.m == 16
-    assert max(u.est_ram_bytes for u in plan.units) + 1000 <= limit + 999
+    assert max(u.est_ram_bytes for u in plan.units) + 1000 <= fit16 + 1000
 
 
 def test_search_doubles_t_when_all_pruned() -> None:
@@ -347,3 +356,63 @@ def test_assign_units_rejects_unknown_length() -> None:
         plan.assign_units([1, 9], [0, 1])
     pos, unit, _, _ = plan.assign_units(np.array([], np.int64), np.array([], np.int64))
     assert pos.size == 0 and unit.size == 0
+
+
+# ---------------------------------------------------------------- search_plan (simjoin's search)
+
+
+def _search_case() -> tuple[np.ndarray, np.ndarray, dict[int, float]]:
+    lengths = np.arange(4, 24)
+    counts = np.full(lengths.size, 10_000)
+    costs = {int(length): 1e6 for length in lengths}
+    costs[12] = 1e9  # one hot slice: candidate skew
+    return lengths, counts, costs
+
+
+def test_search_plan_tries_every_nm_and_explains() -> None:
+    lengths, counts, costs = _search_case()
+    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=2**40, costs=costs, record_cost=1.0)
+    assert [(c.t, c.n, c.m) for c in plan.search] == [(4, 1, 4), (4, 2, 2), (4, 4, 1)]
+    chosen = [c for c in plan.search if c.verdict == "chosen"]
+    assert len(chosen) == 1 and chosen[0].makespan == min(c.makespan for c in plan.search)
+    assert (plan.n, plan.m) == (chosen[0].n, chosen[0].m)
+    assert all(c.reason for c in plan.search) and "search over 3 candidates" in plan.reason
+
+
+def test_search_plan_ram_prunes_doubles_and_splits_skew() -> None:
+    lengths, counts, costs = _search_case()
+    f = RamFactors.kernel()
+    by_len = dict(zip(lengths.tolist(), counts.tolist(), strict=True))
+    ram = {n: max(unit_ram(nd, 4 // n, by_len, 0.8, "jaccard", f) for nd in distribute_slices(costs, n, theta=0.8))
+           for n in (1, 2, 4)}
+    # n = 1 (every unit indexes every record) does not fit; n = 2 and 4 do
+    limit = f.static_bytes + max(ram[2], ram[4])
+    assert ram[1] + f.static_bytes > limit
+    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=limit, costs=costs, factors=f, record_cost=1.0)
+    verdicts = {(c.n, c.m): c for c in plan.search}
+    assert verdicts[(1, 4)].verdict == "pruned" and "GiB per unit" in verdicts[(1, 4)].reason
+    assert plan.n >= 2
+    # the hot slice's node is split into more modgroups than m: its units stay near the mean
+    mods = [plan.unit_mod(u) for u in plan.units if u.modgroup == 0]
+    assert max(mods) > plan.m and "split" in plan.reason
+    unit_cost = [u.est_cost for u in plan.units]
+    assert max(unit_cost) <= 1.5 * sum(costs.values()) / 4
+    assert max(u.est_ram_bytes for u in plan.units) + f.static_bytes <= limit
+    # all of t = 4 pruned: t doubles, and the pruned ones say why
+    tight = f.static_bytes + min(ram.values()) - 1
+    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=tight, costs=costs, factors=f)
+    assert plan.search[0].t == 4 and all(c.verdict == "pruned" for c in plan.search if c.t == 4)
+    assert plan.n_units >= 8 and max(u.est_ram_bytes for u in plan.units) + f.static_bytes <= tight
+
+
+def test_search_plan_units_follow_slots_and_errors() -> None:
+    lengths, counts, costs = _search_case()
+    assert search_plan(lengths, counts, 0.8, slots=3, memory_bytes=2**40, costs=costs).search[0].t == 6
+    assert search_plan(lengths, counts, 0.8, slots=3, memory_bytes=2**40, costs=costs,
+                       total_units=5).search[0].t == 5
+    with pytest.raises(ValueError, match="too small"):
+        search_plan(lengths, counts, 0.8, slots=2, memory_bytes=2**20, costs=costs)
+    with pytest.raises(ValueError, match="costs lack the lengths"):
+        search_plan(lengths, counts, 0.8, slots=2, memory_bytes=2**40, costs={4: 1.0})
+    with pytest.raises(ValueError, match="slots"):
+        search_plan(lengths, counts, 0.8, slots=0, memory_bytes=2**40)

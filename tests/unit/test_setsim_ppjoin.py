@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from simjoin.core.setsim import brute_force_pairs, make_plan, ppjoin
+
+from simjoin.core.setsim import Plan, brute_force_pairs, make_plan, ppjoin
 from simjoin.core.setsim.ppjoin import _min_overlap
 from simjoin.core.setsim.similarity import min_overlap_array
 
@@ -258,10 +259,11 @@ def distributed_join(
     n: int,
     m: int,
     side: np.ndarray | None = None,
+    plan: Plan | None = None,
 ) -> list[tuple[int, int, float]]:
     lengths = np.array([len(r) for r in recs], dtype=np.int64)
     ls, counts = np.unique(lengths, return_counts=True)
-    plan = make_plan(ls, counts, theta, sim, n=n, m=m)
+    plan = plan or make_plan(ls, counts, theta, sim, n=n, m=m)
     rids = np.arange(len(recs), dtype=np.int64) * 2 + 1  # length order
     pos, unit, is_index, is_probe = plan.assign_units(lengths, rids)
     out: list[tuple[int, int, float]] = []
@@ -309,3 +311,22 @@ def test_distributed_rs_join() -> None:
         pairs = [(i, j) for i, j, _ in out]
         assert len(pairs) == len(set(pairs))
         assert_same({(i, j): s for i, j, s in out}, brute_force_pairs(recs, 0.7, sim, side=side))
+
+
+@pytest.mark.parametrize("sim", SIMS)
+def test_per_node_modulo_is_exact(sim: str) -> None:
+    """Nodes with their own modulo m_k (the skew split of ``search_plan``): every pair still meets
+    in exactly one unit, and the union equals brute force."""
+    rng = np.random.default_rng(5)
+    recs = zipf_records(rng, 300, universe=40, max_len=14, dup_frac=0.5)
+    lengths = np.array([len(r) for r in recs], dtype=np.int64)
+    ls, counts = np.unique(lengths, return_counts=True)
+    for theta in (0.5, 0.75, 1.0):
+        for n, mods in ((2, [3, 1]), (3, [1, 4, 2]), (4, [5, 1, 1, 2]), (1, [3])):
+            plan = make_plan(ls, counts, theta, sim, n=n, m=1, mods=mods)
+            assert sorted({plan.unit_mod(u) for u in plan.units}) == sorted(set(mods[: plan.n]))
+            assert [u.unit for u in plan.units] == list(range(plan.n_units))
+            out = distributed_join(recs, theta, sim, 0, 0, plan=plan)
+            pairs = [(i, j) for i, j, _ in out]
+            assert len(pairs) == len(set(pairs)), "a pair came out of two units"
+            assert_same({(i, j): s for i, j, s in out}, brute_force_pairs(recs, theta, sim))

@@ -169,18 +169,19 @@ def _sql_literal(v: Any) -> str:
     return "'" + str(v).replace("'", "''") + "'"
 
 
-def overwrite_partition(df: DataFrame, ref: str, partition: Mapping[str, Any]) -> None:
+def overwrite_partition(df: DataFrame, ref: str, partition: Mapping[str, Any], merge_schema: bool = False) -> None:
     """Overwrite exactly the rows matching ``partition`` (e.g. ``{"run_id": "r1"}``) with ``replaceWhere``.
 
     The table is partitioned by the partition's columns on first write. Reruns of the
-    same partition replace it, so a retried task never duplicates output.
+    same partition replace it, so a retried task never duplicates output. ``merge_schema``
+    adds new columns to a table written by an older version (its old rows read them as null).
     """
     submit = getattr(_local, "submit", None)  # thread-local: the writer threads write synchronously
     if submit is not None:
         _check_partition(df, partition)
-        submit(_overwrite_partition_now, df, ref, dict(partition))
+        submit(_overwrite_partition_now, df, ref, dict(partition), merge_schema)
         return
-    _overwrite_partition_now(df, ref, partition)
+    _overwrite_partition_now(df, ref, partition, merge_schema)
 
 
 def _check_partition(df: DataFrame, partition: Mapping[str, Any]) -> None:
@@ -192,14 +193,15 @@ def _check_partition(df: DataFrame, partition: Mapping[str, Any]) -> None:
         raise ValueError(f"partition columns {missing} are not in the DataFrame columns {have}")
 
 
-def _overwrite_partition_now(df: DataFrame, ref: str, partition: Mapping[str, Any]) -> None:
+def _overwrite_partition_now(df: DataFrame, ref: str, partition: Mapping[str, Any], merge_schema: bool = False) -> None:
     _check_partition(df, partition)
     spark = df.sparkSession
     if not table_exists(spark, ref):
         _save(_writer(df, "overwrite", list(partition), {}), ref)
         return
     cond = " AND ".join(f"`{k}` = {_sql_literal(v)}" for k, v in partition.items())
-    _save(_writer(df, "overwrite", None, {"replaceWhere": cond}), ref)
+    _save(_writer(df, "overwrite", None, {"replaceWhere": cond, **({"mergeSchema": "true"} if merge_schema else {})}),
+          ref)
 
 
 def append_idempotent(df: DataFrame, ref: str, app_id: str, version: int,

@@ -334,30 +334,48 @@ def encode(prepared: DataFrame, prof: TokenProfile) -> DataFrame:
                                "rid long, side int, id long, length int, tokens array<int>")
 
 
+PLAN_SCHEMA = ("kind string, unit int, node int, modgroup int, index_lengths array<int>, probe_lengths array<int>, "
+               "est_cost double, est_ram_bytes long, n int, m int, theta double, similarity string, "
+               "deviation double, mod int, t int, mods array<int>, makespan double, verdict string, reason string")
+
+
 def plan_to_df(spark: SparkSession, plan: Plan) -> DataFrame:
-    rows = [
-        (u.unit, u.node, u.modgroup, list(u.index_lengths), list(u.probe_lengths), float(u.est_cost),
-         int(u.est_ram_bytes), plan.n, plan.m, float(plan.theta), plan.sim, float(plan.deviation))
+    """The plan table: one ``kind = unit`` row per unit (``mod`` is its node's modulo, ``reason`` why
+    this plan), and one ``kind = candidate`` row per (n, m) the search tried, with its verdict
+    (chosen, kept or pruned) and the reason."""
+    def num(x: float) -> float | None:
+        return None if x == float("inf") else float(x)
+
+    rows: list[tuple[Any, ...]] = [
+        ("unit", u.unit, u.node, u.modgroup, list(u.index_lengths), list(u.probe_lengths), float(u.est_cost),
+         int(u.est_ram_bytes), plan.n, plan.m, float(plan.theta), plan.sim, num(plan.deviation), plan.unit_mod(u),
+         None, None, None, None, plan.reason)
         for u in plan.units
     ]
-    schema = ("unit int, node int, modgroup int, index_lengths array<int>, probe_lengths array<int>, "
-              "est_cost double, est_ram_bytes long, n int, m int, theta double, similarity string, "
-              "deviation double")
-    return small_frame(spark, rows, schema)
+    rows += [
+        ("candidate", None, None, None, None, None, None, int(c.est_ram_bytes), c.n, c.m, float(plan.theta),
+         plan.sim, num(c.deviation), None, c.t, list(c.mods), num(c.makespan), c.verdict, c.reason)
+        for c in plan.search
+    ]
+    return small_frame(spark, rows, PLAN_SCHEMA)
 
 
 def plan_from_rows(rows: list) -> Plan:
+    rows = [r for r in rows if (r.asDict().get("kind") or "unit") == "unit"]
     if not rows:
         raise ValueError("the plan table has no units for this run: run the optimize stage first")
     rows = sorted(rows, key=lambda r: r["unit"])
+    r0 = rows[0]
+    m = r0["m"]
     units = tuple(
         PlanUnit(unit=r["unit"], node=r["node"], modgroup=r["modgroup"], index_lengths=tuple(r["index_lengths"]),
-                 probe_lengths=tuple(r["probe_lengths"]), est_cost=r["est_cost"], est_ram_bytes=r["est_ram_bytes"])
+                 probe_lengths=tuple(r["probe_lengths"]), est_cost=r["est_cost"], est_ram_bytes=r["est_ram_bytes"],
+                 mod=0 if (r.asDict().get("mod") or m) == m else r["mod"])
         for r in rows
     )
-    r0 = rows[0]
-    return Plan(theta=r0["theta"], sim=r0["similarity"], n=r0["n"], m=r0["m"], units=units,
-                deviation=r0["deviation"])
+    dev = r0["deviation"]
+    return Plan(theta=r0["theta"], sim=r0["similarity"], n=r0["n"], m=m, units=units,
+                deviation=float("inf") if dev is None else dev, reason=r0.asDict().get("reason") or "")
 
 
 ROUTED_SCHEMA = ("unit int, pkey long, rid long, side int, id long, tokens array<int>, is_index boolean, "
@@ -411,9 +429,11 @@ def _unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Itera
     units = table.column("unit").to_numpy()
     for u in np.unique(units):
         t0 = time.perf_counter()
-        sub = table.filter(pa.array(units == u))
-        order = np.argsort(sub.column("rid").to_numpy(), kind="stable")
-        sub = sub.take(pa.array(order))
+        # one unit per partition is the rule: copy (filter, reorder) only what must change
+        sub = table if units[0] == units[-1] and (units == u).all() else table.filter(pa.array(units == u))
+        rid_col = sub.column("rid").to_numpy()
+        if rid_col.size > 1 and not (np.diff(rid_col) > 0).all():
+            sub = sub.take(pa.array(np.argsort(rid_col, kind="stable")))
         toks = sub.column("tokens").combine_chunks()
         raw = toks.offsets.to_numpy().astype(np.int64)
         flat = toks.values.to_numpy(zero_copy_only=False)[raw[0]: raw[-1]].astype(np.int32, copy=False)
@@ -465,3 +485,104 @@ def join_units(routed: DataFrame, plan: Plan, rs: bool) -> DataFrame:
         yield from _unit_kernel(pa.Table.from_batches(bs), plan, rs, part)
 
     return routed.mapInArrow(run, UNIT_RESULT_SCHEMA)
+
+
+PREFIX_COUNTS_SCHEMA = "token long, length int, side int, n_index long, n_probe long"
+
+
+def slice_work(records: DataFrame, theta: float, sim: str, rs: bool, n_records: int,
+               sample_rows: int = 2_000_000) -> tuple[dict[int, float], float]:
+    """The measured cost W(i) of every slice (``simjoin.core.setsim.work``): posting visits of
+    PPJoin's candidate generation, from the prefixes of the encoded records (rid, side, length,
+    tokens). Above ``sample_rows`` records, a deterministic sample by rid is counted and W is
+    scaled by 1/fraction² (both ends of a visit are sampled). Returns (W, fraction)."""
+    from simjoin.core.setsim.work import prefix_counts, sample_mask
+    from simjoin.core.setsim.work import slice_work as work_from_counts
+
+    fraction = min(1.0, sample_rows / max(1, n_records))
+
+    def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            keep = sample_mask(b.column("rid").to_numpy(zero_copy_only=False), fraction)
+            if not keep.any():
+                continue
+            if not keep.all():
+                b = b.filter(pa.array(keep))
+            toks = b.column("tokens")
+            raw = toks.offsets.to_numpy().astype(np.int64)
+            flat = toks.values.to_numpy(zero_copy_only=False)[raw[0]: raw[-1]]
+            tk, ln, sd, ci, cp = prefix_counts(flat, raw - raw[0], b.column("side").to_numpy(zero_copy_only=False) % 2,
+                                               theta, sim)
+            yield pa.RecordBatch.from_arrays([pa.array(tk), pa.array(ln.astype(np.int32)),
+                                              pa.array(sd.astype(np.int32)), pa.array(ci), pa.array(cp)],
+                                             ["token", "length", "side", "n_index", "n_probe"])
+
+    summed = (records.select("rid", "side", "tokens").mapInArrow(count, PREFIX_COUNTS_SCHEMA)
+              .groupBy("token", "length", "side")
+              .agg(F.sum("n_index").alias("n_index"), F.sum("n_probe").alias("n_probe")))
+    t = summed.toArrow()
+    cols = [t.column(c).to_numpy() for c in ("token", "length", "side", "n_index", "n_probe")]
+    w = work_from_counts(cols[0], cols[1], cols[2], cols[3], cols[4], theta, sim, rs)
+    return {k: v / fraction**2 for k, v in w.items()}, fraction
+
+
+@dataclass(frozen=True)
+class UnitBudget:
+    """Memory per unit and task slots, from the Spark session (Fier & Freytag Sec. 2.3's limit)."""
+
+    memory_bytes: int
+    slots: int
+    source: str
+
+
+def _bytes(text: str | None) -> int | None:
+    """Spark's size strings (``4g``, ``512m``, ``1024k``, plain bytes) in bytes."""
+    if not text:
+        return None
+    s = text.strip().lower().rstrip("b")
+    mult = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}.get(s[-1:], 1)
+    return int(float(s[:-1] if mult > 1 else s) * mult)
+
+
+def unit_budget(spark: SparkSession, memory_gb: float | None = None) -> UnitBudget:
+    """How much memory one unit may use, and how many units run at once.
+
+    A unit runs in one Spark Python worker, one per task slot. Slots: ``local[N]``'s N (all
+    cores for ``local[*]``), else ``spark.executor.cores`` × executors (or ``spark.cores.max``).
+    Memory per slot: ``spark.executor.pyspark.memory`` / executor cores when it is set (Spark
+    enforces it); in local mode the machine's memory less the driver's JVM heap and 1 GiB for
+    the OS; on a cluster this host's memory less the executor heap, per executor core.
+    ``memory_gb`` (``--memory-gb``), when given, caps the result.
+    """
+    import os
+    import re
+
+    conf = spark.sparkContext.getConf()
+    master = conf.get("spark.master", "local[*]")
+    phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    cores = os.cpu_count() or 1
+    local = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
+    if local:
+        n = local.group(1)
+        slots = cores if n in (None, "*") else int(n) if n else 1
+        exec_cores = slots
+    else:
+        exec_cores = int(conf.get("spark.executor.cores", "0") or 0) or cores
+        execs = max(1, len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1)
+        cap = int(conf.get("spark.cores.max", "0") or 0)
+        slots = cap or exec_cores * execs
+    pyspark_mem = _bytes(conf.get("spark.executor.pyspark.memory", None))
+    if pyspark_mem:
+        per, source = pyspark_mem // exec_cores, f"spark.executor.pyspark.memory / {exec_cores} cores"
+    elif local:
+        heap = _bytes(conf.get("spark.driver.memory", "1g")) or 2**30
+        per = max(2**28, (phys - heap - 2**30) // max(1, slots))
+        source = f"local: {phys / 2**30:.1f} GiB less the {heap / 2**30:.1f} GiB driver heap and 1 GiB, / {slots} slots"
+    else:
+        heap = _bytes(conf.get("spark.executor.memory", "1g")) or 2**30
+        per = max(2**28, (phys - heap - 2**30) // exec_cores)
+        source = (f"host {phys / 2**30:.1f} GiB less the {heap / 2**30:.1f} GiB executor heap and 1 GiB, "
+                  f"/ {exec_cores} cores")
+    if memory_gb is not None and memory_gb * 2**30 < per:
+        per, source = int(memory_gb * 2**30), f"--memory-gb {memory_gb:g} (below {source})"
+    return UnitBudget(memory_bytes=int(per), slots=max(1, int(slots)), source=source)

@@ -8,6 +8,7 @@ unit, ``bruteforce`` is the exact reference, ``similarity`` holds the bounds
 
 from .bruteforce import brute_force_pairs
 from .optimizer import (
+    Candidate,
     NodeSlices,
     Plan,
     PlanUnit,
@@ -20,6 +21,7 @@ from .optimizer import (
     length_stats,
     make_plan,
     probe_ram,
+    search_plan,
     slice_costs,
     unit_ram,
 )
@@ -37,6 +39,7 @@ from .similarity import (
 
 __all__ = [
     "SIMILARITIES",
+    "Candidate",
     "NodeSlices",
     "PPJoinStats",
     "Plan",
@@ -59,6 +62,7 @@ __all__ = [
     "ppjoin",
     "probe_prefix",
     "probe_ram",
+    "search_plan",
     "slice_costs",
     "unit_ram",
 ]

@@ -12,21 +12,33 @@
 * Sec. 2.4/2.5 — parameter search: for t units try every n·m = t, prune
   combinations whose RAM estimate exceeds the memory limit, keep the smallest
   max/min node-cost deviation (Eq. 6); if all are pruned, double t
-  (:func:`choose_parameters`).
+  (:func:`choose_parameters`, the paper's search as published).
+* :func:`search_plan` is the search simjoin runs: the same (n, m) grid with
+  n·m = t, RAM pruning and doubling of t, but it scores a candidate by its
+  estimated makespan on the cluster's task slots (unit costs from measured
+  prefix work, plus the records every unit must hold), and it splits a node
+  whose units stay costlier than ``skew_factor`` × the mean into finer
+  modgroups (a per-node modulo: still exact, see below). Every candidate it
+  tried is kept in ``Plan.search`` with the reason it was pruned, kept or
+  chosen.
 
 Lengths are record lengths (number of distinct tokens); ``counts`` are |R_l|.
 Costs are exact Python ints. Records must get their rids in length order
 (ties in any fixed order), which is what makes a pair (x, y) with
-x.rid < y.rid meet exactly once: in the unit (node owning |x|, y.rid % m).
+x.rid < y.rid meet exactly once: in the unit (node owning |x|, y.rid % m_k),
+where m_k is the modulo of that node (``PlanUnit.mod``; m unless the node was
+split for skew). Index records of node k are copied to all m_k modgroups, a
+probe record to modgroup rid % m_k only, so the rule holds for any m_k.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +52,7 @@ from .similarity import (
 )
 
 __all__ = [
+    "Candidate",
     "NodeSlices",
     "Plan",
     "PlanUnit",
@@ -52,6 +65,7 @@ __all__ = [
     "length_stats",
     "make_plan",
     "probe_ram",
+    "search_plan",
     "slice_costs",
     "unit_ram",
 ]
@@ -91,6 +105,21 @@ class RamFactors:
     cand_fact: float = 2 / 3
     static_bytes: int = 0
 
+    @classmethod
+    def kernel(cls) -> RamFactors:
+        """Byte sizes of simjoin's own unit (``ppjoin`` inside one Spark Python worker).
+
+        Measured on the peak resident memory of one unit's kernel (Arrow batches in,
+        pairs out): a record holds its Arrow row plus about a dozen int64 arrays
+        (rids, lengths, prefixes, candidate counters); a token its Arrow value, its
+        dense id and the transients that compute it; an index prefix entry the
+        postings' sort keys, order and CSR arrays; a result its pair arrays (grown by
+        doubling) and its Arrow output. ``static_bytes`` is a Python worker with
+        numpy, pyarrow, numba and the kernel loaded. See ``tests/spark/test_ssj_ram.py``.
+        """
+        return cls(index_entry_bytes=48, record_bytes=120, token_bytes=28, candidate_bytes=120,
+                   threads=1, cand_fact=2 / 3, static_bytes=256 * 2**20)
+
 
 @dataclass(frozen=True)
 class PlanUnit:
@@ -103,6 +132,29 @@ class PlanUnit:
     probe_lengths: tuple[int, ...]
     est_cost: float  # node cost / m, as in the paper
     est_ram_bytes: int  # index + probe + candidate (without static_bytes)
+    mod: int = 0  # the node's modulo m_k (0: the plan's m); > m when the node was split for skew
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (n, m) that :func:`search_plan` tried, and its verdict.
+
+    ``mods`` are the per-node modulos after the skew split (empty when
+    pruned); ``makespan`` is the estimated time on the task slots in cost
+    units; ``deviation`` is max/min unit cost; ``verdict`` is ``chosen``,
+    ``kept`` or ``pruned``, with the reason in words.
+    """
+
+    t: int
+    n: int
+    m: int
+    mods: tuple[int, ...]
+    units: int
+    est_ram_bytes: int
+    makespan: float
+    deviation: float
+    verdict: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -120,6 +172,12 @@ class Plan:
     m: int
     units: tuple[PlanUnit, ...]
     deviation: float = 1.0  # max/min node cost (Eq. 6); inf if a node is empty
+    search: tuple[Candidate, ...] = ()  # what the search tried (search_plan only)
+    reason: str = ""  # why this plan: the user's n and m, or the search's choice
+
+    def unit_mod(self, u: PlanUnit) -> int:
+        """The modulo of ``u``'s node: its own ``mod``, else the plan's m."""
+        return u.mod or self.m
 
     @property
     def n_units(self) -> int:
@@ -140,6 +198,17 @@ class Plan:
             index_mask[np.searchsorted(lengths, u.index_lengths), u.node] = True
             probe_mask[np.searchsorted(lengths, u.probe_lengths), u.node] = True
         return lengths, index_mask, probe_mask
+
+    @cached_property
+    def _node_units(self) -> tuple[IntArray, IntArray]:
+        """(first unit id, modulo) per node id."""
+        n_nodes = max((u.node for u in self.units), default=-1) + 1
+        base = np.zeros(n_nodes, dtype=np.int64)
+        mods = np.ones(n_nodes, dtype=np.int64)
+        for u in self.units:
+            if u.modgroup == 0:
+                base[u.node], mods[u.node] = u.unit, self.unit_mod(u)
+        return base, mods
 
     def routing(self) -> tuple[IntArray, BoolArray, BoolArray]:
         """``(lengths, index_node_mask, probe_node_mask)``.
@@ -182,16 +251,16 @@ class Plan:
                 f"record lengths {unknown} are not in the plan's length statistics; "
                 "allowed: lengths counted when the plan was made"
             )
-        m = self.m
+        base, mods = self._node_units
         n_rec = rec_len.size
-        modgroup = rec_rid % m
 
         # Index copies: every modgroup of the owning node.
         owner = np.argmax(index_mask, axis=1)[li]
-        pos_i = np.repeat(np.arange(n_rec, dtype=np.int64), m)
-        g_i = np.tile(np.arange(m, dtype=np.int64), n_rec)
-        unit_i = owner[pos_i] * m + g_i
-        probe_i = g_i == modgroup[pos_i]
+        k_i = mods[owner]
+        pos_i = np.repeat(np.arange(n_rec, dtype=np.int64), k_i)
+        g_i = np.arange(pos_i.size, dtype=np.int64) - np.repeat(np.cumsum(k_i) - k_i, k_i)
+        unit_i = base[owner[pos_i]] + g_i
+        probe_i = g_i == rec_rid[pos_i] % k_i[pos_i]
 
         # Probe-only copies: the other nodes probing this length, one modgroup.
         probe_only = probe_mask & ~index_mask
@@ -201,7 +270,8 @@ class Plan:
         cnt = ptr[li + 1] - ptr[li]
         pos_p = np.repeat(np.arange(n_rec, dtype=np.int64), cnt)
         within = np.arange(pos_p.size, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        unit_p = nodes_csr[ptr[li][pos_p] + within] * m + modgroup[pos_p]
+        node_p = nodes_csr[ptr[li][pos_p] + within]
+        unit_p = base[node_p] + rec_rid[pos_p] % mods[node_p]
 
         record_pos = np.concatenate([pos_i, pos_p])
         unit = np.concatenate([unit_i, unit_p])
@@ -339,12 +409,19 @@ def probe_ram(
     counts: Mapping[int, int],
     m: int,
     factors: RamFactors = RamFactors(),
+    index_lengths: Iterable[int] = (),
 ) -> int:
-    """Probe-record bytes (Eq. 4): Σ |R_l|·(record_bytes + token_bytes·l) / m, rounded up."""
+    """Record bytes (Eq. 4): Σ |R_l|·(record_bytes + token_bytes·l) / m, rounded up.
+
+    Records of the ``index_lengths`` are not divided by m: they are copied whole
+    into every modgroup (Sec. 2.2), so Eq. 4 as printed underestimates a unit
+    of m > 1 by every index record it holds.
+    """
+    whole = set(index_lengths)
     total = 0
     for length in probe_lengths:
         size = counts[length] * (factors.record_bytes + factors.token_bytes * length)
-        total += -(-size // m)
+        total += size if length in whole else -(-size // m)
     return total
 
 
@@ -368,7 +445,7 @@ def unit_ram(
     (``factors.static_bytes`` not included)."""
     return (
         index_ram(node.index_lengths, counts, theta, sim, factors)
-        + probe_ram(node.probe_lengths, counts, m, factors)
+        + probe_ram(node.probe_lengths, counts, m, factors, node.index_lengths)
         + candidate_ram(node.index_lengths, counts, factors)
     )
 
@@ -386,23 +463,30 @@ def _build_plan(
     theta: float,
     sim: str,
     factors: RamFactors,
+    mods: Sequence[int] | None = None,
+    **extra: Any,
 ) -> Plan:
+    """Units of ``nodes``: node k gets ``mods[k]`` modgroups (m for all without ``mods``);
+    unit ids are dense in (node, modgroup) order."""
     units: list[PlanUnit] = []
     for nd in nodes:
         if not nd.index_lengths:
             continue  # round-robin fills nodes in order: empty ones are trailing
-        ram = unit_ram(nd, m, counts, theta, sim, factors)
+        mk = int(mods[nd.node]) if mods is not None else m
+        ram = unit_ram(nd, mk, counts, theta, sim, factors)
+        first = len(units)
         units.extend(
             PlanUnit(
-                unit=nd.node * m + g,
+                unit=first + g,
                 node=nd.node,
                 modgroup=g,
                 index_lengths=nd.index_lengths,
                 probe_lengths=nd.probe_lengths,
-                est_cost=nd.cost / m,
+                est_cost=nd.cost / mk,
                 est_ram_bytes=ram,
+                mod=mk if mk != m else 0,
             )
-            for g in range(m)
+            for g in range(mk)
         )
     return Plan(
         theta=theta,
@@ -411,6 +495,7 @@ def _build_plan(
         m=m,
         units=tuple(units),
         deviation=float(cost_deviation(nodes)),
+        **extra,
     )
 
 
@@ -422,16 +507,24 @@ def make_plan(
     n: int = 1,
     m: int = 1,
     factors: RamFactors = RamFactors(),
+    mods: Sequence[int] | None = None,
 ) -> Plan:
-    """Plan for user-fixed n and m (no RAM pruning; see ``PlanUnit.est_ram_bytes``)."""
+    """Plan for user-fixed n and m (no RAM pruning; see ``PlanUnit.est_ram_bytes``).
+
+    ``mods`` (one per node, each >= 1) gives every node its own modulo instead of m.
+    """
     theta, sim = check_threshold(theta), check_similarity(sim)
     n, m = _check_positive("number of nodes n", n), _check_positive("modulo m", m)
+    if mods is not None:
+        if len(mods) != n:
+            raise ValueError(f"mods must hold one modulo per node ({n}), got {len(mods)}")
+        mods = [_check_positive("a node's modulo", k) for k in mods]
     counts_by_length = length_stats(lengths, counts)
     costs = slice_costs(list(counts_by_length), list(counts_by_length.values()), theta, sim)
     nodes = distribute_slices(costs, n, theta=theta, sim=sim) if costs else []
     if not nodes:
         return Plan(theta=theta, sim=sim, n=n, m=m, units=())
-    return _build_plan(nodes, m, counts_by_length, theta, sim, factors)
+    return _build_plan(nodes, m, counts_by_length, theta, sim, factors, mods)
 
 
 def choose_parameters(
@@ -506,3 +599,147 @@ def choose_parameters(
         f"no n*m <= max_units={max_units} keeps every unit within memory_bytes={memory} "
         f"(static_bytes={factors.static_bytes}); raise memory_bytes or max_units"
     )
+
+
+def _lpt_makespan(costs: Sequence[float], slots: int) -> float:
+    """Longest-processing-time-first schedule of unit costs on ``slots`` task slots: its makespan."""
+    loads = [0.0] * max(1, slots)
+    for c in sorted(costs, reverse=True):
+        k = loads.index(min(loads))
+        loads[k] += c
+    return max(loads)
+
+
+def unit_records(node: NodeSlices, mod: int, counts: Mapping[int, int]) -> float:
+    """Records a unit of ``node`` holds: its index lengths whole, its probe-only lengths / mod."""
+    whole = set(node.index_lengths)
+    return sum(counts[length] if length in whole else counts[length] / mod for length in node.probe_lengths)
+
+
+def search_plan(
+    lengths: npt.ArrayLike,
+    counts: npt.ArrayLike,
+    theta: float,
+    sim: str = "jaccard",
+    *,
+    slots: int,
+    memory_bytes: int,
+    factors: RamFactors | None = None,
+    costs: Mapping[int, float] | None = None,
+    total_units: int | None = None,
+    units_per_slot: int = 2,
+    skew_factor: float = 1.5,
+    record_cost: float = 400.0,
+    max_units: int = 4096,
+) -> Plan:
+    """simjoin's parameter search: Sec. 2.5's grid, scored by makespan, with a skew split.
+
+    * t starts at ``total_units`` (default ``units_per_slot`` × ``slots``: the
+      number of units follows the cluster). Every n·m = t is tried; a
+      candidate is pruned when its largest unit's RAM estimate plus
+      ``factors.static_bytes`` exceeds ``memory_bytes`` (per unit, i.e. per
+      task slot), or when it has more nodes than slices. If all are pruned, t
+      doubles (Sec. 2.5).
+    * ``costs`` are the slices' costs in posting visits (``simjoin.spark.setsim.
+      slice_work`` measures them from the data's prefixes, which sees token and
+      candidate skew that Eq. 1 cannot); without them Eq. 1's costs are used.
+    * Skew split (beyond the paper, which "is not robust against candidate skew by
+      design"): a node whose unit cost stays above ``skew_factor`` × the mean unit
+      cost total/t gets a larger modulo m_k = ceil(cost_k / (skew_factor·mean)), so
+      its probe records spread over more units. Exact: see the module docstring.
+    * Score: a unit costs its node's cost / m_k plus ``record_cost`` per record it
+      holds (routing, shuffle, index build; index records count in every modgroup,
+      which is what makes n = 1 expensive); the units are scheduled longest-first
+      on ``slots`` slots. The lowest makespan wins, then the lowest deviation
+      (max/min unit cost), then the larger n. Eq. 6's node deviation alone always
+      prefers n = 1 (every unit indexes everything), which is why the authors'
+      script needs n >= 4.
+
+    Every candidate is returned in ``Plan.search`` with its verdict and reason.
+    """
+    theta, sim = check_threshold(theta), check_similarity(sim)
+    slots = _check_positive("slots", slots)
+    memory = _check_positive("memory_bytes", memory_bytes)
+    factors = factors or RamFactors.kernel()
+    if not (skew_factor >= 1.0):
+        raise ValueError(f"skew_factor must be >= 1, got {skew_factor!r}")
+    counts_by_length = length_stats(lengths, counts)
+    t = _check_positive("total_units", total_units if total_units is not None else units_per_slot * slots)
+    if not counts_by_length:
+        return Plan(theta=theta, sim=sim, n=1, m=1, units=(), reason="no records")
+    if costs is None:
+        cost_of: dict[int, float] = dict(
+            slice_costs(list(counts_by_length), list(counts_by_length.values()), theta, sim))
+        basis = "Eq. 1 slice costs"
+    else:
+        missing = [length for length in counts_by_length if length not in costs]
+        if missing:
+            raise ValueError(f"costs lack the lengths {missing[:10]}; allowed: one cost per length present")
+        cost_of = {length: float(costs[length]) for length in counts_by_length}
+        basis = "measured prefix work"
+    budget = memory - factors.static_bytes
+    worst = max(
+        index_ram([i], counts_by_length, theta, sim, factors) + candidate_ram([i], counts_by_length, factors)
+        + probe_ram([i], counts_by_length, 1, factors, [i])
+        for i in counts_by_length
+    )
+    if worst > budget:
+        raise ValueError(
+            f"memory_bytes={memory} is too small: the largest single slice needs an estimated "
+            f"{worst + factors.static_bytes} bytes (its index and records + static) however n and m are chosen"
+        )
+    gib = 2**30
+    tried: list[Candidate] = []
+    kept: list[tuple[tuple[float, float, int], Candidate, list[NodeSlices]]] = []
+    while t <= max_units and not kept:
+        for n in range(1, t + 1):
+            if t % n:
+                continue
+            m = t // n
+            if n > len(counts_by_length):
+                tried.append(Candidate(t, n, m, (), 0, 0, math.inf, math.inf, "pruned",
+                                       f"n={n} nodes but only {len(counts_by_length)} slices (lengths)"))
+                continue
+            nodes = distribute_slices(cost_of, n, theta=theta, sim=sim)  # type: ignore[arg-type]
+            rams = [unit_ram(nd, m, counts_by_length, theta, sim, factors) for nd in nodes]
+            big = max(range(n), key=lambda k: rams[k])
+            if rams[big] > budget:
+                tried.append(Candidate(
+                    t, n, m, (), 0, rams[big], math.inf, math.inf, "pruned",
+                    f"a unit of node {big} needs an estimated {(rams[big] + factors.static_bytes) / gib:.2f} GiB "
+                    f"> {memory / gib:.2f} GiB per unit"))
+                continue
+            mean = sum(cost_of.values()) / t
+            mods = [max(m, math.ceil(nd.cost / (skew_factor * mean))) if mean > 0 else m for nd in nodes]
+            unit_costs = [nd.cost / mk + record_cost * unit_records(nd, mk, counts_by_length)
+                          for nd, mk in zip(nodes, mods, strict=True) for _ in range(mk)]
+            makespan = _lpt_makespan(unit_costs, slots)
+            lo = min(unit_costs)
+            dev = max(unit_costs) / lo if lo > 0 else math.inf
+            split = [k for k in range(n) if mods[k] > m]
+            note = (f"; node{'s' if len(split) > 1 else ''} {', '.join(map(str, split))} split into "
+                    f"{', '.join(str(mods[k]) for k in split)} modgroups (cost > {skew_factor:g}x the mean unit)"
+                    if split else "")
+            ram = max(unit_ram(nd, mk, counts_by_length, theta, sim, factors)
+                      for nd, mk in zip(nodes, mods, strict=True))
+            c = Candidate(t, n, m, tuple(mods), len(unit_costs), ram, makespan, dev, "kept",
+                          f"est. makespan {makespan:.3g} on {slots} slots, unit cost max/min {dev:.2f}{note}")
+            tried.append(c)
+            kept.append(((makespan, dev, -n), c, nodes))
+        if not kept:
+            t *= 2
+    if not kept:
+        raise ValueError(
+            f"no n*m <= max_units={max_units} keeps every unit within memory_bytes={memory} "
+            f"(static_bytes={factors.static_bytes}); raise memory_bytes or max_units"
+        )
+    _, best, nodes = min(kept, key=lambda k: k[0])
+    search = tuple(
+        replace(c, verdict="chosen", reason=f"lowest {c.reason}") if c is best
+        else replace(c, reason=f"{c.reason} (chosen: {best.makespan:.3g})") if c.verdict == "kept" else c
+        for c in tried
+    )
+    reason = (f"search over {len(tried)} candidates (t={best.t}, {slots} slots, {basis}, "
+              f"{memory / gib:.2f} GiB per unit): n={best.n} m={best.m}, {best.reason}")
+    return _build_plan(nodes, best.m, counts_by_length, theta, sim, factors, best.mods, search=search,
+                       reason=reason)

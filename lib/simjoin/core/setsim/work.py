@@ -1,0 +1,137 @@
+"""Measured slice costs: how many postings each slice's probes really visit.
+
+Eq. 1 prices a slice i as P(i)·|R_i|·Σ_p P(p)·|R_p|, as if every prefix token
+of a probe met every prefix token of an index record. Real data are skewed:
+frequent tokens, near-duplicate clusters and planted copies make a few
+slices far costlier than their lengths say, and the paper notes its heuristic
+"is not robust against candidate skew by design". This module counts, from
+the records' prefixes, the posting visits of PPJoin's candidate generation
+per index length i:
+
+    W(i) = Σ_t Σ_{p ∈ [i, maxlen(i)]} I(t, i) · Q(t, p)
+
+where I(t, i) is the number of records of length i with token t in their
+index prefix and Q(t, p) the number of records of length p with t in their
+probe prefix. Within one length only the earlier record probes the later
+one's postings, so the p = i term is halved (after removing each record
+meeting itself). In an R-S join only postings of the other side count.
+
+``prefix_counts`` runs per Arrow batch (in ``mapInArrow``); the per-batch
+counts are summed by (token, length, side) and ``slice_work`` turns them into
+W(i). Both are numpy, no per-record Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from .similarity import check_similarity, check_threshold, index_prefix_array, max_length_array, probe_prefix_array
+
+__all__ = ["prefix_counts", "sample_mask", "slice_work"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def sample_mask(rids: npt.ArrayLike, fraction: float) -> npt.NDArray[np.bool_]:
+    """A deterministic Bernoulli(fraction) sample of records by rid (splitmix64 of the rid)."""
+    r = np.asarray(rids, dtype=np.int64).astype(np.uint64)
+    if fraction >= 1.0:
+        return np.ones(r.shape, dtype=bool)
+    with np.errstate(over="ignore"):
+        z = r + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) < fraction * float(1 << 53)
+
+
+def prefix_counts(
+    tokens: npt.ArrayLike,
+    offsets: npt.ArrayLike,
+    sides: npt.ArrayLike,
+    theta: float,
+    sim: str = "jaccard",
+) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
+    """Per (token, length, side): records with the token in their index prefix, and in their probe prefix.
+
+    ``tokens`` flat, record k is ``tokens[offsets[k]:offsets[k+1]]`` in canonical order
+    (its prefix is its first tokens). Returns ``(token, length, side, n_index, n_probe)``,
+    sorted by (token, length, side).
+    """
+    theta, sim = check_threshold(theta), check_similarity(sim)
+    tok = np.asarray(tokens, dtype=np.int64).ravel()
+    off = np.asarray(offsets, dtype=np.int64).ravel()
+    side = np.asarray(sides, dtype=np.int64).ravel()
+    lengths = np.diff(off)
+    pp = probe_prefix_array(sim, theta, lengths)
+    ip = np.minimum(index_prefix_array(sim, theta, lengths), pp)
+    rec = np.repeat(np.arange(lengths.size, dtype=np.int64), pp)
+    pos = np.arange(rec.size, dtype=np.int64) - np.repeat(np.cumsum(pp) - pp, pp)
+    t = tok[off[rec] + pos]
+    ln = lengths[rec]
+    sd = side[rec]
+    in_index = pos < ip[rec]
+    span_l = int(lengths.max(initial=0)) + 1
+    key = (t * span_l + ln) * 2 + sd
+    order = np.argsort(key, kind="stable")
+    key, in_index = key[order], in_index[order]
+    first = np.ones(key.size, dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    starts = np.flatnonzero(first)
+    n_probe = np.diff(np.append(starts, key.size))
+    n_index = np.add.reduceat(in_index.astype(np.int64), starts) if starts.size else np.zeros(0, np.int64)
+    uk = key[starts]
+    return uk // 2 // span_l, uk // 2 % span_l, uk % 2, n_index.astype(np.int64), n_probe.astype(np.int64)
+
+
+def slice_work(
+    token: npt.ArrayLike,
+    length: npt.ArrayLike,
+    side: npt.ArrayLike,
+    n_index: npt.ArrayLike,
+    n_probe: npt.ArrayLike,
+    theta: float,
+    sim: str = "jaccard",
+    rs: bool = False,
+) -> dict[int, float]:
+    """W(i) per index length i from summed ``prefix_counts`` rows (one row per (token, length, side)).
+
+    Self-join: all sides are 0. R-S join (``rs``): index postings of one side are visited by
+    probes of the other side only.
+    """
+    theta, sim = check_threshold(theta), check_similarity(sim)
+    t = np.asarray(token, dtype=np.int64).ravel()
+    ln = np.asarray(length, dtype=np.int64).ravel()
+    sd = np.asarray(side, dtype=np.int64).ravel() % 2
+    ci = np.asarray(n_index, dtype=np.float64).ravel()
+    cp = np.asarray(n_probe, dtype=np.float64).ravel()
+    if t.size == 0:
+        return {}
+    if not rs:
+        sd = np.zeros_like(sd)
+    span_l = int(ln.max()) + 1
+    # probe rows sorted by (token, side, length) with running sums of their counts
+    pkey = (t * 2 + sd) * span_l + ln
+    order = np.argsort(pkey, kind="stable")
+    pkey, pc = pkey[order], cp[order]
+    csum = np.concatenate([[0.0], np.cumsum(pc)])
+    # index rows look up the probe rows of the same token (other side in R-S) over [i, maxlen(i)]
+    sel = ci > 0
+    it, il, isd, ic = t[sel], ln[sel], sd[sel], ci[sel]
+    other = 1 - isd if rs else isd
+    hi = np.minimum(max_length_array(sim, theta, il), span_l - 1)
+    base = (it * 2 + other) * span_l
+    lo_p = np.searchsorted(pkey, base + il, side="left")
+    hi_p = np.searchsorted(pkey, base + hi, side="right")
+    eq_p = np.searchsorted(pkey, base + il, side="right")
+    same = csum[eq_p] - csum[lo_p]  # Q(t, i) of the probe side
+    longer = csum[hi_p] - csum[eq_p]
+    if rs:
+        same_len = ic * same / 2.0
+    else:
+        same_len = np.maximum(ic * same - ic, 0.0) / 2.0  # every record is in both prefixes of its own length
+    w = ic * longer + same_len
+    lengths_out = np.unique(ln)
+    total = np.bincount(np.searchsorted(lengths_out, il), weights=w, minlength=lengths_out.size)
+    return {int(k): float(v) for k, v in zip(lengths_out.tolist(), total.tolist(), strict=True)}
