@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from jobs.ssj.common import SSJRun
 from simjoin.core.setsim import Plan, RamFactors, make_plan, search_plan
+from simjoin.core.setsim.work import RESULT_VISITS
 from simjoin.log import get_logger
 from simjoin.spark import delta
 from simjoin.spark import setsim as S
@@ -46,11 +47,15 @@ def make(spark: SparkSession, job: SSJRun) -> Plan:
         t0 = time.perf_counter()
         records = job.frame("records", lambda: delta.read_table(spark, job.tables.tokens)
                             .filter(F.col("run_id") == job.run_id))
-        work, fraction = S.slice_work(records, cfg.threshold, cfg.similarity, job.rs, int(counts.sum()))
-        log.info("ssj optimize: prefix work of %d slices measured in %.1fs (%s of the records), %.3g posting visits",
-                 len(work), time.perf_counter() - t0, "all" if fraction >= 1 else f"{fraction:.1%}",
-                 sum(work.values()))
-        costs = {int(length): work.get(int(length), 0.0) for length in lengths}
+        n = int(counts.sum())
+        work, fraction = S.slice_work(records, cfg.threshold, cfg.similarity, job.rs, n)
+        results, sampled = S.sample_results(records, cfg.threshold, cfg.similarity, job.rs, n)
+        log.info("ssj optimize: slice costs measured in %.1fs: %.3g posting visits (%s of the records), "
+                 "%.3g result pairs (from a join of %s of them)", time.perf_counter() - t0, sum(work.values()),
+                 "all" if fraction >= 1 else f"{fraction:.1%}", sum(results.values()),
+                 "all" if sampled >= 1 else f"{sampled:.1%}")
+        costs = {int(length): work.get(int(length), 0.0) + RESULT_VISITS * results.get(int(length), 0.0)
+                 for length in lengths}
         plan = search_plan(lengths, counts, cfg.threshold, cfg.similarity, slots=budget.slots,
                            memory_bytes=budget.memory_bytes, factors=factors, costs=costs,
                            total_units=cfg.total_units, skew_factor=cfg.skew_factor)

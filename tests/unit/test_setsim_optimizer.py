@@ -371,7 +371,7 @@ def _search_case() -> tuple[np.ndarray, np.ndarray, dict[int, float]]:
 
 def test_search_plan_tries_every_nm_and_explains() -> None:
     lengths, counts, costs = _search_case()
-    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=2**40, costs=costs, record_cost=1.0)
+    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=2**40, costs=costs, token_cost=0.0)
     assert [(c.t, c.n, c.m) for c in plan.search] == [(4, 1, 4), (4, 2, 2), (4, 4, 1)]
     chosen = [c for c in plan.search if c.verdict == "chosen"]
     assert len(chosen) == 1 and chosen[0].makespan == min(c.makespan for c in plan.search)
@@ -383,12 +383,13 @@ def test_search_plan_ram_prunes_doubles_and_splits_skew() -> None:
     lengths, counts, costs = _search_case()
     f = RamFactors.kernel()
     by_len = dict(zip(lengths.tolist(), counts.tolist(), strict=True))
-    ram = {n: max(unit_ram(nd, 4 // n, by_len, 0.8, "jaccard", f) for nd in distribute_slices(costs, n, theta=0.8))
+    ram = {n: max(unit_ram(nd, 4 // n, by_len, 0.8, "jaccard", f)
+                  for nd in distribute_slices(costs, n, theta=0.8, greedy=True))
            for n in (1, 2, 4)}
     # n = 1 (every unit indexes every record) does not fit; n = 2 and 4 do
     limit = f.static_bytes + max(ram[2], ram[4])
     assert ram[1] + f.static_bytes > limit
-    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=limit, costs=costs, factors=f, record_cost=1.0)
+    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=limit, costs=costs, factors=f, token_cost=0.0)
     verdicts = {(c.n, c.m): c for c in plan.search}
     assert verdicts[(1, 4)].verdict == "pruned" and "GiB per unit" in verdicts[(1, 4)].reason
     assert plan.n >= 2

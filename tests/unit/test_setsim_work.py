@@ -77,3 +77,20 @@ def test_sample_mask_is_deterministic_and_fair() -> None:
     assert (m == sample_mask(rids, 0.1)).all() and 0.095 < m.mean() < 0.105
     assert sample_mask(rids, 1.0).all()
     assert not (sample_mask(rids, 0.05) & ~m).any()  # nested samples
+
+
+def test_slice_results_counts_pairs_by_earlier_length() -> None:
+    from simjoin.core.setsim import brute_force_pairs
+    from simjoin.core.setsim.work import slice_results
+
+    rng = np.random.default_rng(4)
+    recs = _records(rng, 600, 60)
+    perm = rng.permutation(len(recs))  # any order in: sorted inside
+    shuffled = [recs[i] for i in perm]
+    off = np.concatenate([[0], np.cumsum([len(r) for r in shuffled])])
+    got = slice_results(np.concatenate(shuffled), off, perm * 3 + 1, np.zeros(len(recs)), 0.6)
+    want: dict[int, int] = {}
+    for i, j, _ in brute_force_pairs(recs, 0.6, "jaccard"):
+        k = min(len(recs[i]), len(recs[j]))
+        want[k] = want.get(k, 0) + 1
+    assert got == want

@@ -526,6 +526,31 @@ def slice_work(records: DataFrame, theta: float, sim: str, rs: bool, n_records: 
     return {k: v / fraction**2 for k, v in w.items()}, fraction
 
 
+def sample_results(records: DataFrame, theta: float, sim: str, rs: bool, n_records: int,
+                   sample_rows: int = 20_000) -> tuple[dict[int, float], float]:
+    """Result pairs per slice, estimated from a join of a deterministic sample of the records on
+    the driver (``simjoin.core.setsim.work.slice_results``), scaled by 1/fraction². This is where
+    candidate skew shows: a near-duplicate cluster puts k²/2 results in one slice."""
+    from simjoin.core.setsim.work import sample_mask, slice_results
+
+    fraction = min(1.0, sample_rows / max(1, n_records))
+
+    def pick(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            keep = sample_mask(b.column("rid").to_numpy(zero_copy_only=False), fraction)
+            if keep.any():
+                yield b.filter(pa.array(keep))
+
+    t = records.select("rid", "side", "tokens").mapInArrow(pick, "rid long, side int, tokens array<int>").toArrow()
+    if t.num_rows == 0:
+        return {}, fraction
+    toks = t.column("tokens").combine_chunks()
+    raw = toks.offsets.to_numpy().astype(np.int64)
+    flat = toks.values.to_numpy(zero_copy_only=False)[raw[0]: raw[-1]]
+    got = slice_results(flat, raw - raw[0], t.column("rid").to_numpy(), t.column("side").to_numpy(), theta, sim, rs)
+    return {k: v / fraction**2 for k, v in got.items()}, fraction
+
+
 @dataclass(frozen=True)
 class UnitBudget:
     """Memory per unit and task slots, from the Spark session (Fier & Freytag Sec. 2.3's limit)."""
