@@ -32,10 +32,18 @@ def _chunked(spark: SparkSession, rows: int, schema: str,
 
 
 def sets_df(spark: SparkSession, rows: int, seed: int, universe: int = 20_000, avg_len: int = 12,
-            dup_frac: float = 0.25) -> DataFrame:
+            dup_frac: float = 0.25, lengths: str = "zipf", dist: str = "uniform") -> DataFrame:
+    """id, text: ``datagen.gen_sets`` (``lengths`` in ``datagen.SET_LENGTHS``, ``dist`` in
+    ``datagen.SET_DISTS``)."""
+    if lengths not in datagen.SET_LENGTHS:
+        raise ValueError(f"invalid lengths {lengths!r}: allowed {', '.join(datagen.SET_LENGTHS)}")
+    if dist not in datagen.SET_DISTS:
+        raise ValueError(f"invalid dist {dist!r} for sets: allowed {', '.join(datagen.SET_DISTS)}")
+
     def make(s: int, e: int) -> pa.RecordBatch:
-        ids, texts = datagen.gen_sets(s, e, seed, universe=universe, avg_len=avg_len, dup_frac=dup_frac)
-        return pa.RecordBatch.from_arrays([pa.array(ids), pa.array(texts, pa.string())], ["id", "text"])
+        ids, texts = datagen.gen_sets(s, e, seed, universe=universe, avg_len=avg_len, dup_frac=dup_frac,
+                                      lengths=lengths, dist=dist)
+        return pa.RecordBatch.from_arrays([pa.array(ids), texts], ["id", "text"])
 
     return _chunked(spark, rows, "id long, text string", make)
 
