@@ -3,8 +3,17 @@
 - ``word``: lower-cased words split on Unicode whitespace (as Python's ``str.lower().split()``).
 - ``qgram:q``: lower-cased character q-grams; a string shorter than q is one token, the string.
 
-Duplicate tokens inside a record are removed. Everything is numpy/pyarrow over whole batches:
-no per-row Python.
+Duplicate tokens inside a record are removed. Everything is numpy/pyarrow (and one numba kernel)
+over whole batches: no per-row Python.
+
+The q-gram path (issue 16) never builds a string per gram, nor hashes strings. numpy finds the
+characters (UTF-8 lead bytes) and each gram's byte range in the batch's one byte buffer, and packs
+the 8 bytes at each gram's start into a uint64 (one unaligned little-endian window read). A numba
+kernel then walks the records: a gram's key is its window cut to its length; a small hash set per
+record keeps the first gram of every distinct value (equal keys and lengths are equal grams up to 8
+bytes, every gram of ASCII text with q <= 8; longer ones, multi-byte characters, compare their
+remaining bytes, so every q is exact), and copies only those grams' bytes out, straight into the
+result's string buffer. Each record's tokens come out in first-appearance order.
 """
 
 from __future__ import annotations
@@ -12,19 +21,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numba import njit
 
 __all__ = ["tokenize"]
-
-
-def _prev_cumsum(x: np.ndarray) -> np.ndarray:
-    c = np.cumsum(x, dtype=np.int64)
-    return c - x
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenated ``arange(s, s + l)`` for every (s, l)."""
-    total = int(lengths.sum())
-    return np.repeat(starts.astype(np.int64) - _prev_cumsum(lengths), lengths) + np.arange(total, dtype=np.int64)
 
 
 def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -35,14 +34,6 @@ def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset: arr.offset + len(arr) + 1].astype(np.int64)
     data = arr.buffers()[2]
     return (np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)), offsets
-
-
-def _from_ranges(data: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> pa.Array:
-    """A string array whose value j is ``data[b0[j]:b1[j]]``."""
-    lens = (b1 - b0).astype(np.int64)
-    out = data[_ranges(b0, lens)]
-    offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-    return pa.StringArray.from_buffers(len(lens), pa.py_buffer(offs), pa.py_buffer(out.tobytes()))
 
 
 def _words(low: pa.Array) -> tuple[np.ndarray, pa.Array]:
@@ -57,20 +48,136 @@ def _words(low: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), values.filter(pa.array(keep))
 
 
+# _LOW[k]: a uint64 mask of its k low bytes (the first k bytes of a little-endian 8-byte window).
+_LOW = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the high bits of key * _MIX
+
+
+def _windows(buf: np.ndarray) -> np.ndarray:
+    """``w[p]`` = the bytes ``buf[p:p + 8]`` as one little-endian uint64: an overlapping, unaligned view (no copy).
+
+    Positions up to ``len(buf) - 8``, so ``buf`` needs 8 bytes of padding after its last real byte."""
+    return np.ndarray(shape=(len(buf) - 7,), dtype="<u8", buffer=buf, offset=0, strides=(1,))
+
+
+@njit(cache=True, nogil=True)
+def _distinct_grams(buf: np.ndarray, window: np.ndarray, b0: np.ndarray, b1: np.ndarray, gram_off: np.ndarray,
+                    offsets: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Record r has the grams ``gram_off[r]:gram_off[r + 1]``; gram j is ``buf[b0[j]:b1[j]]`` and ``window[j]``
+    the 8 bytes at ``b0[j]`` packed into a uint64. Writes out the first gram of every distinct value of each
+    record, in record order: returns (distinct grams per record, a buffer of at least ``cap`` bytes that starts
+    with their bytes), their string offsets in ``offsets[:count + 1]``.
+
+    A gram's key is its window cut to its first (up to) 8 bytes; grams with equal keys and lengths are equal
+    up to 8 bytes, longer ones compare the rest. One small hash set per record: open addressing, at most half
+    full, reused without clearing (a slot counts only if it was filled for this record).
+    ``buf`` must have 8 readable bytes after every gram's start; ``cap`` must be at least their total bytes + 8."""
+    n = gram_off.shape[0] - 1
+    biggest = 1
+    for r in range(n):
+        biggest = max(biggest, gram_off[r + 1] - gram_off[r])
+    bits = 1
+    while (1 << bits) < 2 * biggest:
+        bits += 1
+    slot = np.empty(1 << bits, np.int64)  # the gram in a slot ...
+    owner = np.full(1 << bits, -1, np.int64)  # ... if the slot was filled for record owner[slot]
+    counts = np.zeros(n, np.int64)
+    data = np.empty(cap, np.uint8)
+    offsets[0] = 0
+    u = 0
+    p = 0
+    for r in range(n):
+        bits = 1
+        while (1 << bits) < 2 * (gram_off[r + 1] - gram_off[r]):  # a record of m grams: 2^bits >= 2m slots
+            bits += 1
+        mask = (1 << bits) - 1
+        shift = np.uint64(64 - bits)
+        c = 0
+        for j in range(gram_off[r], gram_off[r + 1]):
+            a = b0[j]
+            length = b1[j] - a
+            k = window[j] & _LOW[min(length, 8)]
+            h = np.int64((k * _MIX) >> shift)
+            while owner[h] == r:
+                o = slot[h]
+                if b1[o] - b0[o] == length and window[o] & _LOW[min(length, 8)] == k:
+                    same = True
+                    for t in range(8, length):
+                        if buf[b0[o] + t] != buf[a + t]:
+                            same = False
+                            break
+                    if same:
+                        break
+                h = (h + 1) & mask
+            else:  # a new value in this record: keep it, copy its bytes (8 at once, then the rest)
+                owner[h] = r
+                slot[h] = j
+                for t in range(8):
+                    data[p + t] = buf[a + t]
+                for t in range(8, length):
+                    data[p + t] = buf[a + t]
+                p += length
+                u += 1
+                offsets[u] = p
+                c += 1
+        counts[r] = c
+    return counts, data
+
+
 def _qgrams(low: pa.Array, q: int) -> tuple[np.ndarray, pa.Array]:
+    """Record offsets and values of every record's distinct q-grams (each record's in first-appearance order)."""
     data, offs = _string_parts(low)
-    n = len(offs) - 1
-    region = data[offs[0]: offs[-1]] if n else data[:0]
-    char_pos = np.flatnonzero((region & 0xC0) != 0x80).astype(np.int64) + (offs[0] if n else 0)
-    first_char = np.searchsorted(char_pos, offs)  # char index of each string's first char (+ end)
+    lo, hi = int(offs[0]), int(offs[-1])
+    nbytes = hi - lo
+    offs = offs - lo
+    pad = q + 8  # zero bytes after the batch: whole 8-byte windows, and q characters past any string's start
+    buf = np.zeros(nbytes + pad, np.uint8)
+    buf[:nbytes] = data[lo:hi]
+
+    # Characters start at the bytes that are not UTF-8 continuation bytes (10xxxxxx); each padding byte is one.
+    # char_at[c] = the byte position of character c (c < n_char: the batch's; then nbytes, nbytes + 1, ...).
+    lead = (buf & 0xC0) != 0x80
+    if int(np.count_nonzero(lead)) == len(buf):  # ASCII: character c is byte c
+        char_at = None
+        first_char = offs
+    else:
+        char_at = np.flatnonzero(lead)
+        first_char = np.searchsorted(char_at, offs)
     nchar = np.diff(first_char)
-    ngram = np.where(nchar == 0, 0, np.maximum(nchar - q + 1, 1)).astype(np.int64)
-    row = np.repeat(np.arange(n, dtype=np.int64), ngram)
-    g0 = _ranges(first_char[:-1], ngram)  # char index of each gram's first char
-    g1 = np.minimum(g0 + q, first_char[1:][row])  # one past its last char, inside its string
-    b0 = char_pos[g0]
-    b1 = np.where(g1 >= first_char[1:][row], offs[1:][row], char_pos[np.minimum(g1, max(len(char_pos) - 1, 0))])
-    return np.concatenate([[0], np.cumsum(ngram)]).astype(np.int64), _from_ranges(data, b0, b1)
+    n_char = int(first_char[-1])
+
+    # Grams start at every character but the last q - 1 of its string; a string of 1 to q - 1 characters
+    # is one gram, the whole string.
+    short = np.flatnonzero((nchar > 0) & (nchar < q))
+    ngram = np.where(nchar >= q, nchar - q + 1, 0)
+    ngram[short] = 1
+    gram_off = np.concatenate([[0], np.cumsum(ngram)]).astype(np.int64)
+    starts = np.ones(n_char, bool)
+    ends = first_char[1:]
+    for k in range(1, q):
+        starts[ends[nchar >= k] - k] = False
+    starts[first_char[short]] = True
+    g0 = np.flatnonzero(starts)
+    if char_at is None:
+        b0, b1 = g0, g0 + q
+    else:
+        b0, b1 = char_at[g0], char_at[g0 + q]
+    b1[gram_off[short]] = offs[short + 1]
+
+    # The 8 bytes at each gram's start as one uint64, straight from the byte buffer (the kernel cuts them to
+    # the gram's length); then the distinct grams of each record, written out as strings.
+    window = _windows(buf)[b0].astype(np.uint64, copy=False)
+    cap = q * nbytes + 8  # every byte is in at most q grams
+    offsets = np.empty(len(g0) + 1, np.int32 if cap <= np.iinfo(np.int32).max else np.int64)
+    counts, v_data = _distinct_grams(buf, window, b0, b1, gram_off, offsets, cap)
+    offsets = offsets[: int(counts.sum()) + 1]
+    used = int(offsets[-1])
+    if used > np.iinfo(np.int32).max:
+        raise ValueError(f"the q-grams of this batch take {used} bytes (> 2 GiB): tokenize smaller batches")
+    # (v_data past ``used`` + 8 bytes was never written: no memory is committed for it.)
+    values = pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets.astype(np.int32, copy=False)),
+                                         pa.py_buffer(v_data[:used]))
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), values
 
 
 def _distinct(rec_off: np.ndarray, values: pa.Array) -> tuple[np.ndarray, pa.Array]:
@@ -92,9 +199,13 @@ def _distinct(rec_off: np.ndarray, values: pa.Array) -> tuple[np.ndarray, pa.Arr
 
 def tokenize(text: pa.Array, qgram: int | None) -> pa.ListArray:
     """Each string's distinct tokens as ``list<string>``; a null string gives an empty list."""
+    if qgram is not None and qgram < 1:
+        raise ValueError(f"qgram must be at least 1, not {qgram}")
     low = pc.utf8_lower(text)
     if isinstance(low, pa.ChunkedArray):
         low = low.combine_chunks()
-    rec_off, values = _words(low) if qgram is None else _qgrams(low, qgram)
-    rec_off, values = _distinct(rec_off, values)
+    if qgram is None:
+        rec_off, values = _distinct(*_words(low))
+    else:
+        rec_off, values = _qgrams(low, qgram)
     return pa.ListArray.from_arrays(pa.array(rec_off.astype(np.int32)), values)
