@@ -501,8 +501,8 @@ class GenerateConfig:
                                  "ineq: uniform, pareto, or correlated: b = a + N(0, 2); sets: uniform, dup_frac of "
                                  "the records are copies of scattered earlier records, or near-duplicates, "
                                  "candidate skew: they are copies of 65,536 global cluster seeds, cluster sizes "
-                                 "Zipf(0.8) capped at 1.2%, every cluster spanning all chunks; per 1M rows the "
-                                 "largest hold 3,000 records, about 27M pairs at θ 0.6, growing with rows^2).",
+                                 "Zipf(0.8) capped at 1.2%, every 1M rows with its own clusters; per 1M rows the "
+                                 "largest hold 3,000 records, about 27M pairs at θ 0.6, growing linearly).",
                       choices=("uniform", "gaussian", "skewed", "pareto", "clustered", "correlated",
                                "near-duplicates"))
     rate: float = param(100.0, "Rows per second of ts.", gt=0)

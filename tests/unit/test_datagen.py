@@ -145,8 +145,8 @@ def test_near_duplicate_clusters(lengths):
 
 
 def test_near_duplicate_seeds_depend_on_the_seed_only():
-    # the same cluster's copies in far-apart chunks resemble each other
-    lo, hi = 0, 40 * datagen.CHUNK_ROWS
+    # the same cluster's copies in far-apart chunks of one block resemble each other
+    lo, hi = 0, datagen.ND_BLOCK_ROWS - 3000
     a = datagen.gen_set_tokens(lo, lo + 3000, 9, dist="near-duplicates")
     b = datagen.gen_set_tokens(hi, hi + 3000, 9, dist="near-duplicates")
     ca, cb = datagen.set_clusters(lo, lo + 3000, 9), datagen.set_clusters(hi, hi + 3000, 9)
@@ -258,3 +258,12 @@ def test_drift_errors():
         datagen.gen_vectors(0, 5, 2, "uniform", 1, drift="sideways")
     with pytest.raises(ValueError, match="allowed"):
         datagen.gen_drift_vectors(0, 5, 2, "uniform", 1, "wander", period=0.0)
+
+
+def test_near_duplicate_blocks_have_their_own_clusters():
+    # every ND_BLOCK_ROWS rows draw their own clusters: sizes, and the pairs per row, do not grow with rows
+    b = datagen.ND_BLOCK_ROWS
+    ca, cb = datagen.set_clusters(0, 20_000, 9), datagen.set_clusters(b, b + 20_000, 9)
+    assert ca.max() < datagen.ND_CLUSTERS <= cb[cb >= 0].min() and cb.max() < 2 * datagen.ND_CLUSTERS
+    assert np.bincount(ca[ca >= 0]).max() == pytest.approx(np.bincount(cb[cb >= 0] - datagen.ND_CLUSTERS).max(),
+                                                           rel=0.5)

@@ -122,6 +122,9 @@ LONG_UNIVERSE = 200_000
 #: near-duplicates: ND_CLUSTERS cluster seeds; a copy's cluster has probability
 #: min(ND_CLUSTER_CAP, c * rank^-ND_CLUSTER_EXP) (``cluster_probabilities``).
 ND_CLUSTERS, ND_CLUSTER_EXP, ND_CLUSTER_CAP = 65_536, 0.8, 0.012
+#: near-duplicates: every block of ND_BLOCK_ROWS rows has its own ND_CLUSTERS clusters, so cluster
+#: sizes (and the pairs per row) stay the same whatever the number of rows: the join grows linearly.
+ND_BLOCK_ROWS = 1_000_000
 #: Copies of records of at least this many tokens replace round(U(0, 1/4) * L) tokens (1/8 on
 #: average, so their Jaccard to the original spreads over 0.6-1); shorter ones max(1, L // 8) as
 #: before (none for L <= 2).
@@ -360,6 +363,11 @@ def _perturb(base: Csr, u_frac: np.ndarray, drop: np.random.Generator, universe:
     return _fill(rows[keep] * universe + tok[keep], fresh_rows, fresh_slots, offs, universe, redraw)
 
 
+def _block_cluster(chunk: int, rank: np.ndarray) -> np.ndarray:
+    """The global id of the cluster of this rank in the chunk's block of ND_BLOCK_ROWS rows."""
+    return (chunk * CHUNK_ROWS // ND_BLOCK_ROWS) * ND_CLUSTERS + np.asarray(rank, dtype=np.int64)
+
+
 def _cluster_seeds(seed: int, clusters: np.ndarray, zipf: _Zipf, universe: int,
                    table: tuple[np.ndarray, np.ndarray]) -> Csr:
     """The seed records of the given clusters: like any record, but drawn with counter-based
@@ -411,7 +419,7 @@ def _sets_block(seed: int, chunk: int, n: int, universe: int, avg_len: int, dup_
         before = np.cumsum(orig) - orig
         base = _gather(origs, (u[copy, 0] * before[copy]).astype(np.int64))
     else:
-        uniq, inv = np.unique(_from_cdf(_cluster_cdf(), u[copy, 0]), return_inverse=True)
+        uniq, inv = np.unique(_block_cluster(chunk, _from_cdf(_cluster_cdf(), u[copy, 0])), return_inverse=True)
         base = _gather(_cluster_seeds(seed, uniq, zipf, universe, table), inv.reshape(-1))
     copies = _perturb(base, u[copy, 1], _stream(seed, chunk, _S_DROP), universe,
                       _stream_redraw(seed, chunk, _S_REPL, zipf))
@@ -451,13 +459,13 @@ def gen_set_tokens(start: int, stop: int, seed: int, universe: int = 20_000, avg
 
 
 def set_clusters(start: int, stop: int, seed: int, dup_frac: float = 0.25) -> np.ndarray:
-    """near-duplicates: the cluster (rank in ``cluster_probabilities``) of rows [start, stop) of
-    ``gen_sets``, -1 for the records that are not copies."""
+    """near-duplicates: the cluster of rows [start, stop) of ``gen_sets``, -1 for the records that
+    are not copies: block * ND_CLUSTERS + rank (``cluster_probabilities``), block = row // ND_BLOCK_ROWS."""
     out = []
     for b0 in range(start - start % CHUNK_ROWS, stop, CHUNK_ROWS):
         copy, u = _row_plan(seed, b0 // CHUNK_ROWS, min(stop, b0 + CHUNK_ROWS) - b0, dup_frac)
         cl = np.full(len(copy), -1, dtype=np.int64)
-        cl[copy] = _from_cdf(_cluster_cdf(), u[copy, 0])
+        cl[copy] = _block_cluster(b0 // CHUNK_ROWS, _from_cdf(_cluster_cdf(), u[copy, 0]))
         out.append(cl[max(start, b0) - b0:])
     return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
@@ -482,13 +490,15 @@ def gen_sets(start: int, stop: int, seed: int, universe: int = 20_000, avg_len: 
       shorter than 32, a U(0, 1/4) share for longer ones), so Jaccard about 0.8 to the original
       (0.6-1 for long records).
     - ``dist`` near-duplicates (candidate skew): a share ``dup_frac`` of the records are such
-      perturbed copies of one of ND_CLUSTERS = 65,536 global cluster seeds, drawn with counter-based
-      hashes of (seed, cluster) alone, so a cluster spans all chunks; the cluster by
+      perturbed copies of one of ND_CLUSTERS = 65,536 cluster seeds of their block of ND_BLOCK_ROWS = 1M
+      rows, drawn with counter-based hashes of (seed, cluster) alone, so a cluster spans all the
+      chunks of its block; the cluster by
       ``cluster_probabilities`` (Zipf(0.8) by rank, capped at 1.2 %). The other records are fresh.
       Per 1M rows with dup_frac 0.25: the largest clusters hold 3,000 records, 9 hold 1,000+, about
       170 hold 100+; two copies of a seed share all but about 2/8 of their tokens (Jaccard about
       0.7 for zipf lengths), so the θ = 0.6 self-join gives about sum(k^2 / 2) = 27M pairs. Sizes
-      scale with rows and dup_frac, pairs with their square (10M rows: 100 x).
+      scale with dup_frac and with rows up to 1M; beyond, each 1M rows has its own clusters, so the
+      pairs grow linearly (10M rows: about 270M pairs at θ = 0.6).
 
     ``set_clusters`` gives each row's cluster; ``gen_set_tokens`` the token ranks.
     """
