@@ -51,6 +51,13 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 ANCHOR = Path(__file__).resolve().parent / "ssj_anchor.py"
 TIMED_OUT = 3  # ssj_anchor's exit status when its cap fired
+def universe_flags(fam: str, rows: int, per_row: float) -> list[str]:
+    """A vocabulary that grows with the records (aol and long have their own, larger ones)."""
+    if per_row <= 0 or fam not in ("zipf", "near-duplicates"):
+        return []
+    return ["--universe", str(max(20_000, int(rows * per_row)))]
+
+
 FAMILIES = {
     "zipf": [],
     "aol": ["--lengths", "aol"],
@@ -458,7 +465,10 @@ def write_results(res: Path, meta: dict, rows: list[dict], mh: list[dict]) -> No
         "- **simjoin s**: `simjoin ssj` end to end as a CLI subprocess (what a user waits: Python and Spark",
         "  start-up, tokenize, two quality gates, optimizer, distributed PPJoin, publish to Delta); input from",
         f"  `simjoin generate sets --seed {a['seed']}` (families: zipf = default lengths, aol = `--lengths aol`,",
-        "  long = `--lengths long`, near-duplicates = `--dist near-duplicates`). records/s = records / simjoin s.",
+        "  long = `--lengths long`, near-duplicates = `--dist near-duplicates`; zipf and near-duplicates with",
+        f"  `--universe max(20000, rows x {a.get('universe_per_row', 0.1)})`: a vocabulary that grows with the",
+        "  records, as real ones do; with a fixed 20,000-token vocabulary PPJoin's posting visits grow with rows²).",
+        "  records/s = records / simjoin s.",
         "- **t/n/m**: the optimizer's chosen seed t, nodes n, modulo m (split: node:modgroups of the nodes split",
         "  for candidate skew), from `<output>_plan`. **unit spread**: slowest / fastest unit wall time over the",
         "  units with records; **cand/unit**: candidates per unit max / mean (`<output>_stats`).",
@@ -595,6 +605,9 @@ def main() -> None:
     ap.add_argument("--thetas", default="0.6,0.8,0.9")
     ap.add_argument("--families", default="zipf,aol,near-duplicates", help=f"of {', '.join(FAMILIES)}")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--universe-per-row", type=float, default=0.1,
+                    help="zipf and near-duplicates: --universe max(20000, rows x this), vocabulary growing with the "
+                         "records as in real data (Heaps' law); 0: the generator's fixed 20,000 tokens")
     ap.add_argument("--sss-cap", type=float, default=1800.0, help="SetSimilaritySearch cap, seconds")
     ap.add_argument("--simjoin-cap", type=float, default=0.0, help="kill simjoin ssj after this many seconds (0: none)")
     ap.add_argument("--minhash-size", type=int, default=200_000, help="records of the MinHashLSH runs (0: none)")
@@ -642,7 +655,8 @@ def main() -> None:
                 d.mkdir(parents=True, exist_ok=True)
                 src = str(d / "input")
                 g = must(run([str(BIN / "simjoin"), "generate", "sets", "--out", src, "--rows", str(n),
-                              "--seed", str(a.seed), *FAMILIES[fam]], log_path=logs / f"generate_{fam}_{n}.log"),
+                              "--seed", str(a.seed), *FAMILIES[fam], *universe_flags(fam, n, a.universe_per_row)],
+                             log_path=logs / f"generate_{fam}_{n}.log"),
                          f"generate {fam} {n}")
                 log(f"{fam} {n:,}: generated in {g.seconds:.1f}s ({last_line(g.stdout)})")
                 t0 = time.perf_counter()

@@ -47,7 +47,8 @@ def run(spark: SparkSession, run: Run) -> dict[str, Any]:
     cfg = run.cfg
     check_out(spark, run)
     if cfg.kind == "sets":
-        df = gen.sets_df(spark, cfg.rows, cfg.seed, dup_frac=cfg.dup_frac, lengths=cfg.lengths, dist=cfg.dist)
+        df = gen.sets_df(spark, cfg.rows, cfg.seed, universe=cfg.universe, dup_frac=cfg.dup_frac, lengths=cfg.lengths,
+                         dist=cfg.dist)
     elif cfg.kind == "vectors":
         df = gen.vectors_df(spark, cfg.rows, cfg.dim, cfg.dist, cfg.rate, cfg.seed, drift=cfg.drift,
                             drift_period=parse_duration(cfg.drift_period), drift_after=cfg.drift_after)

@@ -522,6 +522,9 @@ class GenerateConfig:
                          choices=("zipf", "aol", "long"))
     dup_frac: float = param(0.25, "sets: share of the records that are near-duplicates (copies with about 1/8 of "
                                   "their tokens replaced).", ge=0, le=1)
+    universe: int = param(20_000, "sets: number of distinct tokens the Zipf law draws from (aol: at least 1M, "
+                                  "long: at least 200,000). Real vocabularies grow with the records (Heaps' law): "
+                                  "about rows / 10 keeps a large table realistic.", ge=1, le=1_000_000_000)
 
     def __post_init__(self) -> None:
         check_fields(self, "generate")
@@ -531,6 +534,8 @@ class GenerateConfig:
                f"zipf for kind {self.kind} (aol and long only for sets)")
         _check(self.dup_frac == 0.25 or self.kind == "sets", "generate", "dup_frac", self.dup_frac,
                f"0.25 for kind {self.kind} (other values only for sets)")
+        _check(self.universe == 20_000 or self.kind == "sets", "generate", "universe", self.universe,
+               f"20000 for kind {self.kind} (other values only for sets)")
         if self.kind == "ineq":
             _check(self.dist in ("uniform", "pareto", "correlated"), "generate", "dist", self.dist,
                    "uniform, pareto or correlated for ineq")
