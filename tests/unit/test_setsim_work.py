@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from simjoin.core.setsim.similarity import index_prefix_array, min_length_array, probe_prefix_array
-from simjoin.core.setsim.work import prefix_counts, sample_mask, slice_work
+from simjoin.core.setsim.work import prefix_counts, slice_work
 
 
 def _records(rng: np.random.Generator, n: int, universe: int) -> list[np.ndarray]:
@@ -69,14 +69,6 @@ def test_prefix_counts_merge_across_batches() -> None:
     uk, inv = np.unique(key, return_inverse=True)
     summed = [uk // 2 // 1000, uk // 2 % 1000, uk % 2, np.bincount(inv, merged[3]), np.bincount(inv, merged[4])]
     assert slice_work(*summed, theta=0.6) == pytest.approx(whole)
-
-
-def test_sample_mask_is_deterministic_and_fair() -> None:
-    rids = np.arange(200_000)
-    m = sample_mask(rids, 0.1)
-    assert (m == sample_mask(rids, 0.1)).all() and 0.095 < m.mean() < 0.105
-    assert sample_mask(rids, 1.0).all()
-    assert not (sample_mask(rids, 0.05) & ~m).any()  # nested samples
 
 
 def test_slice_results_counts_pairs_by_earlier_length() -> None:

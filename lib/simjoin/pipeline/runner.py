@@ -20,8 +20,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from simjoin.config import ConfigError
@@ -336,11 +337,53 @@ class Follow:
         self.stop = stop
 
 
+#: Seconds between the progress lines of a long stage (``SIMJOIN_HEARTBEAT_S``; 0: none).
+HEARTBEAT_S = float(os.environ.get("SIMJOIN_HEARTBEAT_S", "30"))
+
+
+@contextmanager
+def heartbeat(spark: Any, label: str, every: float = HEARTBEAT_S) -> Iterator[None]:
+    """While the block runs, log every ``every`` seconds how long it has run and, from Spark's
+    status tracker, the tasks done in each active Spark stage (a long ssj join: its units)."""
+    import threading
+
+    try:
+        tracker = spark.sparkContext.statusTracker() if every > 0 else None
+    except Exception:  # Spark Connect has no SparkContext: time only
+        tracker = None
+    stop = threading.Event()
+
+    def beat() -> None:
+        t0 = time.perf_counter()
+        while not stop.wait(every):
+            parts = []
+            try:
+                for sid in sorted(tracker.getActiveStageIds()) if tracker is not None else []:
+                    info = tracker.getStageInfo(sid)  # type: ignore[union-attr]
+                    if info is not None:
+                        parts.append(f"Spark stage {sid} ({info.name.split(' at ')[0]}): "
+                                     f"{info.numCompletedTasks}/{info.numTasks} tasks done, "
+                                     f"{info.numActiveTasks} running")
+            except Exception:  # the context is stopping: report the time only
+                parts = []
+            log.info("stage %s: running for %.0fs%s", label, time.perf_counter() - t0,
+                     "; " + "; ".join(parts) if parts else "")
+
+    th = threading.Thread(target=beat, name="heartbeat", daemon=True) if every > 0 else None
+    if th:
+        th.start()
+    try:
+        yield
+    finally:
+        stop.set()
+
+
 def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run, timed: list[Any]) -> Any:
     t0 = time.perf_counter()
     res: Any = None
     try:
-        with current_stage(f"{spec.name}.{name}"), log_stage(f"{spec.name} {name}", log):
+        with current_stage(f"{spec.name}.{name}"), log_stage(f"{spec.name} {name}", log), \
+                heartbeat(spark, f"{spec.name} {name}"):
             res = fn(spark, run)
             return res
     finally:

@@ -490,24 +490,30 @@ def join_units(routed: DataFrame, plan: Plan, rs: bool) -> DataFrame:
 PREFIX_COUNTS_SCHEMA = "token long, length int, side int, n_index long, n_probe long"
 
 
+def sample_records(records: DataFrame, fraction: float) -> DataFrame:
+    """A deterministic Bernoulli(fraction) sample by rid (xxhash64), filtered before any row leaves
+    Spark; the samples of two fractions are nested."""
+    if fraction >= 1.0:
+        return records
+    scale = 1 << 30
+    return records.filter(F.pmod(F.xxhash64("rid"), F.lit(scale)) < F.lit(int(fraction * scale)))
+
+
 def slice_work(records: DataFrame, theta: float, sim: str, rs: bool, n_records: int,
-               sample_rows: int = 2_000_000) -> tuple[dict[int, float], float]:
+               sample_rows: int = 500_000) -> tuple[dict[int, float], float]:
     """The measured cost W(i) of every slice (``simjoin.core.setsim.work``): posting visits of
     PPJoin's candidate generation, from the prefixes of the encoded records (rid, side, length,
     tokens). Above ``sample_rows`` records, a deterministic sample by rid is counted and W is
     scaled by 1/fraction² (both ends of a visit are sampled). Returns (W, fraction)."""
-    from simjoin.core.setsim.work import prefix_counts, sample_mask
+    from simjoin.core.setsim.work import prefix_counts
     from simjoin.core.setsim.work import slice_work as work_from_counts
 
     fraction = min(1.0, sample_rows / max(1, n_records))
 
     def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            keep = sample_mask(b.column("rid").to_numpy(zero_copy_only=False), fraction)
-            if not keep.any():
+            if b.num_rows == 0:
                 continue
-            if not keep.all():
-                b = b.filter(pa.array(keep))
             toks = b.column("tokens")
             raw = toks.offsets.to_numpy().astype(np.int64)
             flat = toks.values.to_numpy(zero_copy_only=False)[raw[0]: raw[-1]]
@@ -517,7 +523,7 @@ def slice_work(records: DataFrame, theta: float, sim: str, rs: bool, n_records: 
                                               pa.array(sd.astype(np.int32)), pa.array(ci), pa.array(cp)],
                                              ["token", "length", "side", "n_index", "n_probe"])
 
-    summed = (records.select("rid", "side", "tokens").mapInArrow(count, PREFIX_COUNTS_SCHEMA)
+    summed = (sample_records(records, fraction).select("side", "tokens").mapInArrow(count, PREFIX_COUNTS_SCHEMA)
               .groupBy("token", "length", "side")
               .agg(F.sum("n_index").alias("n_index"), F.sum("n_probe").alias("n_probe")))
     t = summed.toArrow()
@@ -531,17 +537,10 @@ def sample_results(records: DataFrame, theta: float, sim: str, rs: bool, n_recor
     """Result pairs per slice, estimated from a join of a deterministic sample of the records on
     the driver (``simjoin.core.setsim.work.slice_results``), scaled by 1/fraction². This is where
     candidate skew shows: a near-duplicate cluster puts k²/2 results in one slice."""
-    from simjoin.core.setsim.work import sample_mask, slice_results
+    from simjoin.core.setsim.work import slice_results
 
     fraction = min(1.0, sample_rows / max(1, n_records))
-
-    def pick(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            keep = sample_mask(b.column("rid").to_numpy(zero_copy_only=False), fraction)
-            if keep.any():
-                yield b.filter(pa.array(keep))
-
-    t = records.select("rid", "side", "tokens").mapInArrow(pick, "rid long, side int, tokens array<int>").toArrow()
+    t = sample_records(records, fraction).select("rid", "side", "tokens").toArrow()
     if t.num_rows == 0:
         return {}, fraction
     toks = t.column("tokens").combine_chunks()

@@ -29,7 +29,7 @@ import numpy.typing as npt
 from .ppjoin import ppjoin
 from .similarity import check_similarity, check_threshold, index_prefix_array, max_length_array, probe_prefix_array
 
-__all__ = ["RESULT_VISITS", "prefix_counts", "sample_mask", "slice_results", "slice_work"]
+__all__ = ["RESULT_VISITS", "prefix_counts", "slice_results", "slice_work"]
 
 #: A result pair costs about as much as this many posting visits: its verification (a merge of
 #: both records), its row in the unit's Arrow output and its hand-over to Spark. Measured on
@@ -37,19 +37,6 @@ __all__ = ["RESULT_VISITS", "prefix_counts", "sample_mask", "slice_results", "sl
 RESULT_VISITS = 30.0
 
 IntArray = npt.NDArray[np.int64]
-
-
-def sample_mask(rids: npt.ArrayLike, fraction: float) -> npt.NDArray[np.bool_]:
-    """A deterministic Bernoulli(fraction) sample of records by rid (splitmix64 of the rid)."""
-    r = np.asarray(rids, dtype=np.int64).astype(np.uint64)
-    if fraction >= 1.0:
-        return np.ones(r.shape, dtype=bool)
-    with np.errstate(over="ignore"):
-        z = r + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) < fraction * float(1 << 53)
 
 
 def prefix_counts(
