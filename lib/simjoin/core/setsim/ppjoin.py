@@ -122,12 +122,17 @@ def _kernel(
     post_ptr: I64Array,
     post_rec: I64Array,
     post_pos: I32Array,
+    post_len: I32Array,
+    count: npt.NDArray[np.integer],
     code: int,
     theta: float,
 ) -> tuple[I64Array, I64Array, F64Array, int, int, int, int]:
+    # ``post_len`` repeats each posting's record length, so the length filter and the positional
+    # filter read the postings in order; ``count`` (zeros, as narrow an int as the prefixes allow)
+    # is the one array a probe reads at random: a small one stays in the cache at millions of records.
     n = lengths.shape[0]
     pstart = post_ptr[:-1].copy()  # per key: first posting not cut by the length filter
-    count = np.zeros(n, np.int64)  # matches so far per candidate; -1 = pruned
+    # count: matches so far per candidate; -1 = pruned
     touched = np.empty(n, np.int64)
     cap = 1024
     out_x = np.empty(cap, np.int64)
@@ -160,7 +165,7 @@ def _kernel(
             key = 2 * np.int64(d) + key_side
             p = pstart[key]
             end = post_ptr[key + 1]
-            while p < end and lengths[post_rec[p]] < minlen:
+            while p < end and post_len[p] < minlen:
                 p += 1
             pstart[key] = p
             while p < end:
@@ -172,7 +177,7 @@ def _kernel(
                     if c == 0:
                         touched[n_touched] = x
                         n_touched += 1
-                    lx = lengths[x]
+                    lx = post_len[p]
                     alpha = _min_overlap(code, theta, lx, ly)
                     rest = min(lx - post_pos[p] - 1, ly - i - 1)
                     if c + 1 + rest >= alpha:
@@ -320,6 +325,8 @@ def ppjoin(
         post_ptr,
         post_rec,
         post_pos,
+        lengths[post_rec].astype(np.int32),
+        np.zeros(n, dtype=np.int16 if int(lengths.max(initial=0)) < 2**15 - 1 else np.int64),
         code,
         theta,
     )
