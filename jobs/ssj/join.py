@@ -22,7 +22,8 @@ from simjoin.spark.session import small_frame
 log = get_logger("simjoin.ssj")
 STATS_SCHEMA = ("unit int, records_indexed long, records_probed long, candidates long, verified long, results long, "
                 "wall_seconds double, task_partition int, node int, modgroup int, est_cost double, "
-                "est_ram_bytes long, actual_cost double, run_id string, " + STATS_COMMON_SCHEMA)
+                "est_ram_bytes long, actual_cost double, run_id string, " + STATS_COMMON_SCHEMA
+                + ", cpu_seconds double")
 STAT_COLS = [c.split()[0] for c in STATS_SCHEMA.split(", ")]
 
 
@@ -52,31 +53,34 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
         # one stats row per unit (summed over an increment's blocks), completed with the plan's estimates
         stats = res.filter(F.col("kind") == int(RowKind.STATS))
         got: dict[int, list] = {}
-        for r in stats.select(*STAT_COLS[:8]).collect():
+        for r in stats.select(*STAT_COLS[:8], "cpu_seconds").collect():
             have = got.get(r["unit"])
             got[r["unit"]] = list(r) if have is None else [
                 *have[:1], *(x + int(y) for x, y in zip(have[1:6], list(r)[1:6])),
-                have[6] + float(r["wall_seconds"]), have[7]]
+                have[6] + float(r["wall_seconds"]), have[7], have[8] + float(r["cpu_seconds"])]
         stat_rows = []
         for u in plan.units:
             g = got.get(u.unit)
             vals = [int(x) for x in g[1:6]] if g else [0] * 5
-            wall = float(g[6]) if g else 0.0
+            wall, cpu = (float(g[6]), float(g[8])) if g else (0.0, 0.0)
             stat_rows.append((u.unit, *vals, wall, int(g[7]) if g else None, u.node, u.modgroup,
-                              float(u.est_cost), int(u.est_ram_bytes), float(vals[2]), job.run_id, "ssj", wall))
-        delta.overwrite_partition(small_frame(spark, stat_rows, STATS_SCHEMA), job.tables.stats, job.part)
+                              float(u.est_cost), int(u.est_ram_bytes), float(vals[2]), job.run_id, "ssj", wall, cpu))
+        delta.overwrite_partition(small_frame(spark, stat_rows, STATS_SCHEMA), job.tables.stats, job.part,
+                                  merge_schema=True)
         delta.overwrite_partition(pairs, job.tables.staging, job.part)
         job.keep("pairs", pairs)
     finally:
         spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", prev)
     rows: list[dict[str, Any]] = [dict(zip(STAT_COLS, r)) for r in stat_rows]
     for row in rows:
-        log.info("ssj unit %d (node %d, modgroup %d): indexed %d probed %d candidates %d results %d in %.2fs",
-                 row["unit"], row["node"], row["modgroup"], row["records_indexed"], row["records_probed"],
-                 row["candidates"], row["results"], row["wall_seconds"])
+        log.info("ssj unit %d (node %d, modgroup %d): indexed %d probed %d candidates %d results %d in %.2fs "
+                 "(%.2fs CPU)", row["unit"], row["node"], row["modgroup"], row["records_indexed"],
+                 row["records_probed"], row["candidates"], row["results"], row["wall_seconds"], row["cpu_seconds"])
     walls = [row["wall_seconds"] for row in rows]
+    cpus = [row["cpu_seconds"] for row in rows if row["records_indexed"] or row["records_probed"]]
     n_pairs = job.frames["pairs"].count() if inc.incremental and not job.rs else sum(r["results"] for r in rows)
     out = {"pairs": int(n_pairs), "mode": inc.mode, "units": len(rows),
            "candidates": int(sum(row["candidates"] for row in rows)),
-           "slowest_unit_s": float(max(walls, default=0.0)), "fastest_unit_s": float(min(walls, default=0.0))}
+           "slowest_unit_s": float(max(walls, default=0.0)), "fastest_unit_s": float(min(walls, default=0.0)),
+           "slowest_unit_cpu_s": float(max(cpus, default=0.0)), "fastest_unit_cpu_s": float(min(cpus, default=0.0))}
     return out

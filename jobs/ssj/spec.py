@@ -14,9 +14,11 @@ def summary(run: Any, results: dict[str, Any]) -> str:
     how = f", {pub['new_pairs']} new on top of run {pub['base_run']}" if pub.get("base_run") else ""
     mods = [k for k in opt.get("mods", []) if k != opt["m"]]
     split = f", split {'/'.join(map(str, mods))}" if mods else ""
-    ratio = join["slowest_unit_s"] / join["fastest_unit_s"] if join["fastest_unit_s"] > 0 else float("nan")
+    lo, hi = join.get("fastest_unit_cpu_s", 0.0), join.get("slowest_unit_cpu_s", 0.0)
+    ratio = hi / lo if lo > 0 else float("nan")
     return (f"ssj: {pub['pairs']} pairs{how} from {tok['records']} records ({tok['quarantined']} quarantined), "
-            f"{join['units']} units (n={opt['n']}, m={opt['m']}{split}, slowest/fastest {ratio:.1f}) -> {run.output}")
+            f"{join['units']} units (n={opt['n']}, m={opt['m']}{split}, unit CPU slowest/fastest {ratio:.1f}) "
+            f"-> {run.output}")
 
 
 SPEC = PipelineSpec(
