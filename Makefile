@@ -68,6 +68,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/ssj.py
+	$(BIN)/python bench/tokenizer.py
 	$(BIN)/python bench/ineq.py
 	$(BIN)/python bench/hypercube.py
 	$(BIN)/python bench/s2j.py
