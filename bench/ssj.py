@@ -584,6 +584,11 @@ def run_sss(src: str, theta: float, cap: float, prefix: str, logs: Path) -> dict
     # the cap is armed inside after the Delta read; the hard timeout here only guards a hung read
     p = run([sys.executable, str(ANCHOR), "sss", "--input", src, "--theta", str(theta), "--cap", str(cap),
              "--out", prefix], timeout=cap + 1800, log_path=logs / (Path(prefix).name + ".log"))
+    return anchor_result(p, prefix)
+
+
+def anchor_result(p: Proc, prefix: str) -> dict:
+    """An anchor subprocess's outcome: capped, failed, or its timing and pairs."""
     if p.rc == TIMED_OUT or p.rc is None:
         return {"status": "cap"}
     if p.rc != 0:
@@ -597,12 +602,7 @@ def run_minhash(src: str, theta: float, tables: int, a: argparse.Namespace, pref
              "--tables", str(tables), "--cap", str(a.minhash_cap), "--seed", str(a.seed), "--out", prefix,
              "--vectorizer", a.minhash_vectorizer, "--num-features", str(a.minhash_features)],
             timeout=a.minhash_cap + 1800, log_path=logs / (Path(prefix).name + ".log"))
-    if p.rc == TIMED_OUT or p.rc is None:
-        return {"status": "cap"}
-    if p.rc != 0:
-        return {"status": f"failed (status {p.rc})", "stderr": p.stderr[-2000:]}
-    info = json.loads(Path(prefix + ".json").read_text())
-    return {"status": "ok", **info, "pairs_arr": np.load(prefix + ".npy")}
+    return anchor_result(p, prefix)
 
 
 def main() -> None:
