@@ -376,6 +376,8 @@ def heartbeat(spark: Any, label: str, every: float = HEARTBEAT_S) -> Iterator[No
         yield
     finally:
         stop.set()
+        if th:
+            th.join(timeout=5)  # no progress line after the stage's own "done"
 
 
 def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run, timed: list[Any]) -> Any:
