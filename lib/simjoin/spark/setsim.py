@@ -406,6 +406,15 @@ def route_to_units(records: DataFrame, plan: Plan) -> DataFrame:
     return routed.repartition(max(1, plan.n_units), "pkey")
 
 
+def token_csr(tokens: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """A ``list<int>`` column as (flat int32 tokens, int64 offsets from 0): record k is
+    ``flat[offsets[k]:offsets[k + 1]]``."""
+    toks = tokens.combine_chunks() if isinstance(tokens, pa.ChunkedArray) else tokens
+    raw = toks.offsets.to_numpy().astype(np.int64)
+    flat = toks.values.to_numpy(zero_copy_only=False)[raw[0]: raw[-1]].astype(np.int32, copy=False)
+    return flat, raw - raw[0]
+
+
 UNIT_RESULT_SCHEMA = (
     "kind byte, unit int, left_id long, right_id long, similarity double, "
     "records_indexed long, records_probed long, candidates long, verified long, results long, "
@@ -434,10 +443,7 @@ def _unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Itera
         rid_col = sub.column("rid").to_numpy()
         if rid_col.size > 1 and not (np.diff(rid_col) > 0).all():
             sub = sub.take(pa.array(np.argsort(rid_col, kind="stable")))
-        toks = sub.column("tokens").combine_chunks()
-        raw = toks.offsets.to_numpy().astype(np.int64)
-        flat = toks.values.to_numpy(zero_copy_only=False)[raw[0]: raw[-1]].astype(np.int32, copy=False)
-        offsets = raw - raw[0]
+        flat, offsets = token_csr(sub.column("tokens"))
         rids = sub.column("rid").to_numpy()
         sides = sub.column("side").to_numpy().astype(np.int8)
         ids = sub.column("id").to_numpy()
@@ -517,10 +523,8 @@ def slice_work(records: DataFrame, theta: float, sim: str, rs: bool, n_records: 
         for b in batches:
             if b.num_rows == 0:
                 continue
-            toks = b.column("tokens")
-            raw = toks.offsets.to_numpy().astype(np.int64)
-            flat = toks.values.to_numpy(zero_copy_only=False)[raw[0]: raw[-1]]
-            tk, ln, sd, ci, cp = prefix_counts(flat, raw - raw[0], b.column("side").to_numpy(zero_copy_only=False) % 2,
+            flat, offsets = token_csr(b.column("tokens"))
+            tk, ln, sd, ci, cp = prefix_counts(flat, offsets, b.column("side").to_numpy(zero_copy_only=False) % 2,
                                                theta, sim)
             yield pa.RecordBatch.from_arrays([pa.array(tk), pa.array(ln.astype(np.int32)),
                                               pa.array(sd.astype(np.int32)), pa.array(ci), pa.array(cp)],
@@ -546,10 +550,8 @@ def sample_results(records: DataFrame, theta: float, sim: str, rs: bool, n_recor
     t = sample_records(records, fraction).select("rid", "side", "tokens").toArrow()
     if t.num_rows == 0:
         return {}, fraction
-    toks = t.column("tokens").combine_chunks()
-    raw = toks.offsets.to_numpy().astype(np.int64)
-    flat = toks.values.to_numpy(zero_copy_only=False)[raw[0]: raw[-1]]
-    got = slice_results(flat, raw - raw[0], t.column("rid").to_numpy(), t.column("side").to_numpy(), theta, sim, rs)
+    flat, offsets = token_csr(t.column("tokens"))
+    got = slice_results(flat, offsets, t.column("rid").to_numpy(), t.column("side").to_numpy(), theta, sim, rs)
     return {k: v / fraction**2 for k, v in got.items()}, fraction
 
 
