@@ -586,8 +586,20 @@ def unit_budget(spark: SparkSession, memory_gb: float | None = None) -> UnitBudg
     import os
     import re
 
-    conf = spark.sparkContext.getConf()
-    master = conf.get("spark.master", "local[*]")
+    from simjoin.spark.session import is_remote
+
+    remote = is_remote(spark)
+
+    class _Conf:  # the session's conf: a Spark Connect session has no SparkContext
+        @staticmethod
+        def get(key: str, default: str | None = None) -> str | None:
+            try:
+                return spark.conf.get(key, default)
+            except Exception:
+                return default
+
+    conf = _Conf()
+    master = conf.get("spark.master", "local[*]") or "local[*]"
     phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     cores = os.cpu_count() or 1
     local = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
@@ -597,7 +609,7 @@ def unit_budget(spark: SparkSession, memory_gb: float | None = None) -> UnitBudg
         exec_cores = slots
     else:
         exec_cores = int(conf.get("spark.executor.cores", "0") or 0) or cores
-        execs = max(1, len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1)
+        execs = 1 if remote else max(1, len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1)
         cap = int(conf.get("spark.cores.max", "0") or 0)
         slots = cap or exec_cores * execs
     pyspark_mem = _bytes(conf.get("spark.executor.pyspark.memory", None))
