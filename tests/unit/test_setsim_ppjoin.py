@@ -160,6 +160,37 @@ def test_theta_one_only_identical_sets(sim: str) -> None:
     assert_same(got, brute_force_pairs(recs, 1.0, sim))
 
 
+def test_more_pairs_than_the_output_buffer_resumes_exactly() -> None:
+    """The kernel's output buffers start at max(65,536, n) pairs; 420 near-copies give about
+    88k pairs, so the kernel stops mid-join and resumes on fresh buffers (a probe record's
+    candidates carried over), and the union must still equal brute force."""
+    rng = np.random.default_rng(11)
+    base = list(range(1, 13))
+    recs = sorted(
+        (sorted(set(base) - {int(rng.integers(1, 13))} | {int(rng.integers(13, 16))}) for _ in range(420)),
+        key=len,
+    )
+    expected = brute_force_pairs(recs, 0.7, "jaccard")
+    assert len(expected) > 65_536 > len(recs)
+    assert_same(run_ppjoin(recs, 0.7, "jaccard"), expected)
+
+
+def test_bitmap_filter_keeps_pairs_whose_tokens_share_bits() -> None:
+    """Tokens that hash to the same bit make the bitmap bound looser, never wrong."""
+    from simjoin.core.setsim.ppjoin import bitmaps
+
+    tok = np.arange(1, 200, dtype=np.int32)
+    bits = (tok.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(58)
+    a, b = (int(t) for t in tok[np.flatnonzero(bits == bits[0])[:2]])  # two tokens, one bit
+    recs = sorted([[a, 300, 301], [b, 300, 301], [a, b, 300, 301]], key=len)
+    off = np.array([0, 3, 6, 10])
+    flat = np.array([t for r in recs for t in r], dtype=np.int32)
+    bm = bitmaps(flat, off)
+    assert bm[0] == bm[1]  # equal signatures, different sets
+    for theta in (0.5, 0.6, 0.75):
+        assert_same(run_ppjoin(recs, theta, "jaccard"), brute_force_pairs(recs, theta, "jaccard"))
+
+
 @pytest.mark.parametrize("sim", SIMS)
 def test_very_long_records(sim: str) -> None:
     rng = np.random.default_rng(3)

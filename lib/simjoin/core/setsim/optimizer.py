@@ -111,10 +111,10 @@ class RamFactors:
 
         Measured on the peak resident memory of one unit's kernel (Arrow batches in,
         pairs out): a record holds its Arrow row plus about a dozen int64 arrays
-        (rids, lengths, prefixes, candidate counters); a token its Arrow value, its
-        dense id and the transients that compute it; an index prefix entry the
-        postings' sort keys, order and CSR arrays; a result its pair arrays (grown by
-        doubling) and its Arrow output. ``static_bytes`` is a Python worker with
+        (rids, lengths, prefixes, bitmaps, candidate counters); a token its Arrow value,
+        its dense id and the transients that compute it; an index prefix entry the
+        postings' keys and CSR arrays (record, position, length, bitmap); a result its
+        pair buffers and its Arrow output. ``static_bytes`` is a Python worker with
         numpy, pyarrow, numba and the kernel loaded. See ``tests/spark/test_ssj_ram.py``.
         """
         return cls(index_entry_bytes=48, record_bytes=120, token_bytes=28, candidate_bytes=120,

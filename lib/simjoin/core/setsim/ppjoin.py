@@ -12,6 +12,14 @@ optimizer's ``Plan.assign_units`` produced). The join itself is PPJoin
   for good (records arrive sorted by length);
 * position filter: a candidate is dropped as soon as the matches seen so far
   plus the tokens left after the current positions cannot reach α;
+* bitmap filter (Sandes et al., "Fast and exact set similarity joins with
+  bitmap filters", 2020): each record carries a 64-bit signature, the OR of
+  one hashed bit per token. A bit set in x's signature and not in y's stands
+  for at least one token of x missing from y, so
+  |x ∩ y| <= min(|x| - popcount(Bx & ~By), |y| - popcount(By & ~Bx)).
+  It is checked when a candidate is first met, from the posting itself (the
+  posting repeats its record's signature, so nothing is read at random), and
+  drops almost every candidate that the merge would reject;
 * verification: merge of the sorted token lists with early termination;
 * then, if y is an index record, its (shorter) index prefix is inserted.
 
@@ -53,7 +61,7 @@ class PPJoinStats:
 
     indexed: records inserted into the index; probed: records that probed;
     candidates: distinct (x, y) met in the index after the length filter;
-    verified: candidates surviving the position filter; results: pairs out.
+    verified: candidates surviving the position and bitmap filters (merged); results: pairs out.
     """
 
     indexed: int
@@ -107,13 +115,59 @@ def _overlap(tokens: I32Array, ox: int, lx: int, oy: int, ly: int, alpha: int) -
     return o
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit(cache=True)
+def _bitmaps(tokens: I32Array, offsets: I64Array) -> npt.NDArray[np.uint64]:
+    out = np.zeros(offsets.size - 1, dtype=np.uint64)
+    for r in range(offsets.size - 1):
+        b = np.uint64(0)
+        for j in range(offsets[r], offsets[r + 1]):
+            b |= np.uint64(1) << ((np.uint64(tokens[j]) * _GOLDEN) >> np.uint64(58))
+        out[r] = b
+    return out
+
+
+def bitmaps(tokens: npt.ArrayLike, offsets: npt.ArrayLike) -> npt.NDArray[np.uint64]:
+    """Per record the 64-bit OR of one bit per token (Fibonacci hash: top 6 bits of t·φ·2^64)."""
+    return _bitmaps(np.ascontiguousarray(tokens, dtype=np.int32), np.ascontiguousarray(offsets, dtype=np.int64))
+
+
+@njit(cache=True)
+def _postings(keys: I64Array, rec: I64Array, pos: I64Array, n_keys: int) -> tuple[I64Array, I64Array, I32Array]:
+    """CSR of the postings by key, each key's postings in record order (a counting sort)."""
+    ptr = np.zeros(n_keys + 1, np.int64)
+    for k in keys:
+        ptr[k + 1] += 1
+    for k in range(n_keys):
+        ptr[k + 1] += ptr[k]
+    fill = ptr[:-1].copy()
+    post_rec = np.empty(keys.size, np.int64)
+    post_pos = np.empty(keys.size, np.int32)
+    for j in range(keys.size):
+        q = fill[keys[j]]
+        post_rec[q] = rec[j]
+        post_pos[q] = pos[j]
+        fill[keys[j]] = q + 1
+    return ptr, post_rec, post_pos
+
+
+@njit(cache=True, inline="always")
+def _popcount(v: np.uint64) -> int:
+    v = v - ((v >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    v = (v & np.uint64(0x3333333333333333)) + ((v >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    v = (v + (v >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((v * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
 @njit(cache=True)
 def _kernel(
     tokens: I32Array,
-    dense: I64Array,
+    dense: I32Array,
     offsets: I64Array,
     lengths: I64Array,
-    is_index: BoolArray,
+    bm: npt.NDArray[np.uint64],
     is_probe: BoolArray,
     side: npt.NDArray[np.int8],
     cross: bool,
@@ -123,102 +177,97 @@ def _kernel(
     post_rec: I64Array,
     post_pos: I32Array,
     post_len: I32Array,
+    post_bm: npt.NDArray[np.uint64],
+    pstart: I64Array,
     count: npt.NDArray[np.integer],
+    touched: I64Array,
+    y_from: int,
+    pending: int,
+    out_x: I64Array,
+    out_y: I64Array,
+    out_s: F64Array,
+    counters: I64Array,
     code: int,
     theta: float,
-) -> tuple[I64Array, I64Array, F64Array, int, int, int, int]:
-    # ``post_len`` repeats each posting's record length, so the length filter and the positional
-    # filter read the postings in order; ``count`` (zeros, as narrow an int as the prefixes allow)
-    # is the one array a probe reads at random: a small one stays in the cache at millions of records.
+) -> tuple[int, int, int]:
+    """Probe records ``y_from``.. into the caller's output buffers; returns (y, n_out, pending).
+
+    It stops before verifying a record whose candidates might overflow the buffers and
+    returns that record with its candidate count (``pending``, its candidates are left in
+    ``touched`` and ``count``); the caller drains the buffers and calls again with it. The
+    buffers never grow in here: reallocating them inside the loop halves the loop's speed.
+    ``pstart`` (per key the first posting not cut by the length filter), ``count`` (matches so
+    far per candidate, -1 = pruned, as narrow an int as the prefixes allow: it is the one
+    array read at random, so a small one stays in the cache) and ``touched`` persist between
+    calls. ``post_len``/``post_bm`` repeat each posting's record length and bitmap, so the
+    filters read the postings in order.
+    """
     n = lengths.shape[0]
-    pstart = post_ptr[:-1].copy()  # per key: first posting not cut by the length filter
-    # count: matches so far per candidate; -1 = pruned
-    touched = np.empty(n, np.int64)
-    cap = 1024
-    out_x = np.empty(cap, np.int64)
-    out_y = np.empty(cap, np.int64)
-    out_s = np.empty(cap, np.float64)
-    n_res = 0
-    n_indexed = 0
-    n_probed = 0
-    n_cand = 0
-    n_ver = 0
-    for y in range(n):
+    cap = out_x.shape[0]
+    n_out = 0
+    for y in range(y_from, n):
         ly = lengths[y]
-        if ly == 0:
+        if ly == 0 or not is_probe[y]:
             continue
-        if is_index[y]:
-            n_indexed += 1  # its postings are live once y has probed
-        if not is_probe[y]:
-            continue
-        n_probed += 1
-        key_side = np.int64(side[y])
-        if cross:
-            key_side = 1 - key_side
         oy = offsets[y]
-        minlen = min_len[y]
-        n_touched = 0
-        for i in range(probe_pref[y]):
-            d = dense[oy + i]
-            if d < 0:
-                continue
-            key = 2 * np.int64(d) + key_side
-            p = pstart[key]
-            end = post_ptr[key + 1]
-            while p < end and post_len[p] < minlen:
-                p += 1
-            pstart[key] = p
-            while p < end:
-                x = post_rec[p]
-                if x >= y:
-                    break
-                c = count[x]
-                if c >= 0:
-                    if c == 0:
-                        touched[n_touched] = x
-                        n_touched += 1
-                    lx = post_len[p]
-                    alpha = _min_overlap(code, theta, lx, ly)
-                    rest = min(lx - post_pos[p] - 1, ly - i - 1)
-                    if c + 1 + rest >= alpha:
-                        count[x] = c + 1
-                    else:
-                        count[x] = -1
-                p += 1
-        n_cand += n_touched
+        if pending >= 0 and y == y_from:
+            n_touched = pending  # resumed: its candidates are already gathered
+        else:
+            key_side = np.int64(side[y])
+            if cross:
+                key_side = 1 - key_side
+            by = bm[y]
+            minlen = min_len[y]
+            n_touched = 0
+            for i in range(probe_pref[y]):
+                d = dense[oy + i]
+                if d < 0:
+                    continue
+                key = 2 * np.int64(d) + key_side
+                p = pstart[key]
+                end = post_ptr[key + 1]
+                while p < end and post_len[p] < minlen:
+                    p += 1
+                pstart[key] = p
+                while p < end:
+                    x = post_rec[p]
+                    if x >= y:
+                        break
+                    c = count[x]
+                    if c >= 0:
+                        lx = post_len[p]
+                        alpha = _min_overlap(code, theta, lx, ly)
+                        if c == 0:
+                            touched[n_touched] = x
+                            n_touched += 1
+                            bx = post_bm[p]
+                            if min(lx - _popcount(bx & ~by), ly - _popcount(by & ~bx)) < alpha:
+                                count[x] = -1  # the bitmap filter
+                                p += 1
+                                continue
+                        rest = min(lx - post_pos[p] - 1, ly - i - 1)
+                        if c + 1 + rest >= alpha:
+                            count[x] = c + 1
+                        else:
+                            count[x] = -1
+                    p += 1
+            counters[0] += n_touched
+        if n_out + n_touched > cap:
+            return y, n_out, n_touched
         for k in range(n_touched):
             x = touched[k]
             if count[x] > 0:
-                n_ver += 1
+                counters[1] += 1
                 lx = lengths[x]
                 alpha = _min_overlap(code, theta, lx, ly)
                 o = _overlap(tokens, offsets[x], lx, oy, ly, alpha)
                 if o >= alpha:
-                    if n_res == cap:
-                        cap *= 2
-                        nx = np.empty(cap, np.int64)
-                        ny = np.empty(cap, np.int64)
-                        ns = np.empty(cap, np.float64)
-                        nx[:n_res] = out_x[:n_res]
-                        ny[:n_res] = out_y[:n_res]
-                        ns[:n_res] = out_s[:n_res]
-                        out_x = nx
-                        out_y = ny
-                        out_s = ns
-                    out_x[n_res] = x
-                    out_y[n_res] = y
-                    out_s[n_res] = _similarity(code, o, lx, ly)
-                    n_res += 1
+                    out_x[n_out] = x
+                    out_y[n_out] = y
+                    out_s[n_out] = _similarity(code, o, lx, ly)
+                    n_out += 1
             count[x] = 0
-    return (
-        out_x[:n_res].copy(),
-        out_y[:n_res].copy(),
-        out_s[:n_res].copy(),
-        n_indexed,
-        n_probed,
-        n_cand,
-        n_ver,
-    )
+    return n, n_out, -1
 
 
 def _as_flags(name: str, values: npt.ArrayLike, n: int) -> BoolArray:
@@ -297,44 +346,55 @@ def ppjoin(
     total = int(ipref.sum())
     rec = np.repeat(np.arange(n, dtype=np.int64), ipref)
     pos = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(ipref) - ipref, ipref)
-    flat = off[rec] + pos
-    vocab = np.unique(tok[flat])
-    if vocab.size:
-        found = np.minimum(np.searchsorted(vocab, tok), vocab.size - 1)
-        dense = np.where(vocab[found] == tok, found, -1).astype(np.int64)
+    ptok = tok[off[rec] + pos]
+    top = int(tok.max(initial=0))
+    if tok.size and int(tok.min()) >= 0 and top < max(4 * tok.size, 1 << 22):
+        seen = np.zeros(top + 1, dtype=np.bool_)  # tokens are canonical ranks: a lookup table
+        seen[ptok] = True
+        vocab = np.flatnonzero(seen)
+        lut = np.full(top + 1, -1, dtype=np.int32)
+        lut[vocab] = np.arange(vocab.size, dtype=np.int32)
+        dense = lut[tok]
     else:
-        dense = np.full(tok.size, -1, dtype=np.int64)
-    keys = 2 * dense[flat] + sides[rec]
-    order = np.argsort(keys, kind="stable")
-    post_rec = rec[order]
-    post_pos = pos[order].astype(np.int32)
-    post_ptr = np.zeros(2 * vocab.size + 1, dtype=np.int64)
-    post_ptr[1:] = np.cumsum(np.bincount(keys, minlength=2 * vocab.size))
+        vocab = np.unique(ptok)
+        found = np.minimum(np.searchsorted(vocab, tok), max(vocab.size - 1, 0))
+        dense = np.where(vocab[found] == tok, found, -1).astype(np.int32) if vocab.size else np.full(tok.size, -1, np.int32)
+    keys = 2 * dense[off[rec] + pos].astype(np.int64) + sides[rec]
+    bm = bitmaps(tok, off)
+    post_ptr, post_rec, post_pos = _postings(keys, rec, pos, 2 * vocab.size)
 
-    xs, ys, sims, n_indexed, n_probed, n_cand, n_ver = _kernel(
-        tok,
-        dense,
-        off,
-        lengths,
-        idx_flag,
-        prb_flag,
-        sides,
-        cross,
-        probe_prefix_array(sim, theta, lengths),
-        min_length_array(sim, theta, lengths),
-        post_ptr,
-        post_rec,
-        post_pos,
-        lengths[post_rec].astype(np.int32),
-        np.zeros(n, dtype=np.int16 if int(lengths.max(initial=0)) < 2**15 - 1 else np.int64),
-        code,
-        theta,
-    )
+    probe_pref = probe_prefix_array(sim, theta, lengths)
+    min_len = min_length_array(sim, theta, lengths)
+    post_len = lengths[post_rec].astype(np.int32)
+    post_bm = bm[post_rec]
+    pstart = post_ptr[:-1].copy()
+    count = np.zeros(n, dtype=np.int16 if int(lengths.max(initial=0)) < 2**15 - 1 else np.int64)
+    touched = np.empty(n, np.int64)
+    counters = np.zeros(2, np.int64)  # candidates, verified
+    cap = max(1 << 16, n)
+    parts: list[tuple[I64Array, I64Array, F64Array]] = []
+    y, pending = 0, -1
+    while not parts or y < n:
+        out_x = np.empty(cap, np.int64)
+        out_y = np.empty(cap, np.int64)
+        out_s = np.empty(cap, np.float64)
+        y, n_out, pending = _kernel(
+            tok, dense, off, lengths, bm, prb_flag, sides, cross, probe_pref, min_len,
+            post_ptr, post_rec, post_pos, post_len, post_bm, pstart, count, touched,
+            y, pending, out_x, out_y, out_s, counters, code, theta,
+        )
+        parts.append((out_x[:n_out], out_y[:n_out], out_s[:n_out]))
+        cap = max(2 * cap, pending)
+    xs, ys, sims = (np.concatenate(c) for c in zip(*parts))
+    nonempty = lengths > 0
+    n_indexed = int(np.count_nonzero(idx_flag & nonempty))
+    n_probed = int(np.count_nonzero(prb_flag & nonempty))
+    n_cand, n_ver = int(counters[0]), int(counters[1])
     stats = PPJoinStats(
-        indexed=int(n_indexed),
-        probed=int(n_probed),
-        candidates=int(n_cand),
-        verified=int(n_ver),
+        indexed=n_indexed,
+        probed=n_probed,
+        candidates=n_cand,
+        verified=n_ver,
         results=int(xs.size),
     )
     return rid[xs], rid[ys], sims, stats
