@@ -627,6 +627,8 @@ def main() -> None:
     ap.add_argument("--oracle-sample", type=int, default=500)
     ap.add_argument("--oracle", choices=("fallback", "always", "never"), default="fallback",
                     help="fallback: where SetSimilaritySearch did not finish; always: every row")
+    ap.add_argument("--sss-max-records", type=int, default=0,
+                    help="run SetSimilaritySearch only up to this many records (0: every size, each capped)")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--keep-work", action="store_true", help="keep the temporary directory (inputs, outputs, logs)")
     a = ap.parse_args()
@@ -701,6 +703,10 @@ def main() -> None:
                         if (fam, theta) in capped:
                             row["sss_status"] = "skipped"
                             log(f"{fam} {n:,} θ={theta}: SetSimilaritySearch skipped (capped at a smaller size)")
+                        elif a.sss_max_records and n > a.sss_max_records:
+                            row["sss_status"] = "not run"
+                            log(f"{fam} {n:,} θ={theta}: SetSimilaritySearch not run (--sss-max-records "
+                                f"{a.sss_max_records:,})")
                         else:
                             s = run_sss(src, theta, a.sss_cap, str(d / f"sss_{theta}"), logs / f"{fam}_{n}")
                             row["sss_status"] = s["status"]

@@ -180,6 +180,22 @@ def _partition_table(batches: Iterator[pa.RecordBatch]) -> tuple[int, pa.Table, 
     return part, pa.Table.from_batches(good), n_bad
 
 
+#: Intervals per partition and side that cover its ids (cut at the widest gaps).
+ID_INTERVALS = 64
+
+
+def id_intervals(ids: np.ndarray, k: int = ID_INTERVALS) -> tuple[np.ndarray, np.ndarray]:
+    """Up to ``k`` disjoint intervals [lo, hi] that cover the sorted ``ids``, cut at the k-1
+    widest gaps. Two partitions whose intervals do not meet share no id, so repeated ids can be
+    found inside each partition; a partition read from several files (id blocks) stays a few
+    intervals, not one range that spans the others."""
+    gaps = np.diff(ids)
+    cut = np.flatnonzero(gaps > 1)
+    if cut.size > k - 1:
+        cut = np.sort(cut[np.argpartition(gaps[cut], cut.size - (k - 1))[cut.size - (k - 1):]])
+    return ids[np.concatenate([[0], cut + 1])], ids[np.concatenate([cut, [ids.size - 1]])]
+
+
 def _profile(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     part, t, n_bad = _partition_table(batches)
 
@@ -204,7 +220,9 @@ def _profile(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     ids = t.column("id").to_numpy().astype(np.int64)
     for sd in np.unique(side):
         v = np.sort(ids[side == sd])
-        yield rows(_K_RANGE, side=[sd], key=[part], n=[v[0]], aux=[v[-1]])
+        lo, hi = id_intervals(v)
+        yield rows(_K_RANGE, side=np.full(lo.size, sd, np.int32),
+                   key=np.int64(part) * ID_INTERVALS + np.arange(lo.size), n=lo, aux=hi)
         rep = v[1:][v[1:] == v[:-1]]
         if rep.size:
             u, c = np.unique(rep, return_counts=True)
