@@ -191,7 +191,9 @@ def id_intervals(ids: np.ndarray, k: int = ID_INTERVALS) -> tuple[np.ndarray, np
     intervals, not one range that spans the others."""
     gaps = np.diff(ids)
     cut = np.flatnonzero(gaps > 1)
-    if cut.size > k - 1:
+    if k <= 1:
+        cut = cut[:0]
+    elif cut.size > k - 1:
         cut = np.sort(cut[np.argpartition(gaps[cut], cut.size - (k - 1))[cut.size - (k - 1):]])
     return ids[np.concatenate([[0], cut + 1])], ids[np.concatenate([cut, [ids.size - 1]])]
 
