@@ -175,6 +175,15 @@ def test_more_pairs_than_the_output_buffer_resumes_exactly() -> None:
     assert_same(run_ppjoin(recs, 0.7, "jaccard"), expected)
 
 
+def test_token_ids_beyond_a_lookup_table_are_joined_alike() -> None:
+    """Token ids far beyond the number of tokens take the sorted-vocabulary path, not the table."""
+    rng = np.random.default_rng(2)
+    recs = zipf_records(rng, 150, universe=40, max_len=8)
+    far = [[t + 2**30 for t in r] for r in recs]
+    for theta in (0.5, 0.8):
+        assert run_ppjoin(far, theta, "jaccard") == run_ppjoin(recs, theta, "jaccard")
+
+
 def test_bitmap_filter_keeps_pairs_whose_tokens_share_bits() -> None:
     """Tokens that hash to the same bit make the bitmap bound looser, never wrong."""
     from simjoin.core.setsim.ppjoin import bitmaps

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -158,7 +159,7 @@ def _popcount(v: np.uint64) -> int:
     v = v - ((v >> np.uint64(1)) & np.uint64(0x5555555555555555))
     v = (v & np.uint64(0x3333333333333333)) + ((v >> np.uint64(2)) & np.uint64(0x3333333333333333))
     v = (v + (v >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((v * np.uint64(0x0101010101010101)) >> np.uint64(56))
+    return int((v * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
 @njit(cache=True)
@@ -179,7 +180,7 @@ def _kernel(
     post_len: I32Array,
     post_bm: npt.NDArray[np.uint64],
     pstart: I64Array,
-    count: npt.NDArray[np.integer],
+    count: npt.NDArray[Any],
     touched: I64Array,
     y_from: int,
     pending: int,
@@ -357,8 +358,10 @@ def ppjoin(
         dense = lut[tok]
     else:
         vocab = np.unique(ptok)
-        found = np.minimum(np.searchsorted(vocab, tok), max(vocab.size - 1, 0))
-        dense = np.where(vocab[found] == tok, found, -1).astype(np.int32) if vocab.size else np.full(tok.size, -1, np.int32)
+        dense = np.full(tok.size, -1, dtype=np.int32)
+        if vocab.size:
+            found = np.minimum(np.searchsorted(vocab, tok), vocab.size - 1)
+            dense = np.where(vocab[found] == tok, found, -1).astype(np.int32)
     keys = 2 * dense[off[rec] + pos].astype(np.int64) + sides[rec]
     bm = bitmaps(tok, off)
     post_ptr, post_rec, post_pos = _postings(keys, rec, pos, 2 * vocab.size)
