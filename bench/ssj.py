@@ -300,7 +300,11 @@ def stats_info(out: str) -> dict:
             "wall_spread": round(max(walls) / min(walls), 2) if walls else None,
             "unit_wall_max_s": round(max(walls), 2) if walls else None,
             "cand_max": max(cands) if cands else None,
-            "cand_mean": round(sum(cands) / len(cands), 1) if cands else None}
+            "cand_mean": round(sum(cands) / len(cands), 1) if cands else None,
+            # per unit, for fitting the optimizer's cost weights to what the units really took
+            "unit_rows": [{k: r.get(k) for k in ("unit", "node", "modgroup", "records_indexed", "records_probed",
+                                                 "candidates", "verified", "results", "est_cost", "wall_seconds",
+                                                 "cpu_seconds")} for r in busy]}
 
 
 def fmt_plan(r: dict) -> str:
