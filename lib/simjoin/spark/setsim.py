@@ -156,7 +156,7 @@ def prepare(df: DataFrame, qgram: int | None) -> DataFrame:
 
 # One shuffle profiles the prepared rows: global token frequencies, record lengths per input
 # partition (for dense rids without a global sort), bad-row counts, and the ids: each partition
-# reports its repeated (side, id) keys and its id range per side. Only when the ranges of two
+# reports its repeated (side, id) keys and up to 64 id intervals per side. Only when the intervals of two
 # partitions overlap do the ids themselves get shuffled, in a second job.
 _PROFILE_SCHEMA = "kind int, side int, key long, token string, n long, aux long"
 _PROFILE_ARROW = pa.schema([("kind", pa.int32()), ("side", pa.int32()), ("key", pa.int64()), ("token", pa.string()),
