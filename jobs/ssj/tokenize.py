@@ -1,8 +1,9 @@
 """Stage 1: tokenize + length statistics. Bad rows (null/empty text, no tokens, null or duplicate
 id) go to the quarantine table with a reason; good rows become integer-token records.
 
-The input is read and tokenized once (cached); one shuffle profiles it (token frequencies,
-lengths per partition, repeated ids, bad rows), and one narrow pass encodes the records.
+The input is read and tokenized twice, never cached as strings: one pass with one small shuffle
+profiles it (token frequencies, lengths per partition, repeated ids, bad rows), and one narrow
+pass encodes the records (cached as integers).
 An incremental run (``jobs.ssj.increment``) tags the rows appended since its base run with side + 2.
 """
 
@@ -59,49 +60,52 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     versions = read_versions(spark, job, sides)
     inc = increment.choose(spark, job, sides, versions)
     log.info("ssj tokenize: %s", inc.reason)
-    prepared: DataFrame | None = None
+    rows: DataFrame | None = None
     for side, path in sides:
         df = delta.read_table(spark, path, version=versions[side])
         S.check_input_columns(df, cfg.id_col, cfg.text_col, f"input {path}")
         if inc.incremental:  # rows appended since the base run get side + APPENDED
             df = pins.appended(spark, path, df, inc.since[side])
-        one = S.prepare(S.select_input(df, cfg.id_col, cfg.text_col, side,
-                                       appended="_appended" if inc.incremental else None), cfg.qgram)
-        prepared = one if prepared is None else prepared.unionByName(one)
-    assert prepared is not None
-    prepared = prepared.cache()
-    if inc.incremental and (clash := S.appended_id_clash(prepared)) is not None:
+        one = S.select_input(df, cfg.id_col, cfg.text_col, side, appended="_appended" if inc.incremental else None)
+        rows = one if rows is None else rows.unionByName(one)
+    assert rows is not None
+    if inc.incremental and (clash := S.appended_id_clash(S.prepare(rows, cfg.qgram))) is not None:
         inc = increment.full(f"the appended row id {clash} repeats an id of an earlier row")
         log.info("ssj tokenize: %s", inc.reason)
-        first = prepared
-        prepared = prepared.withColumn("side", (F.col("side") % S.APPENDED).cast("int")).cache()
-        first.unpersist()
-    prof = S.profile(prepared)
+        rows = rows.withColumn("side", (F.col("side") % S.APPENDED).cast("int"))
+    # Two passes over the input, each tokenizing it: the profile (token frequencies, lengths, ids),
+    # then the encoding, which needs the profile's global token order. Nothing but the encoded
+    # (integer) records is cached. Repeated ids, rare, take the slow road: prepared rows, cached.
+    prof = S.profile(rows, cfg.qgram)
+    source, cached = rows, []
     if prof.duplicates:
         log.info("ssj tokenize: %d ids occur more than once; keeping the first row of each", len(prof.duplicates))
-        first = prepared
-        prepared = S.drop_duplicates(first, prof.duplicates).cache()
-        prof = S.profile(prepared)
-        first.unpersist()
+        cached.append(S.prepare(rows, cfg.qgram).cache())
+        source = S.drop_duplicates(cached[0], prof.duplicates).cache()
+        cached.append(source)
+        prof = S.profile(source)
     n_in = prof.good + prof.bad
     log.info("quality %s: %d rows in, %d good, %d quarantined", " + ".join(p for _, p in sides), n_in,
              prof.good, prof.bad)
+    encoded = S.encode(source, prof, cfg.qgram).persist()
+    records = encoded.filter(F.col("reason") == "").select(*S.RECORD_COLUMNS)
     if prof.bad:
-        bad = (prepared.filter(F.col("reason") != "")
+        bad = (encoded.filter(F.col("reason") != "")
                .select((F.col("side") % S.APPENDED).cast("int").alias("side"), "id", "text", "reason")
                .withColumn("stage", F.lit("tokenize")).withColumn("run_id", F.lit(job.run_id)))
     else:  # nothing to quarantine: still replace this run's partition, without a scan
         bad = small_frame(spark, [], QUARANTINE_SCHEMA)
+    # materialize once here, before a writer thread and the next stage both read it
+    n = records.count()
+    if n != prof.good:
+        raise AssertionError(f"ssj tokenize lost rows: {n} records encoded, {prof.good} good rows")
+    for c in cached:
+        c.unpersist()
     delta.overwrite_partition(bad, job.tables.quarantine, job.part)
     length_rows = [{"length": int(a), "count": int(c)} for a, c in zip(prof.lengths, prof.counts)]
     lengths = small_frame(spark, [(r["length"], r["count"], job.run_id) for r in length_rows],
                           "length int, count long, run_id string")
     delta.overwrite_partition(lengths, job.tables.lengths, job.part)
-    records = S.encode(prepared, prof).persist()
-    # materialize once here, before a writer thread and the next stage both read it
-    n = records.count()
-    if n != prof.good:
-        raise AssertionError(f"ssj tokenize lost rows: {n} records encoded, {prof.good} good rows")
     delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
     new = records.filter(F.col("side") >= S.APPENDED).count() if inc.incremental else n
     inc = increment.write(spark, job, increment.with_new_records(inc, new))

@@ -26,6 +26,7 @@ from simjoin.core.setsim import Plan, PlanUnit, ppjoin
 from simjoin.spark.routing import partition_keys
 from simjoin.spark.session import small_frame
 from simjoin.spark.tables import SSJTables
+from simjoin.spark.tokenizer import sort_within, token_codes
 from simjoin.spark.tokenizer import tokenize as tokenize_arrow
 
 __all__ = [
@@ -128,16 +129,21 @@ def _reasons(rules: list[tuple[pa.Array, str]], n: int) -> pa.Array:
     return reason
 
 
+def _row_reasons(ids: pa.Array, text: pa.Array, n_tokens: np.ndarray) -> pa.Array:
+    """Each row's reason ('' for a good row): null id, null text, empty text, text without tokens."""
+    has_text = pc.invert(pc.is_null(text))
+    empty = pc.and_(has_text, pc.equal(pc.utf8_trim_whitespace(pc.fill_null(text, "")), ""))
+    no_tokens = pc.and_(pc.and_(has_text, pc.invert(empty)), pa.array(n_tokens == 0))
+    return _reasons([(pc.is_null(ids), "null id"), (pc.is_null(text), "null text"), (empty, "empty text"),
+                     (no_tokens, "no tokens")], len(text))
+
+
 def _prepare(qgram: int | None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def prep(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             text = b.column("text")
             toks = tokenize_arrow(text, qgram)
-            has_text = pc.invert(pc.is_null(text))
-            empty = pc.and_(has_text, pc.equal(pc.utf8_trim_whitespace(pc.fill_null(text, "")), ""))
-            no_tokens = pc.and_(pc.and_(has_text, pc.invert(empty)), pc.equal(pc.list_value_length(toks), 0))
-            reason = _reasons([(pc.is_null(b.column("id")), "null id"), (pc.is_null(text), "null text"),
-                               (empty, "empty text"), (no_tokens, "no tokens")], b.num_rows)
+            reason = _row_reasons(b.column("id"), text, pc.list_value_length(toks).to_numpy(zero_copy_only=False))
             yield pa.RecordBatch.from_arrays([b.column("side"), b.column("id"), text, toks, reason],
                                              ["side", "id", "text", "tokens", "reason"])
 
@@ -154,31 +160,84 @@ def prepare(df: DataFrame, qgram: int | None) -> DataFrame:
     return df.mapInArrow(_prepare(qgram), PREPARED_SCHEMA)
 
 
-# One shuffle profiles the prepared rows: global token frequencies, record lengths per input
-# partition (for dense rids without a global sort), bad-row counts, and the ids: each partition
-# reports its repeated (side, id) keys and up to 64 id intervals per side. Only when the intervals of two
+@dataclass(frozen=True)
+class _Partition:
+    """One input partition, tokenized as a whole: every row (side, id, text, reason), and the good
+    rows' tokens as codes into a dictionary of this partition: good row k's tokens are
+    ``dictionary[codes[offsets[k]:offsets[k + 1]]]``."""
+
+    part: int
+    rows: pa.Table
+    good: np.ndarray  # bool per row
+    offsets: np.ndarray  # int64, one more than the good rows
+    dictionary: pa.Array
+    codes: np.ndarray  # int32
+
+    @property
+    def good_rows(self) -> pa.Table:
+        return self.rows if self.good.all() else self.rows.filter(pa.array(self.good))
+
+
+def _task_partition() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx else 0
+
+
+def _partition(rows: pa.Table, offsets: np.ndarray, dictionary: pa.Array, codes: np.ndarray) -> _Partition:
+    """The view of one partition from every row's tokens (codes) and reason: only good rows keep tokens."""
+    good = pc.equal(rows.column("reason"), "").to_numpy(zero_copy_only=False)
+    lengths = np.diff(offsets)
+    if not good.all():
+        codes = codes[np.repeat(good, lengths)]
+        lengths = lengths[good]
+    off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return _Partition(_task_partition(), rows, good, off, dictionary, codes)
+
+
+def _from_text(batches: Iterator[pa.RecordBatch], qgram: int | None) -> _Partition | None:
+    """(side, id, text) batches of one partition, tokenized here as a whole (``token_codes``)."""
+    bs = [b for b in batches if b.num_rows]
+    if not bs:
+        return None
+    t = pa.Table.from_batches(bs).combine_chunks()
+    text = t.column("text").chunk(0) if t.column("text").num_chunks else pa.array([], pa.string())
+    offsets, dictionary, codes = token_codes(text, qgram)
+    reason = _row_reasons(t.column("id"), text, np.diff(offsets))
+    return _partition(t.select(["side", "id", "text"]).append_column("reason", reason), offsets, dictionary, codes)
+
+
+def _from_prepared(batches: Iterator[pa.RecordBatch]) -> _Partition | None:
+    """Prepared (side, id, text, tokens, reason) batches of one partition (``prepare``)."""
+    bs = [b for b in batches if b.num_rows]
+    if not bs:
+        return None
+    t = pa.Table.from_batches(bs).combine_chunks()
+    toks = t.column("tokens").chunk(0)
+    raw = toks.offsets.to_numpy().astype(np.int64)
+    enc = pc.dictionary_encode(toks.values.slice(int(raw[0]), int(raw[-1] - raw[0])))
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    return _partition(t.select(["side", "id", "text", "reason"]), raw - raw[0], enc.dictionary, codes)
+
+
+def _reader(qgram: int | None, tokenized: bool) -> Callable[[Iterator[pa.RecordBatch]], _Partition | None]:
+    """How a partition is read: prepared rows (``tokenized``), or (side, id, text) rows tokenized with ``qgram``."""
+    return _from_prepared if tokenized else (lambda batches: _from_text(batches, qgram))
+
+
+def _is_prepared(df: DataFrame) -> bool:
+    return "tokens" in df.columns
+
+
+# One shuffle profiles the rows: global token frequencies, record lengths per input partition
+# (for dense rids without a global sort), bad-row counts, and the ids: each partition reports its
+# repeated (side, id) keys and up to 64 id intervals per side. Only when the intervals of two
 # partitions overlap do the ids themselves get shuffled, in a second job.
 _PROFILE_SCHEMA = "kind int, side int, key long, token string, n long, aux long"
 _PROFILE_ARROW = pa.schema([("kind", pa.int32()), ("side", pa.int32()), ("key", pa.int64()), ("token", pa.string()),
                             ("n", pa.int64()), ("aux", pa.int64())])
 _K_TOKEN, _K_LENGTH, _K_ID, _K_BAD, _K_RANGE = 0, 1, 2, 3, 4
-
-
-def _partition_table(batches: Iterator[pa.RecordBatch]) -> tuple[int, pa.Table, int]:
-    """This task's partition id, its good rows as one table, and its number of bad rows."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    part = ctx.partitionId() if ctx else 0
-    good, n_bad = [], 0
-    for b in batches:
-        ok = pc.equal(b.column("reason"), "")
-        n_bad += b.num_rows - int(pc.sum(ok).as_py() or 0)
-        good.append(b.filter(ok))
-    if not good:
-        return part, pa.table({}), n_bad
-    return part, pa.Table.from_batches(good), n_bad
-
 
 #: Intervals per partition and side that cover its ids (cut at the widest gaps).
 ID_INTERVALS = 64
@@ -198,9 +257,8 @@ def id_intervals(ids: np.ndarray, k: int = ID_INTERVALS) -> tuple[np.ndarray, np
     return ids[np.concatenate([[0], cut + 1])], ids[np.concatenate([cut, [ids.size - 1]])]
 
 
-def _profile(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    part, t, n_bad = _partition_table(batches)
-
+def _profile(read: Callable[[Iterator[pa.RecordBatch]], _Partition | None]
+             ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def rows(kind: int, side: Any = None, key: Any = None, token: Any = None, n: Any = None,
              aux: Any = None) -> pa.RecordBatch:
         k = len(n)
@@ -209,43 +267,53 @@ def _profile(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             [pa.nulls(k, f.type) if c is None else pa.array(c, f.type) for c, f in zip(cols, _PROFILE_ARROW)],
             schema=_PROFILE_ARROW)
 
-    yield rows(_K_BAD, n=[n_bad])
-    if t.num_rows == 0:
-        return
-    toks = t.column("tokens").combine_chunks()
-    vc = pc.value_counts(toks.flatten())
-    yield rows(_K_TOKEN, token=vc.field("values"), n=vc.field("counts").cast(pa.int64()))
-    lengths = pc.list_value_length(toks).to_numpy(zero_copy_only=False)
-    ls, cs = np.unique(lengths, return_counts=True)
-    yield rows(_K_LENGTH, key=(np.int64(part) << 32) + ls.astype(np.int64), n=cs.astype(np.int64))
-    side = t.column("side").to_numpy().astype(np.int32)
-    ids = t.column("id").to_numpy().astype(np.int64)
-    for sd in np.unique(side):
-        v = np.sort(ids[side == sd])
-        lo, hi = id_intervals(v)
-        yield rows(_K_RANGE, side=np.full(lo.size, sd, np.int32),
-                   key=np.int64(part) * ID_INTERVALS + np.arange(lo.size), n=lo, aux=hi)
-        rep = v[1:][v[1:] == v[:-1]]
-        if rep.size:
-            u, c = np.unique(rep, return_counts=True)
-            yield rows(_K_ID, side=np.full(u.size, sd, np.int32), key=u, n=c + 1)
+    def prof(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        p = read(batches)
+        if p is None:
+            return
+        yield rows(_K_BAD, n=[int(p.good.size - np.count_nonzero(p.good))])
+        if not p.good.any():
+            return
+        counts = np.bincount(p.codes, minlength=len(p.dictionary))
+        seen = np.flatnonzero(counts)
+        yield rows(_K_TOKEN, token=p.dictionary.take(pa.array(seen)), n=counts[seen].astype(np.int64))
+        ls, cs = np.unique(np.diff(p.offsets), return_counts=True)
+        yield rows(_K_LENGTH, key=(np.int64(p.part) << 32) + ls.astype(np.int64), n=cs.astype(np.int64))
+        t = p.good_rows
+        side = t.column("side").to_numpy().astype(np.int32)
+        ids = t.column("id").to_numpy().astype(np.int64)
+        for sd in np.unique(side):
+            v = np.sort(ids[side == sd])
+            lo, hi = id_intervals(v)
+            yield rows(_K_RANGE, side=np.full(lo.size, sd, np.int32),
+                       key=np.int64(p.part) * ID_INTERVALS + np.arange(lo.size), n=lo, aux=hi)
+            rep = v[1:][v[1:] == v[:-1]]
+            if rep.size:
+                u, c = np.unique(rep, return_counts=True)
+                yield rows(_K_ID, side=np.full(u.size, sd, np.int32), key=u, n=c + 1)
+
+    return prof
 
 
 @dataclass(frozen=True)
 class TokenProfile:
-    """What one pass over the prepared rows tells the driver."""
+    """What one pass over the rows tells the driver."""
 
     dictionary: pa.Array  # string tokens; position = integer token id (ascending frequency, ties by text)
     lengths: np.ndarray  # distinct record lengths, ascending
     counts: np.ndarray  # records per length
-    rid_base: dict[int, tuple[np.ndarray, np.ndarray]]  # partition -> (lengths, first rid of that length there)
+    # partition -> (its lengths, the first rid of each there, its records of each)
+    rid_base: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
     duplicates: list[tuple[int, int]]  # (side, id) keys held by more than one good row
     good: int
     bad: int
 
 
-def profile(prepared: DataFrame) -> TokenProfile:
-    agg = (prepared.mapInArrow(_profile, _PROFILE_SCHEMA)
+def profile(rows: DataFrame, qgram: int | None = None) -> TokenProfile:
+    """Profile (side, id, text) rows, tokenizing them with ``qgram`` on the way (nothing is cached), or
+    rows already ``prepare``d."""
+    read = _reader(qgram, _is_prepared(rows))
+    agg = (rows.mapInArrow(_profile(read), _PROFILE_SCHEMA)
            .groupBy("kind", "side", "key", "token").agg(F.sum("n").alias("n"), F.max("aux").alias("aux")))
     got = agg.toArrow()
     t = (pa.Table.from_arrays([got.column(f.name).cast(f.type) for f in _PROFILE_ARROW], schema=_PROFILE_ARROW)
@@ -264,18 +332,21 @@ def profile(prepared: DataFrame) -> TokenProfile:
     # its partition: dense and in length order.
     start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     order = np.lexsort((part, length))
-    base: dict[int, tuple[list[int], list[int]]] = {}
+    base: dict[int, tuple[list[int], list[int], list[int]]] = {}
     seen = np.zeros(lengths.size, np.int64)
     for i in order:
         li = inv[i]
-        b = base.setdefault(int(part[i]), ([], []))
+        b = base.setdefault(int(part[i]), ([], [], []))
         b[0].append(int(length[i]))
         b[1].append(int(start[li] + seen[li]))
+        b[2].append(int(n[i]))
         seen[li] += n[i]
-    rid_base = {p: (np.array(a, np.int64), np.array(c, np.int64)) for p, (a, c) in base.items()}
+    rid_base = {p: (np.array(a, np.int64), np.array(c, np.int64), np.array(k, np.int64))
+                for p, (a, c, k) in base.items()}
     rng = t.filter(pa.array(kind == _K_RANGE))
     if _ranges_overlap(rng.column("side").to_numpy(), rng.column("n").to_numpy(), rng.column("aux").to_numpy()):
-        rep = (prepared.filter(F.col("reason") == "").groupBy("side", "id").count().filter(F.col("count") > 1)
+        good = rows if _is_prepared(rows) else prepare(rows, qgram)
+        rep = (good.filter(F.col("reason") == "").groupBy("side", "id").count().filter(F.col("count") > 1)
                .select("side", "id").collect())
         duplicates = [(int(r["side"]), int(r["id"])) for r in rep]
     else:  # disjoint ranges: every repeat is inside one partition
@@ -310,48 +381,74 @@ def drop_duplicates(prepared: DataFrame, duplicates: list[tuple[int, int]]) -> D
     return rest.unionByName(dup.select(*prepared.columns))
 
 
-def _encode(dictionary: pa.Array, rid_base: dict[int, tuple[np.ndarray, np.ndarray]]
+#: The encoded rows: a good row's record (rid, side, id, length, integer tokens; ``reason`` ''), or a
+#: bad row (side, id, text, its ``reason``; no rid).
+ENCODED_SCHEMA = "rid long, side int, id long, length int, tokens array<int>, text string, reason string"
+RECORD_COLUMNS = ("rid", "side", "id", "length", "tokens")
+_ENCODED_ARROW = pa.schema([("rid", pa.int64()), ("side", pa.int32()), ("id", pa.int64()), ("length", pa.int32()),
+                            ("tokens", pa.list_(pa.int32())), ("text", pa.string()), ("reason", pa.string())])
+
+
+def _encode(read: Callable[[Iterator[pa.RecordBatch]], _Partition | None], dictionary: pa.Array,
+            rid_base: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
             ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Good rows -> (rid, side, id, length, tokens array<int>): tokens mapped to integer ids and
-    sorted inside each record, all vectorized over the whole partition."""
+    """A partition -> its records: tokens mapped to integer ids (their global order) and sorted inside
+    each record, records by (length, side, id) with the rids the profile gave this partition; and its
+    bad rows. All vectorized over the whole partition."""
 
     def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        part, t, _ = _partition_table(batches)
-        if t.num_rows == 0:
+        p = read(batches)
+        if p is None:
             return
-        toks = t.column("tokens").combine_chunks()
-        raw = toks.offsets.to_numpy().astype(np.int64)
-        values = toks.values.slice(int(raw[0]), int(raw[-1] - raw[0]))
-        ids = pc.index_in(values, value_set=dictionary).to_numpy(zero_copy_only=False).astype(np.int32)
-        offsets = raw - raw[0]
-        lengths = np.diff(offsets)
-        row = np.repeat(np.arange(t.num_rows, dtype=np.int64), lengths)
-        ids = ids[np.lexsort((ids, row))]  # sort tokens inside each record
+        bad = ~p.good
+        if bad.any():
+            b = p.rows.filter(pa.array(bad))
+            k = b.num_rows
+            yield pa.RecordBatch.from_arrays(
+                [pa.nulls(k, pa.int64()), b.column("side").combine_chunks().cast(pa.int32()),
+                 b.column("id").combine_chunks().cast(pa.int64()), pa.nulls(k, pa.int32()),
+                 pa.nulls(k, pa.list_(pa.int32())), b.column("text").combine_chunks(),
+                 b.column("reason").combine_chunks()], schema=_ENCODED_ARROW)
+        if not p.good.any():
+            return
+        t = p.good_rows
+        to_global = pc.fill_null(pc.index_in(p.dictionary, value_set=dictionary), -1)  # -1: a bad row's token only
+        ids = to_global.to_numpy(zero_copy_only=False).astype(np.int32)[p.codes]
+        lengths = np.diff(p.offsets)
         side = t.column("side").to_numpy().astype(np.int32)
         rec_id = t.column("id").to_numpy().astype(np.int64)
         order = np.lexsort((rec_id, side, lengths))  # records by (length, side, id)
         sl = lengths[order]
+        ul, uc = np.unique(sl, return_counts=True)
+        bl, bb, bc = rid_base.get(p.part, (np.zeros(0, np.int64),) * 3)
+        if not (np.array_equal(ul, bl) and np.array_equal(uc, bc)):
+            raise RuntimeError(f"ssj encode: input partition {p.part} holds other records than when it was "
+                               "profiled (the input's partitioning changed between two reads of one version); "
+                               "run again")
         first = np.searchsorted(sl, sl, side="left")
-        bl, bb = rid_base[part]
         rid = bb[np.searchsorted(bl, sl)] + (np.arange(sl.size) - first)
-        new_len = sl
-        starts = offsets[:-1][order]
-        gather = (np.repeat(starts - np.concatenate([[0], np.cumsum(new_len)[:-1]]), new_len)
-                  + np.arange(int(new_len.sum())))
-        new_off = np.concatenate([[0], np.cumsum(new_len)]).astype(np.int32)
-        arr = pa.ListArray.from_arrays(pa.array(new_off), pa.array(ids[gather], pa.int32()))
+        starts = p.offsets[:-1][order]
+        gather = (np.repeat(starts - np.concatenate([[0], np.cumsum(sl)[:-1]]), sl)
+                  + np.arange(int(sl.sum())))
+        new_off = np.concatenate([[0], np.cumsum(sl)]).astype(np.int64)
+        flat = ids[gather]
+        sort_within(new_off, flat)  # tokens in ascending global id inside each record
+        n = sl.size
         yield pa.RecordBatch.from_arrays(
             [pa.array(rid.astype(np.int64)), pa.array(side[order]), pa.array(rec_id[order]),
-             pa.array(sl.astype(np.int32)), arr], ["rid", "side", "id", "length", "tokens"])
+             pa.array(sl.astype(np.int32)),
+             pa.ListArray.from_arrays(pa.array(new_off.astype(np.int32)), pa.array(flat, pa.int32())),
+             pa.nulls(n, pa.string()), pa.array(np.full(n, ""), pa.string())], schema=_ENCODED_ARROW)
 
     return encode
 
 
-def encode(prepared: DataFrame, prof: TokenProfile) -> DataFrame:
-    """The token records of the good rows: integer tokens by ascending global frequency, dense
-    ``rid`` in length order."""
-    return prepared.mapInArrow(_encode(prof.dictionary, prof.rid_base),
-                               "rid long, side int, id long, length int, tokens array<int>")
+def encode(rows: DataFrame, prof: TokenProfile, qgram: int | None = None) -> DataFrame:
+    """The encoded rows (``ENCODED_SCHEMA``) of the rows ``prof`` profiled: (side, id, text) rows,
+    tokenized again here with ``qgram``, or ``prepare``d rows. Good rows become records with integer
+    tokens by ascending global frequency and a dense ``rid`` in length order; bad rows keep their reason."""
+    return rows.mapInArrow(_encode(_reader(qgram, _is_prepared(rows)), prof.dictionary, prof.rid_base),
+                           ENCODED_SCHEMA)
 
 
 PLAN_SCHEMA = ("kind string, unit int, node int, modgroup int, index_lengths array<int>, probe_lengths array<int>, "

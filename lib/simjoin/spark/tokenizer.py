@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-__all__ = ["tokenize"]
+__all__ = ["tokenize", "token_codes", "sort_within"]
 
 
 def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -36,16 +36,13 @@ def _string_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return (np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)), offsets
 
 
-def _words(low: pa.Array) -> tuple[np.ndarray, pa.Array]:
+def _split(low: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Split on whitespace: (int64 record offsets, the words; empty strings included, callers drop them)."""
     sp = pc.utf8_split_whitespace(pc.fill_null(low, ""))
     if isinstance(sp, pa.ChunkedArray):
         sp = sp.combine_chunks()
     raw = sp.offsets.to_numpy().astype(np.int64)
-    values = sp.values.slice(int(raw[0]), int(raw[-1] - raw[0]))
-    keep = pc.not_equal(values, "").to_numpy(zero_copy_only=False)
-    row = np.repeat(np.arange(len(sp), dtype=np.int64), np.diff(raw))
-    counts = np.bincount(row[keep], minlength=len(sp))
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), values.filter(pa.array(keep))
+    return raw - raw[0], sp.values.slice(int(raw[0]), int(raw[-1] - raw[0]))
 
 
 # _LOW[k]: a uint64 mask of its k low bytes (the first k bytes of a little-endian 8-byte window).
@@ -180,32 +177,75 @@ def _qgrams(low: pa.Array, q: int) -> tuple[np.ndarray, pa.Array]:
     return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), values
 
 
-def _distinct(rec_off: np.ndarray, values: pa.Array) -> tuple[np.ndarray, pa.Array]:
-    """Drop repeated tokens inside each record (tokens come out sorted by first appearance in the batch)."""
-    n = len(rec_off) - 1
-    if len(values) == 0:
-        return np.zeros(n + 1, np.int64), values
+@njit(cache=True, nogil=True)
+def _distinct_codes(rec_off: np.ndarray, codes: np.ndarray, d: int, skip: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each record's distinct codes in first-appearance order, ``skip`` (the empty token's code, or -1)
+    dropped: (new record offsets, codes). One pass: ``last[c]`` is the last record that kept code c."""
+    n = rec_off.shape[0] - 1
+    last = np.full(d, -1, np.int64)
+    out = np.empty(codes.shape[0], np.int32)
+    off = np.empty(n + 1, np.int64)
+    p = 0
+    for r in range(n):
+        off[r] = p
+        for j in range(rec_off[r], rec_off[r + 1]):
+            c = codes[j]
+            if c != skip and last[c] != r:
+                last[c] = r
+                out[p] = c
+                p += 1
+    off[n] = p
+    return off, out[:p]
+
+
+@njit(cache=True, nogil=True)
+def sort_within(offsets: np.ndarray, values: np.ndarray) -> None:
+    """Sort each record's slice ``values[offsets[r]:offsets[r + 1]]`` in place (insertion sort for the
+    short ones, numpy's sort for the long)."""
+    for r in range(offsets.shape[0] - 1):
+        a, b = offsets[r], offsets[r + 1]
+        if b - a > 32:
+            values[a:b] = np.sort(values[a:b])
+            continue
+        for i in range(a + 1, b):
+            v = values[i]
+            j = i - 1
+            while j >= a and values[j] > v:
+                values[j + 1] = values[j]
+                j -= 1
+            values[j + 1] = v
+
+
+def token_codes(text: pa.Array, qgram: int | None) -> tuple[np.ndarray, pa.Array, np.ndarray]:
+    """Each string's distinct tokens as codes into one dictionary of the batch: (int64 record offsets,
+    the dictionary (strings), int32 codes). A null string has no tokens. Record r's tokens are
+    ``dictionary[codes[offsets[r]:offsets[r + 1]]]``, in first-appearance order."""
+    if qgram is not None and qgram < 1:
+        raise ValueError(f"qgram must be at least 1, not {qgram}")
+    low = pc.utf8_lower(text)
+    if isinstance(low, pa.ChunkedArray):
+        low = low.combine_chunks()
+    if qgram is not None:
+        rec_off, values = _qgrams(low, qgram)
+        enc = pc.dictionary_encode(values)
+        return rec_off, enc.dictionary, enc.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    raw, values = _split(low)
     enc = pc.dictionary_encode(values)
-    idx = enc.indices.to_numpy().astype(np.int64)
-    d = len(enc.dictionary)
-    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(rec_off))
-    key = np.sort(row * d + idx)
-    if key.size:
-        key = key[np.concatenate([[True], key[1:] != key[:-1]])]
-    row_u = key // d
-    counts = np.bincount(row_u, minlength=n)
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), enc.dictionary.take(pa.array(key % d))
+    dictionary = enc.dictionary
+    empty = pc.index_in(pa.array([""]), value_set=dictionary)[0].as_py()
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    rec_off, out = _distinct_codes(raw, codes, len(dictionary), -1 if empty is None else int(empty))
+    return rec_off, dictionary, out
 
 
 def tokenize(text: pa.Array, qgram: int | None) -> pa.ListArray:
     """Each string's distinct tokens as ``list<string>``; a null string gives an empty list."""
     if qgram is not None and qgram < 1:
         raise ValueError(f"qgram must be at least 1, not {qgram}")
-    low = pc.utf8_lower(text)
-    if isinstance(low, pa.ChunkedArray):
-        low = low.combine_chunks()
-    if qgram is None:
-        rec_off, values = _distinct(*_words(low))
+    if qgram is not None:
+        low = pc.utf8_lower(text)
+        rec_off, values = _qgrams(low.combine_chunks() if isinstance(low, pa.ChunkedArray) else low, qgram)
     else:
-        rec_off, values = _qgrams(low, qgram)
+        rec_off, dictionary, codes = token_codes(text, None)
+        values = dictionary.take(pa.array(codes))
     return pa.ListArray.from_arrays(pa.array(rec_off.astype(np.int32)), values)
