@@ -2,10 +2,11 @@
 
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
-from simjoin.spark.tokenizer import tokenize
+from simjoin.spark.tokenizer import sort_within, token_codes, tokenize
 
 
 def _reference(text, q):
@@ -142,3 +143,24 @@ def test_qgrams_keep_grams_apart_that_pack_alike():
         _check(pa.array(rows), rows, q)
     out = tokenize(pa.array(["😀😀😀😀😁", "\x00\x00a"]), 3).to_pylist()
     assert sorted(out[0]) == ["😀😀😀", "😀😀😁"] and sorted(out[1]) == ["\x00\x00a"]
+
+
+@pytest.mark.parametrize("q", [None, 2, 3])
+def test_token_codes_are_the_tokens(q):
+    """``token_codes``: each record's distinct tokens as codes into one dictionary of the batch."""
+    rows = _texts(1500, seed=21 + (q or 0))
+    off, dictionary, codes = token_codes(pa.array(rows, pa.string()), q)
+    words = dictionary.to_pylist()
+    assert len(set(words)) == len(words) and "" not in {words[c] for c in codes}  # unused entries may be there
+    got = [sorted(words[c] for c in codes[off[k]:off[k + 1]]) for k in range(len(rows))]
+    assert got == [_reference(t, q) for t in rows]
+
+
+def test_sort_within_sorts_each_record_alone():
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 80, 300)  # short (insertion sort) and long (> 32) records
+    off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = rng.integers(0, 50, int(off[-1])).astype(np.int32)
+    want = np.concatenate([np.sort(values[off[k]:off[k + 1]]) for k in range(lengths.size)])
+    sort_within(off, values)
+    assert np.array_equal(values, want)

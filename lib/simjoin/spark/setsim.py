@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -315,7 +315,19 @@ def profile(rows: DataFrame, qgram: int | None = None) -> TokenProfile:
     read = _reader(qgram, _is_prepared(rows))
     agg = (rows.mapInArrow(_profile(read), _PROFILE_SCHEMA)
            .groupBy("kind", "side", "key", "token").agg(F.sum("n").alias("n"), F.max("aux").alias("aux")))
-    got = agg.toArrow()
+    prof, overlap = summarize_profile(agg.toArrow())
+    if overlap:  # two partitions' id intervals meet: find the repeated ids with a shuffle of the ids
+        good = rows if _is_prepared(rows) else prepare(rows, qgram)
+        rep = (good.filter(F.col("reason") == "").groupBy("side", "id").count().filter(F.col("count") > 1)
+               .select("side", "id").collect())
+        prof = replace(prof, duplicates=[(int(r["side"]), int(r["id"])) for r in rep])
+    return prof
+
+
+def summarize_profile(got: pa.Table) -> tuple[TokenProfile, bool]:
+    """The driver's half of ``profile``: the summed profile rows -> the profile, and whether two
+    partitions' id intervals of one side meet (then ``duplicates`` holds only the repeats found
+    inside partitions, and the caller must look across them)."""
     t = (pa.Table.from_arrays([got.column(f.name).cast(f.type) for f in _PROFILE_ARROW], schema=_PROFILE_ARROW)
          if got.num_rows else _PROFILE_ARROW.empty_table())
     kind = t.column("kind").to_numpy()
@@ -344,16 +356,12 @@ def profile(rows: DataFrame, qgram: int | None = None) -> TokenProfile:
     rid_base = {p: (np.array(a, np.int64), np.array(c, np.int64), np.array(k, np.int64))
                 for p, (a, c, k) in base.items()}
     rng = t.filter(pa.array(kind == _K_RANGE))
-    if _ranges_overlap(rng.column("side").to_numpy(), rng.column("n").to_numpy(), rng.column("aux").to_numpy()):
-        good = rows if _is_prepared(rows) else prepare(rows, qgram)
-        rep = (good.filter(F.col("reason") == "").groupBy("side", "id").count().filter(F.col("count") > 1)
-               .select("side", "id").collect())
-        duplicates = [(int(r["side"]), int(r["id"])) for r in rep]
-    else:  # disjoint ranges: every repeat is inside one partition
-        dup = t.filter(pa.array(kind == _K_ID))
-        duplicates = list(zip(dup.column("side").to_pylist(), dup.column("key").to_pylist()))
+    overlap = _ranges_overlap(rng.column("side").to_numpy(), rng.column("n").to_numpy(), rng.column("aux").to_numpy())
+    dup = t.filter(pa.array(kind == _K_ID))
+    duplicates = list(zip(dup.column("side").to_pylist(), dup.column("key").to_pylist()))
     bad = int(t.filter(pa.array(kind == _K_BAD)).column("n").to_numpy().sum())
-    return TokenProfile(dictionary, lengths.astype(np.int64), counts, rid_base, duplicates, int(counts.sum()), bad)
+    return TokenProfile(dictionary, lengths.astype(np.int64), counts, rid_base, duplicates, int(counts.sum()),
+                        bad), overlap
 
 
 def _ranges_overlap(side: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:

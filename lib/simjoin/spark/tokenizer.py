@@ -219,7 +219,8 @@ def sort_within(offsets: np.ndarray, values: np.ndarray) -> None:
 def token_codes(text: pa.Array, qgram: int | None) -> tuple[np.ndarray, pa.Array, np.ndarray]:
     """Each string's distinct tokens as codes into one dictionary of the batch: (int64 record offsets,
     the dictionary (strings), int32 codes). A null string has no tokens. Record r's tokens are
-    ``dictionary[codes[offsets[r]:offsets[r + 1]]]``, in first-appearance order."""
+    ``dictionary[codes[offsets[r]:offsets[r + 1]]]``, in first-appearance order. The dictionary may
+    hold an entry no code uses (the empty string)."""
     if qgram is not None and qgram < 1:
         raise ValueError(f"qgram must be at least 1, not {qgram}")
     low = pc.utf8_lower(text)
