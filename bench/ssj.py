@@ -475,8 +475,11 @@ def write_results(res: Path, meta: dict, rows: list[dict], mh: list[dict]) -> No
         "  start-up, tokenize, two quality gates, optimizer, distributed PPJoin, publish to Delta); input from",
         f"  `simjoin generate sets --seed {a['seed']}` (families: zipf = default lengths, aol = `--lengths aol`,",
         "  long = `--lengths long`, near-duplicates = `--dist near-duplicates`; zipf and near-duplicates with",
-        f"  `--universe max(20000, rows x {a.get('universe_per_row', 0.1)})`: a vocabulary that grows with the",
-        "  records, as real ones do; with a fixed 20,000-token vocabulary PPJoin's posting visits grow with rows²).",
+        *([f"  `--universe max(20000, rows x {a.get('universe_per_row', 0.1)})`: a vocabulary that grows with the",
+           "  records, as real ones do; with a fixed 20,000-token vocabulary PPJoin's posting visits grow with rows²)."]
+          if a.get("universe_per_row", 0.1) > 0 else
+          ["  the generator's fixed 20,000-token vocabulary (`--universe-per-row 0`: the issue's own setting;",
+           "  PPJoin's posting visits grow with rows²)."]),
         "  records/s = records / simjoin s.",
         "- **t/n/m**: the optimizer's chosen seed t, nodes n, modulo m (split: node:modgroups of the nodes split",
         "  for candidate skew), from `<output>_plan`. **unit spread**: slowest / fastest unit CPU time (the",

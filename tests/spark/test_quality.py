@@ -60,7 +60,6 @@ def test_gate_passes_and_fails_with_readable_summary(spark):
     fails = {f["expectation"]: f for f in e.value.failures}
     assert fails["expect_column_values_to_be_between"]["unexpected_count"] == 1
     assert 0.5 in fails["expect_column_values_to_be_between"]["samples"]
-    # validated on the key columns alone (a smaller shuffle): the same count and samples
     assert fails["expect_compound_columns_to_be_unique"]["unexpected_count"] == 2
     assert {"left_id": 1, "right_id": 2} in fails["expect_compound_columns_to_be_unique"]["samples"]
 

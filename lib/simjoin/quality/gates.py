@@ -72,48 +72,8 @@ def preload() -> None:
     threading.Thread(target=_context, name="gx-preload", daemon=True).start()
 
 
-#: Expectations whose Spark condition is a window over their key (GX: ``count(1) over (partition by
-#: key)``): validated on a projection to their key columns, so the shuffle carries only the key,
-#: not every column of the frame (the token arrays of 10M records, say).
-_KEYED = ("expect_column_values_to_be_unique", "expect_compound_columns_to_be_unique")
-
-
-def _key_columns(ex: Any) -> list[str] | None:
-    if getattr(ex, "expectation_type", None) not in _KEYED:
-        return None
-    cols = getattr(ex, "column_list", None) or [getattr(ex, "column", None)]
-    return [c for c in cols if c] or None
-
-
 def run_suite(df: DataFrame, suite: str, expectations: list[Any], raise_on_failure: bool = True) -> GateResult:
-    """Validate ``df`` with the given GX expectations; raise :class:`GateFailed` on failure.
-
-    Uniqueness expectations are validated on ``df`` projected to their key columns (one GX
-    validation per key), the others on ``df`` itself: the same checks, a far smaller shuffle."""
-    groups: list[tuple[DataFrame, list[Any]]] = []
-    plain = [e for e in expectations if _key_columns(e) is None]
-    if plain or not expectations:
-        groups.append((df, plain))
-    cols = set(df.columns)
-    for e in expectations:
-        key = _key_columns(e)
-        if key is not None:  # a missing key column: validate on df, where GX reports it as such
-            groups.append((df.select(*key) if set(key) <= cols else df, [e]))
-    evaluated, failures = 0, []
-    for frame, exs in groups:
-        n, fails = _validate(frame, suite, exs)
-        evaluated += n
-        failures += fails
-    out = GateResult(suite, not failures, evaluated, failures)
-    if out.success:
-        log.info("quality gate %s: %d expectations passed", suite, out.evaluated)
-    elif raise_on_failure:
-        raise GateFailed(suite, failures)
-    return out
-
-
-def _validate(df: DataFrame, suite: str, expectations: list[Any]) -> tuple[int, list[dict[str, Any]]]:
-    """One GX validation of ``df``: (expectations evaluated, the failures)."""
+    """Validate ``df`` with the given GX expectations; raise :class:`GateFailed` on failure."""
     import great_expectations as gx
 
     ctx = _context()
@@ -138,8 +98,13 @@ def _validate(df: DataFrame, suite: str, expectations: list[Any]) -> tuple[int, 
                 "samples": (result.get("partial_unexpected_list") or [])[:5],
                 "exception": (r.exception_info or {}).get("exception_message"),
             })
+    out = GateResult(suite, bool(res.success), len(res.results), failures)
     ds.delete_asset(asset.name)
-    return len(res.results), failures
+    if out.success:
+        log.info("quality gate %s: %d expectations passed", suite, out.evaluated)
+    elif raise_on_failure:
+        raise GateFailed(suite, failures)
+    return out
 
 
 def columns_expectations(columns: dict[str, str], not_null: list[str] | None = None) -> list[Any]:
