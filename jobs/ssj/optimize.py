@@ -48,8 +48,7 @@ def make(spark: SparkSession, job: SSJRun) -> Plan:
         records = job.frame("records", lambda: delta.read_table(spark, job.tables.tokens)
                             .filter(F.col("run_id") == job.run_id))
         n = int(counts.sum())
-        work, fraction = S.slice_work(records, cfg.threshold, cfg.similarity, job.rs, n)
-        results, sampled = S.sample_results(records, cfg.threshold, cfg.similarity, job.rs, n)
+        work, fraction, results, sampled = S.measure_slices(records, cfg.threshold, cfg.similarity, job.rs, n)
         log.info("ssj optimize: slice costs measured in %.1fs: %.3g posting visits (%s of the records), "
                  "%.3g result pairs (from a join of %s of them)", time.perf_counter() - t0, sum(work.values()),
                  "all" if fraction >= 1 else f"{fraction:.1%}", sum(results.values()),

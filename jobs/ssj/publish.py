@@ -23,13 +23,16 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     inc = increment.load(spark, job)
     staged = job.frame("pairs", lambda: delta.read_table(spark, job.tables.staging)
                        .filter(F.col("run_id") == job.run_id)).select(*COLS)
-    out = staged
+    out, n = staged, None
     if inc.incremental:
         carried = delta.read_table(spark, job.output).filter(F.col("run_id") == F.lit(inc.base_run)).select(*COLS)
         out = carried.unionByName(staged)
+    elif "pairs" in job.frames:  # the join kept them persisted: count before the write, not by reading it back
+        n = staged.count()
     with delta.in_order():  # the pairs, then their count (a base for later runs), then "published"
         delta.overwrite_partition(out.withColumn("run_id", F.lit(job.run_id)), job.output, job.part)
-        n = delta.read_table(spark, job.output).filter(F.col("run_id") == job.run_id).count()
+        if n is None:
+            n = delta.read_table(spark, job.output).filter(F.col("run_id") == job.run_id).count()
         increment.write(spark, job, inc, pairs=n)
         pins.mark_published(spark, job.tables.runs, job.run_id)
     new = staged.count() if inc.incremental else n

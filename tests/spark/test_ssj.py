@@ -194,3 +194,32 @@ def test_partition_keys_match_spark_hash(spark):
     for n in (1, 4, 13):
         keys = spark.createDataFrame([(int(k),) for k in partition_keys(n)], "k long")
         assert [r[0] for r in keys.select(F.pmod(F.hash("k"), F.lit(n))).collect()] == list(range(n))
+
+
+@pytest.mark.parametrize("rs", [False, True])
+def test_measure_slices_equals_the_core_on_all_records(spark, rs):
+    """One scan of the records, counts summed per partition and merged on the driver: at fraction
+    1 the same W(i) and result pairs per slice as the core computes over all records at once."""
+    import numpy as np
+    import pyarrow as pa
+
+    from simjoin.core.setsim.work import prefix_counts, slice_results, slice_work
+    from simjoin.spark import setsim as S
+    from simjoin.spark.session import arrow_frame
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    lengths = rng.integers(1, 12, n)
+    recs = [np.unique(rng.zipf(1.4, k) % 400).astype(np.int32) for k in lengths]
+    recs.sort(key=len)
+    tokens = pa.array([r.tolist() for r in recs], pa.list_(pa.int32()))
+    side = (rng.random(n) < 0.5).astype(np.int32) if rs else np.zeros(n, np.int32)
+    table = pa.table({"rid": np.arange(n, dtype=np.int64), "side": side, "tokens": tokens})
+    records = arrow_frame(spark, table).repartition(3)
+    work, f_w, results, f_r = S.measure_slices(records, 0.6, "jaccard", rs, n, work_rows=n, result_rows=n)
+    assert f_w == f_r == 1.0
+    flat, off = S.token_csr(tokens)
+    assert work == pytest.approx(slice_work(*prefix_counts(flat, off, side, 0.6), theta=0.6, rs=rs))
+    assert results == slice_results(flat, off, np.arange(n), side, 0.6, rs=rs)
+    _, f_half, _, f_tenth = S.measure_slices(records, 0.6, "jaccard", rs, n, work_rows=n // 2, result_rows=n // 10)
+    assert (f_half, f_tenth) == (0.5, 0.1)

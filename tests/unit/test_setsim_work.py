@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from simjoin.core.setsim.similarity import index_prefix_array, min_length_array, probe_prefix_array
-from simjoin.core.setsim.work import prefix_counts, slice_work
+from simjoin.core.setsim.work import prefix_counts, sample_mask, slice_work, sum_prefix_counts
 
 
 def _records(rng: np.random.Generator, n: int, universe: int) -> list[np.ndarray]:
@@ -64,11 +64,21 @@ def test_prefix_counts_merge_across_batches() -> None:
     whole = slice_work(*prefix_counts(flat, off, side, 0.6), theta=0.6)
     parts = [prefix_counts(flat[off[a]: off[b]], off[a: b + 1] - off[a], side[a:b], 0.6) for a, b in
              ((0, 300), (300, 301), (301, 900))]
-    merged = [np.concatenate([p[k] for p in parts]) for k in range(5)]
-    key = (merged[0] * 1000 + merged[1]) * 2 + merged[2]
-    uk, inv = np.unique(key, return_inverse=True)
-    summed = [uk // 2 // 1000, uk // 2 % 1000, uk % 2, np.bincount(inv, merged[3]), np.bincount(inv, merged[4])]
+    summed = sum_prefix_counts(parts)
     assert slice_work(*summed, theta=0.6) == pytest.approx(whole)
+    one = prefix_counts(flat, off, side, 0.6)
+    for got, want in zip(summed, one):  # the same rows, in the same (token, length, side) order
+        assert got.tolist() == want.tolist()
+    assert [x.size for x in sum_prefix_counts([])] == [0] * 5
+
+
+def test_sample_mask_is_deterministic_nested_and_near_its_fraction() -> None:
+    rids = np.arange(200_000, dtype=np.int64)
+    small, large = sample_mask(rids, 0.05), sample_mask(rids, 0.3)
+    assert not (small & ~large).any()  # nested
+    assert abs(small.mean() - 0.05) < 0.005 and abs(large.mean() - 0.3) < 0.01
+    assert (sample_mask(rids[::-1], 0.3) == large[::-1]).all()  # by rid, not by position
+    assert sample_mask(rids, 1.0).all() and not sample_mask(rids, 0.0).any()
 
 
 def test_slice_results_counts_pairs_by_earlier_length() -> None:

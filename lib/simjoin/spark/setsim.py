@@ -11,7 +11,7 @@ and one local PPJoin (``simjoin.core.setsim.ppjoin``, numba) runs per unit.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,6 +44,7 @@ __all__ = [
     "encode",
     "plan_to_df",
     "plan_from_rows",
+    "measure_slices",
     "route_to_units",
     "join_units",
     "UNIT_RESULT_SCHEMA",
@@ -503,8 +504,36 @@ def plan_from_rows(rows: list) -> Plan:
                 deviation=float("inf") if dev is None else dev, reason=r0.asDict().get("reason") or "")
 
 
-ROUTED_SCHEMA = ("unit int, pkey long, rid long, side int, id long, tokens array<int>, is_index boolean, "
-                 "is_probe boolean")
+#: A routed row: one unit's share of one input batch, its records packed as one Arrow IPC stream
+#: (``rid, side, id, tokens, is_index, is_probe``). The shuffle then moves a few large binary
+#: values instead of one row per record copy, and Spark never converts the token lists element
+#: by element (out of Arrow, into the shuffle, back into Arrow).
+ROUTED_SCHEMA = "unit int, pkey long, records binary"
+
+
+def _pack(data: pa.RecordBatch | pa.Table) -> pa.Buffer:
+    """Arrow data as one IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as w:
+        w.write(data)
+    return sink.getvalue()
+
+
+def _binary(blobs: list[pa.Buffer]) -> pa.BinaryArray:
+    """Buffers as one binary array (one batch's worth: far below 2 GiB)."""
+    offsets = np.concatenate([[0], np.cumsum([bl.size for bl in blobs])]).astype(np.int32)
+    data = np.concatenate([np.frombuffer(bl, dtype=np.uint8) for bl in blobs]) if blobs else np.zeros(0, np.uint8)
+    return pa.BinaryArray.from_buffers(pa.binary(), len(blobs), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _unpack(routed: Iterable[pa.RecordBatch]) -> pa.Table | None:
+    """The records of routed rows (``ROUTED_SCHEMA``) as one table with a ``unit`` column."""
+    tables = []
+    for b in routed:
+        for u, blob in zip(b.column("unit").to_pylist(), b.column("records")):
+            t = pa.ipc.open_stream(blob.as_buffer()).read_all()
+            tables.append(t.append_column("unit", pa.array(np.full(t.num_rows, u, np.int32))))
+    return pa.concat_tables(tables) if tables else None
 
 
 def route_to_units(records: DataFrame, plan: Plan) -> DataFrame:
@@ -519,13 +548,21 @@ def route_to_units(records: DataFrame, plan: Plan) -> DataFrame:
             lengths = b.column("length").to_numpy(zero_copy_only=False)
             rids = b.column("rid").to_numpy(zero_copy_only=False)
             pos, unit, is_index, is_probe = plan.assign_units(lengths, rids)
-            take = pa.array(pos)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(unit.astype(np.int32)), pa.array(keys[unit]), b.column("rid").take(take),
-                 b.column("side").take(take), b.column("id").take(take), b.column("tokens").take(take),
-                 pa.array(is_index), pa.array(is_probe)],
-                ["unit", "pkey", "rid", "side", "id", "tokens", "is_index", "is_probe"],
-            )
+            order = np.argsort(unit, kind="stable")
+            cuts = np.flatnonzero(np.diff(unit[order])) + 1
+            us, blobs = [], []
+            for sel in np.split(order, cuts):
+                if sel.size == 0:
+                    continue
+                take = pa.array(pos[sel])
+                blobs.append(_pack(pa.RecordBatch.from_arrays(
+                    [b.column("rid").take(take), b.column("side").take(take), b.column("id").take(take),
+                     b.column("tokens").take(take), pa.array(is_index[sel]), pa.array(is_probe[sel])],
+                    ["rid", "side", "id", "tokens", "is_index", "is_probe"])))
+                us.append(int(unit[sel[0]]))
+            u = np.array(us, dtype=np.int32)
+            yield pa.RecordBatch.from_arrays([pa.array(u), pa.array(keys[u]), _binary(blobs)],
+                                             ["unit", "pkey", "records"])
 
     routed = records.select("rid", "side", "id", "length", "tokens").mapInArrow(route, ROUTED_SCHEMA)
     return routed.repartition(max(1, plan.n_units), "pkey")
@@ -611,73 +648,79 @@ def join_units(routed: DataFrame, plan: Plan, rs: bool) -> DataFrame:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        bs = [b for b in batches if b.num_rows]
-        if not bs:
+        table = _unpack(batches)
+        if table is None:
             return
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx else -1
-        yield from _unit_kernel(pa.Table.from_batches(bs), plan, rs, part)
+        yield from _unit_kernel(table, plan, rs, part)
 
     return routed.mapInArrow(run, UNIT_RESULT_SCHEMA)
 
 
-PREFIX_COUNTS_SCHEMA = "token long, length int, side int, n_index long, n_probe long"
 
 
-def sample_records(records: DataFrame, fraction: float) -> DataFrame:
-    """A deterministic Bernoulli(fraction) sample by rid (xxhash64), filtered before any row leaves
-    Spark; the samples of two fractions are nested."""
-    if fraction >= 1.0:
-        return records
-    scale = 1 << 30
-    return records.filter(F.pmod(F.xxhash64("rid"), F.lit(scale)) < F.lit(int(fraction * scale)))
+MEASURE_SCHEMA = "counts binary, sample binary"
+_COUNT_NAMES = ["token", "length", "side", "n_index", "n_probe"]
 
 
-def slice_work(records: DataFrame, theta: float, sim: str, rs: bool, n_records: int,
-               sample_rows: int = 500_000) -> tuple[dict[int, float], float]:
-    """The measured cost W(i) of every slice (``simjoin.core.setsim.work``): posting visits of
-    PPJoin's candidate generation, from the prefixes of the encoded records (rid, side, length,
-    tokens). Above ``sample_rows`` records, a deterministic sample by rid is counted and W is
-    scaled by 1/fraction² (both ends of a visit are sampled). Returns (W, fraction)."""
-    from simjoin.core.setsim.work import prefix_counts
-    from simjoin.core.setsim.work import slice_work as work_from_counts
+def measure_slices(records: DataFrame, theta: float, sim: str, rs: bool, n_records: int,
+                   work_rows: int = 500_000, result_rows: int = 20_000
+                   ) -> tuple[dict[int, float], float, dict[int, float], float]:
+    """What each slice costs, from one scan of the encoded records (rid, side, tokens):
 
-    fraction = min(1.0, sample_rows / max(1, n_records))
+    - W(i), the posting visits of PPJoin's candidate generation (``simjoin.core.setsim.work``),
+      counted from the prefixes of a deterministic sample of ``work_rows`` records and scaled by
+      1/fraction² (both ends of a visit are sampled);
+    - the result pairs per slice, from a join on the driver of a nested sample of
+      ``result_rows`` records, scaled likewise. This is where candidate skew shows: a
+      near-duplicate cluster puts k²/2 results in one slice.
 
-    def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    Each partition sums its counts and packs them with its sampled records into one row (no
+    shuffle); the driver merges them. Returns (W, its fraction, results, their fraction)."""
+    from simjoin.core.setsim.work import prefix_counts, sample_mask, slice_results, slice_work, sum_prefix_counts
+
+    f_work = min(1.0, work_rows / max(1, n_records))
+    f_res = min(1.0, result_rows / max(1, n_records))
+
+    def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        counts, sampled, schema = [], [], None
         for b in batches:
+            schema = b.schema
             if b.num_rows == 0:
                 continue
-            flat, offsets = token_csr(b.column("tokens"))
-            tk, ln, sd, ci, cp = prefix_counts(flat, offsets, b.column("side").to_numpy(zero_copy_only=False) % 2,
-                                               theta, sim)
-            yield pa.RecordBatch.from_arrays([pa.array(tk), pa.array(ln.astype(np.int32)),
-                                              pa.array(sd.astype(np.int32)), pa.array(ci), pa.array(cp)],
-                                             ["token", "length", "side", "n_index", "n_probe"])
+            rid = b.column("rid").to_numpy(zero_copy_only=False)
+            w = sample_mask(rid, f_work)
+            if w.any():
+                sub = b if w.all() else b.filter(pa.array(w))
+                flat, offsets = token_csr(sub.column("tokens"))
+                counts.append(prefix_counts(flat, offsets, sub.column("side").to_numpy(zero_copy_only=False) % 2,
+                                            theta, sim))
+            r = sample_mask(rid, f_res)
+            if r.any():
+                sampled.append(b.filter(pa.array(r)))
+        if schema is None:
+            return
+        c = pa.RecordBatch.from_arrays([pa.array(x, pa.int64()) for x in sum_prefix_counts(counts)], _COUNT_NAMES)
+        kept = pa.Table.from_batches(sampled, schema)
+        yield pa.RecordBatch.from_arrays([_binary([_pack(c)]), _binary([_pack(kept)])], ["counts", "sample"])
 
-    summed = (sample_records(records, fraction).select("side", "tokens").mapInArrow(count, PREFIX_COUNTS_SCHEMA)
-              .groupBy("token", "length", "side")
-              .agg(F.sum("n_index").alias("n_index"), F.sum("n_probe").alias("n_probe")))
-    t = summed.toArrow()
-    cols = [t.column(c).to_numpy() for c in ("token", "length", "side", "n_index", "n_probe")]
-    w = work_from_counts(cols[0], cols[1], cols[2], cols[3], cols[4], theta, sim, rs)
-    return {k: v / fraction**2 for k, v in w.items()}, fraction
-
-
-def sample_results(records: DataFrame, theta: float, sim: str, rs: bool, n_records: int,
-                   sample_rows: int = 20_000) -> tuple[dict[int, float], float]:
-    """Result pairs per slice, estimated from a join of a deterministic sample of the records on
-    the driver (``simjoin.core.setsim.work.slice_results``), scaled by 1/fraction². This is where
-    candidate skew shows: a near-duplicate cluster puts k²/2 results in one slice."""
-    from simjoin.core.setsim.work import slice_results
-
-    fraction = min(1.0, sample_rows / max(1, n_records))
-    t = sample_records(records, fraction).select("rid", "side", "tokens").toArrow()
-    if t.num_rows == 0:
-        return {}, fraction
-    flat, offsets = token_csr(t.column("tokens"))
-    got = slice_results(flat, offsets, t.column("rid").to_numpy(), t.column("side").to_numpy(), theta, sim, rs)
-    return {k: v / fraction**2 for k, v in got.items()}, fraction
+    got = records.select("rid", "side", "tokens").mapInArrow(scan, MEASURE_SCHEMA).toArrow()
+    count_parts, samples = [], []
+    for blob in got.column("counts"):
+        t = pa.ipc.open_stream(blob.as_buffer()).read_all()
+        count_parts.append(tuple(t.column(c).to_numpy() for c in _COUNT_NAMES))
+    for blob in got.column("sample"):
+        samples.append(pa.ipc.open_stream(blob.as_buffer()).read_all())
+    work = slice_work(*sum_prefix_counts(count_parts), theta=theta, sim=sim, rs=rs)  # type: ignore[arg-type]
+    results: dict[int, float] = {}
+    sample = pa.concat_tables(samples) if samples else None
+    if sample is not None and sample.num_rows:
+        flat, offsets = token_csr(sample.column("tokens"))
+        got_r = slice_results(flat, offsets, sample.column("rid").to_numpy(), sample.column("side").to_numpy(),
+                              theta, sim, rs)
+        results = {k: v / f_res**2 for k, v in got_r.items()}
+    return {k: v / f_work**2 for k, v in work.items()}, f_work, results, f_res
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ probe prefix. Within one length only the earlier record probes the later
 one's postings, so the p = i term is halved (after removing each record
 meeting itself). In an R-S join only postings of the other side count.
 
-``prefix_counts`` runs per Arrow batch (in ``mapInArrow``); the per-batch
-counts are summed by (token, length, side) and ``slice_work`` turns them into
-W(i). Both are numpy, no per-record Python.
+``prefix_counts`` runs per Arrow batch (in ``mapInArrow``); ``sum_prefix_counts``
+sums the per-batch counts by (token, length, side) and ``slice_work`` turns them
+into W(i). All are numpy, no per-record Python. ``sample_mask`` picks the same
+records of a large input wherever it runs.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy.typing as npt
 from .ppjoin import ppjoin
 from .similarity import check_similarity, check_threshold, index_prefix_array, max_length_array, probe_prefix_array
 
-__all__ = ["RESULT_VISITS", "prefix_counts", "slice_results", "slice_work"]
+__all__ = ["RESULT_VISITS", "prefix_counts", "sample_mask", "slice_results", "slice_work", "sum_prefix_counts"]
 
 #: A result pair costs about as much as this many posting visits: its verification (a merge of
 #: both records), its row in the unit's Arrow output and its hand-over to Spark. Measured on
@@ -76,6 +77,34 @@ def prefix_counts(
     n_index = np.add.reduceat(in_index.astype(np.int64), starts) if starts.size else np.zeros(0, np.int64)
     uk = key[starts]
     return uk // 2 // span_l, uk // 2 % span_l, uk % 2, n_index.astype(np.int64), n_probe.astype(np.int64)
+
+
+def sum_prefix_counts(
+    parts: list[tuple[IntArray, IntArray, IntArray, IntArray, IntArray]],
+) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
+    """Several ``prefix_counts`` results (of disjoint records) summed by (token, length, side),
+    sorted by that key."""
+    if not parts:
+        return tuple(np.zeros(0, np.int64) for _ in range(5))  # type: ignore[return-value]
+    t, ln, sd, ci, cp = (np.concatenate([np.asarray(p[k], dtype=np.int64) for p in parts]) for k in range(5))
+    span_l = int(ln.max(initial=0)) + 1
+    uk, inv = np.unique((t * span_l + ln) * 2 + sd, return_inverse=True)
+    return (uk // 2 // span_l, uk // 2 % span_l, uk % 2, np.bincount(inv, ci, uk.size).astype(np.int64),
+            np.bincount(inv, cp, uk.size).astype(np.int64))
+
+
+def sample_mask(rids: npt.ArrayLike, fraction: float) -> npt.NDArray[np.bool_]:
+    """A deterministic Bernoulli(``fraction``) sample of records by rid: splitmix64 of the rid as a
+    uniform number in [0, 1). The same rid is in or out wherever it is drawn, and the sample of a
+    smaller fraction is inside that of a larger one."""
+    r = np.asarray(rids, dtype=np.int64).ravel()
+    if fraction >= 1.0:
+        return np.ones(r.size, dtype=bool)
+    z = r.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53) < fraction
 
 
 def slice_work(
