@@ -46,8 +46,9 @@ print(json.dumps({"peak": peak - base, "rows": pairs}))
 
 
 def _unit_table(n: int, theta: float, nodes: int, mod: int, seed: int) -> tuple[pa.Table, int]:
-    """One unit's routed batch (``ROUTED_SCHEMA``) of Zipf sets in canonical order, a quarter of them
-    copies of earlier records (many results), and the unit's RAM estimate."""
+    """One unit's records as its task unpacks them from the shuffle (``_unpack``): Zipf sets in
+    canonical order, a quarter of them copies of earlier records (many results); and the unit's RAM
+    estimate."""
     rng = np.random.default_rng(seed)
     universe = 20_000
     p = np.arange(1, universe + 1, dtype=float) ** -1.0
