@@ -526,12 +526,17 @@ def _binary(blobs: list[pa.Buffer]) -> pa.BinaryArray:
     return pa.BinaryArray.from_buffers(pa.binary(), len(blobs), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
+def _unpacked(blob: pa.BinaryScalar) -> pa.Table:
+    """A ``_pack``ed value, read without a copy."""
+    return pa.ipc.open_stream(blob.as_buffer()).read_all()
+
+
 def _unpack(routed: Iterable[pa.RecordBatch]) -> pa.Table | None:
     """The records of routed rows (``ROUTED_SCHEMA``) as one table with a ``unit`` column."""
     tables = []
     for b in routed:
         for u, blob in zip(b.column("unit").to_pylist(), b.column("records")):
-            t = pa.ipc.open_stream(blob.as_buffer()).read_all()
+            t = _unpacked(blob)
             tables.append(t.append_column("unit", pa.array(np.full(t.num_rows, u, np.int32))))
     return pa.concat_tables(tables) if tables else None
 
@@ -658,8 +663,6 @@ def join_units(routed: DataFrame, plan: Plan, rs: bool) -> DataFrame:
     return routed.mapInArrow(run, UNIT_RESULT_SCHEMA)
 
 
-
-
 MEASURE_SCHEMA = "counts binary, sample binary"
 _COUNT_NAMES = ["token", "length", "side", "n_index", "n_probe"]
 
@@ -706,12 +709,8 @@ def measure_slices(records: DataFrame, theta: float, sim: str, rs: bool, n_recor
         yield pa.RecordBatch.from_arrays([_binary([_pack(c)]), _binary([_pack(kept)])], ["counts", "sample"])
 
     got = records.select("rid", "side", "tokens").mapInArrow(scan, MEASURE_SCHEMA).toArrow()
-    count_parts, samples = [], []
-    for blob in got.column("counts"):
-        t = pa.ipc.open_stream(blob.as_buffer()).read_all()
-        count_parts.append(tuple(t.column(c).to_numpy() for c in _COUNT_NAMES))
-    for blob in got.column("sample"):
-        samples.append(pa.ipc.open_stream(blob.as_buffer()).read_all())
+    count_parts = [tuple(t.column(c).to_numpy() for c in _COUNT_NAMES) for t in map(_unpacked, got.column("counts"))]
+    samples = [_unpacked(blob) for blob in got.column("sample")]
     work = slice_work(*sum_prefix_counts(count_parts), theta=theta, sim=sim, rs=rs)  # type: ignore[arg-type]
     results: dict[int, float] = {}
     sample = pa.concat_tables(samples) if samples else None
