@@ -401,55 +401,63 @@ _ENCODED_ARROW = pa.schema([("rid", pa.int64()), ("side", pa.int32()), ("id", pa
 def _encode(read: Callable[[Iterator[pa.RecordBatch]], _Partition | None], dictionary: pa.Array,
             rid_base: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
             ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A partition -> its records: tokens mapped to integer ids (their global order) and sorted inside
-    each record, records by (length, side, id) with the rids the profile gave this partition; and its
-    bad rows. All vectorized over the whole partition."""
+    """A partition -> its encoded rows (``_encode_partition``)."""
 
     def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         p = read(batches)
-        if p is None:
-            return
-        bad = ~p.good
-        if bad.any():
-            b = p.rows.filter(pa.array(bad))
-            k = b.num_rows
-            yield pa.RecordBatch.from_arrays(
-                [pa.nulls(k, pa.int64()), b.column("side").combine_chunks().cast(pa.int32()),
-                 b.column("id").combine_chunks().cast(pa.int64()), pa.nulls(k, pa.int32()),
-                 pa.nulls(k, pa.list_(pa.int32())), b.column("text").combine_chunks(),
-                 b.column("reason").combine_chunks()], schema=_ENCODED_ARROW)
-        if not p.good.any():
-            return
-        t = p.good_rows
-        to_global = pc.fill_null(pc.index_in(p.dictionary, value_set=dictionary), -1)  # -1: a bad row's token only
-        ids = to_global.to_numpy(zero_copy_only=False).astype(np.int32)[p.codes]
-        lengths = np.diff(p.offsets)
-        side = t.column("side").to_numpy().astype(np.int32)
-        rec_id = t.column("id").to_numpy().astype(np.int64)
-        order = np.lexsort((rec_id, side, lengths))  # records by (length, side, id)
-        sl = lengths[order]
-        ul, uc = np.unique(sl, return_counts=True)
-        bl, bb, bc = rid_base.get(p.part, (np.zeros(0, np.int64),) * 3)
-        if not (np.array_equal(ul, bl) and np.array_equal(uc, bc)):
-            raise RuntimeError(f"ssj encode: input partition {p.part} holds other records than when it was "
-                               "profiled (the input's partitioning changed between two reads of one version); "
-                               "run again")
-        first = np.searchsorted(sl, sl, side="left")
-        rid = bb[np.searchsorted(bl, sl)] + (np.arange(sl.size) - first)
-        starts = p.offsets[:-1][order]
-        gather = (np.repeat(starts - np.concatenate([[0], np.cumsum(sl)[:-1]]), sl)
-                  + np.arange(int(sl.sum())))
-        new_off = np.concatenate([[0], np.cumsum(sl)]).astype(np.int64)
-        flat = ids[gather]
-        sort_within(new_off, flat)  # tokens in ascending global id inside each record
-        n = sl.size
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(rid.astype(np.int64)), pa.array(side[order]), pa.array(rec_id[order]),
-             pa.array(sl.astype(np.int32)),
-             pa.ListArray.from_arrays(pa.array(new_off.astype(np.int32)), pa.array(flat, pa.int32())),
-             pa.nulls(n, pa.string()), pa.array(np.full(n, ""), pa.string())], schema=_ENCODED_ARROW)
+        if p is not None:
+            yield from _encode_partition(p, dictionary, rid_base)
 
     return encode
+
+
+# Kept at module level, as every function that calls a numba kernel: cloudpickle sends a closure
+# by value with the globals it names, and a numba dispatcher pickled that way is rebuilt without
+# its on-disk cache, so each Python worker would compile it again (seconds per worker).
+def _encode_partition(p: _Partition, dictionary: pa.Array,
+                      rid_base: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Iterator[pa.RecordBatch]:
+    """One partition's records: tokens mapped to integer ids (their global order) and sorted inside
+    each record, records by (length, side, id) with the rids the profile gave this partition; and its
+    bad rows. All vectorized over the whole partition."""
+    bad = ~p.good
+    if bad.any():
+        b = p.rows.filter(pa.array(bad))
+        k = b.num_rows
+        yield pa.RecordBatch.from_arrays(
+            [pa.nulls(k, pa.int64()), b.column("side").combine_chunks().cast(pa.int32()),
+             b.column("id").combine_chunks().cast(pa.int64()), pa.nulls(k, pa.int32()),
+             pa.nulls(k, pa.list_(pa.int32())), b.column("text").combine_chunks(),
+             b.column("reason").combine_chunks()], schema=_ENCODED_ARROW)
+    if not p.good.any():
+        return
+    t = p.good_rows
+    to_global = pc.fill_null(pc.index_in(p.dictionary, value_set=dictionary), -1)  # -1: a bad row's token only
+    ids = to_global.to_numpy(zero_copy_only=False).astype(np.int32)[p.codes]
+    lengths = np.diff(p.offsets)
+    side = t.column("side").to_numpy().astype(np.int32)
+    rec_id = t.column("id").to_numpy().astype(np.int64)
+    order = np.lexsort((rec_id, side, lengths))  # records by (length, side, id)
+    sl = lengths[order]
+    ul, uc = np.unique(sl, return_counts=True)
+    bl, bb, bc = rid_base.get(p.part, (np.zeros(0, np.int64),) * 3)
+    if not (np.array_equal(ul, bl) and np.array_equal(uc, bc)):
+        raise RuntimeError(f"ssj encode: input partition {p.part} holds other records than when it was "
+                           "profiled (the input's partitioning changed between two reads of one version); "
+                           "run again")
+    first = np.searchsorted(sl, sl, side="left")
+    rid = bb[np.searchsorted(bl, sl)] + (np.arange(sl.size) - first)
+    starts = p.offsets[:-1][order]
+    gather = (np.repeat(starts - np.concatenate([[0], np.cumsum(sl)[:-1]]), sl)
+              + np.arange(int(sl.sum())))
+    new_off = np.concatenate([[0], np.cumsum(sl)]).astype(np.int64)
+    flat = ids[gather]
+    sort_within(new_off, flat)  # tokens in ascending global id inside each record
+    n = sl.size
+    yield pa.RecordBatch.from_arrays(
+        [pa.array(rid.astype(np.int64)), pa.array(side[order]), pa.array(rec_id[order]),
+         pa.array(sl.astype(np.int32)),
+         pa.ListArray.from_arrays(pa.array(new_off.astype(np.int32)), pa.array(flat, pa.int32())),
+         pa.nulls(n, pa.string()), pa.array(np.full(n, ""), pa.string())], schema=_ENCODED_ARROW)
 
 
 def encode(rows: DataFrame, prof: TokenProfile, qgram: int | None = None) -> DataFrame:
