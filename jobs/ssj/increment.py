@@ -29,7 +29,6 @@ from pyspark.sql import functions as F
 
 from jobs.ssj.common import SSJRun
 from simjoin.spark import delta, pins
-from simjoin.spark.session import small_frame
 
 INCREMENTS_SCHEMA = ("run_id string, mode string, base_run string, reason string, params string, "
                      "new_records long, pairs long")
@@ -63,20 +62,20 @@ def full(reason: str) -> Increment:
     return Increment(None, f"a full join: {reason}")
 
 
-def _rows(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
-    t = job.tables.increments
-    if not delta.table_exists(spark, t):
-        return {}
-    return {r["run_id"]: r for r in delta.read_table(spark, t).collect()}  # one row per run: small
+def read_rows(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
+    """``<output>_increments`` by run id (empty if there is no table yet)."""
+    return {r["run_id"]: r for r in delta.small_rows(spark, job.tables.increments)}  # one row per run: small
 
 
-def choose(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int]) -> Increment:
-    """The latest published run this one can build on, or a full join and why."""
+def choose(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int],
+           done: dict[str, Any] | None = None, runs: list[Any] | None = None) -> Increment:
+    """The latest published run this one can build on, or a full join and why. ``done`` and ``runs``:
+    the increments and pins tables' rows, if already read."""
     if not job.cfg.incremental:
         return full("incremental is off")
-    done = _rows(spark, job)
+    done = read_rows(spark, job) if done is None else done
     key = params_key(job)
-    for run_id, pinned in pins.published_runs(spark, job.tables.runs, exclude=job.run_id):
+    for run_id, pinned in pins.published_runs(spark, job.tables.runs, exclude=job.run_id, rows=runs):
         r = done.get(run_id)
         if (set(pinned) != set(sides) or any(pinned[(s, p)] > versions[s] for s, p in sides)
                 or r is None or r["pairs"] is None or r["params"] != key):
@@ -99,7 +98,7 @@ def write(spark: SparkSession, job: SSJRun, inc: Increment, pairs: int | None = 
     """This run's row of ``<output>_increments`` (its ``run_id`` partition, replaced); ``pairs`` is set
     by the publish stage, which makes the run a base for later ones."""
     row = (job.run_id, inc.mode, inc.base_run, inc.reason, params_key(job), inc.new_records, pairs)
-    delta.overwrite_partition(small_frame(spark, [row], INCREMENTS_SCHEMA), job.tables.increments, job.part)
+    delta.overwrite_rows(spark, [row], INCREMENTS_SCHEMA, job.tables.increments, job.part)
     return job.keep("increment", inc)  # type: ignore[no-any-return]
 
 
@@ -111,7 +110,7 @@ def load(spark: SparkSession, job: SSJRun) -> Increment:
     """The increment the tokenize stage chose: kept in this process, else its table row."""
     if "increment" in job.frames:
         return job.frames["increment"]  # type: ignore[no-any-return]
-    r = _rows(spark, job).get(job.run_id)
+    r = read_rows(spark, job).get(job.run_id)
     if r is None:
         raise ValueError(f"{job.tables.increments} has no row for run {job.run_id!r}: run the tokenize stage first")
     return Increment(r["base_run"], r["reason"], new_records=r["new_records"])

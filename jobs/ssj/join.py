@@ -17,7 +17,6 @@ from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.log import get_logger
 from simjoin.spark import delta
 from simjoin.spark import setsim as S
-from simjoin.spark.session import small_frame
 
 log = get_logger("simjoin.ssj")
 STATS_SCHEMA = ("unit int, records_indexed long, records_probed long, candidates long, verified long, results long, "
@@ -65,8 +64,7 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
             wall, cpu = (float(g[6]), float(g[8])) if g else (0.0, 0.0)
             stat_rows.append((u.unit, *vals, wall, int(g[7]) if g else None, u.node, u.modgroup,
                               float(u.est_cost), int(u.est_ram_bytes), float(vals[2]), job.run_id, "ssj", wall, cpu))
-        delta.overwrite_partition(small_frame(spark, stat_rows, STATS_SCHEMA), job.tables.stats, job.part,
-                                  merge_schema=True)
+        delta.overwrite_rows(spark, stat_rows, STATS_SCHEMA, job.tables.stats, job.part, merge_schema=True)
         delta.overwrite_partition(pairs, job.tables.staging, job.part)
         job.keep("pairs", pairs)
     finally:

@@ -61,8 +61,8 @@ def make(spark: SparkSession, job: SSJRun) -> Plan:
         log.info("ssj optimize: memory per unit %.2f GiB (%s)", budget.memory_bytes / 2**30, budget.source)
         for c in plan.search:
             log.info("ssj optimize: t=%d n=%d m=%d %s: %s", c.t, c.n, c.m, c.verdict, c.reason)
-    out = S.plan_to_df(spark, plan).withColumn("run_id", F.lit(job.run_id))
-    delta.overwrite_partition(out, job.tables.plan, job.part, merge_schema=True)
+    delta.overwrite_rows(spark, [(*r, job.run_id) for r in S.plan_rows(plan)], S.PLAN_SCHEMA + ", run_id string",
+                         job.tables.plan, job.part, merge_schema=True)
     log.info("ssj optimize: n=%d m=%d -> %d units, cost deviation %.2f", plan.n, plan.m, plan.n_units,
              plan.deviation)
     return job.keep("plan", plan)  # type: ignore[no-any-return]

@@ -9,6 +9,7 @@ An incremental run (``jobs.ssj.increment``) tags the rows appended since its bas
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -19,31 +20,44 @@ from jobs.ssj.common import SSJRun
 from simjoin.log import get_logger
 from simjoin.spark import delta, pins
 from simjoin.spark import setsim as S
-from simjoin.spark.session import small_frame
 
 log = get_logger("simjoin.ssj")
 QUARANTINE_SCHEMA = "side int, id long, text string, reason string, stage string, run_id string"
 
 
-def read_versions(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]]) -> dict[int, int]:
+def read_versions(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]]
+                  ) -> tuple[dict[int, int], increment.Increment]:
     """The input versions this run reads (pinned in ``<output>_runs``); a scheduled or
-    asset-triggered run whose inputs are those of the last published run has nothing new."""
+    asset-triggered run whose inputs are those of the last published run has nothing new.
+    Also returns how this run joins (``increment.choose``).
+
+    The small tables this needs (pins, increments) and the inputs' latest versions are read in
+    parallel, while the inputs' schemas are checked: each is a Delta snapshot load, mostly latency."""
     from simjoin.pipeline.spec import NothingNew
 
-    for _, path in sides:  # fail on a bad input before anything (the pins too) is written
+    for _, path in sides:  # a missing input or a wrong schema fails before anything (the pins) is written
         if not delta.table_exists(spark, path):
             raise FileNotFoundError(f"input {path}: no Delta table there: allowed the path of a Delta table "
                                     "with an id and a text column")
-        S.check_input_columns(delta.read_table(spark, path), job.cfg.id_col, job.cfg.text_col, f"input {path}")
-    versions = pins.pin_inputs(spark, job.tables.runs, job.run_id, sides, as_of=job.as_of,
-                               reuse=job.trigger != "cli")
+    with ThreadPoolExecutor(max_workers=2 + len(sides), thread_name_prefix="ssj-meta") as pool:
+        runs = pool.submit(pins.read_rows, spark, job.tables.runs)
+        done = pool.submit(increment.read_rows, spark, job)
+        latest = ({s: pool.submit(delta.latest_version, spark, p) for s, p in sides} if job.as_of is None
+                  else {})
+        for _, path in sides:
+            S.check_input_columns(delta.read_table(spark, path), job.cfg.id_col, job.cfg.text_col, f"input {path}")
+        rows = runs.result()
+        versions = pins.pin_inputs(spark, job.tables.runs, job.run_id, sides, as_of=job.as_of,
+                                   reuse=job.trigger != "cli", rows=rows,
+                                   latest={s: f.result() for s, f in latest.items()})
+        done_rows = done.result()
     if job.trigger in ("scheduled", "asset_triggered"):
-        last = pins.last_published(spark, job.tables.runs, exclude=job.run_id)
+        last = pins.last_published(spark, job.tables.runs, exclude=job.run_id, rows=rows)
         if last is not None and last[1] == {(s, p): versions[s] for s, p in sides}:
             raise NothingNew(f"ssj: nothing new: the inputs are at the versions run {last[0]} published "
                              f"({', '.join(f'{p} v{versions[s]}' for s, p in sides)}); skipped")
     log.info("ssj tokenize: reading %s", ", ".join(f"{p} v{versions[s]}" for s, p in sides))
-    return versions
+    return versions, increment.choose(spark, job, sides, versions, done=done_rows, runs=rows)
 
 
 def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
@@ -54,11 +68,7 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     preload()  # Great Expectations imports in the background while Spark tokenizes
     cfg = job.cfg
     sides = [(0, job.input)] + ([(1, job.right)] if job.right else [])
-    for _, path in sides:  # a wrong schema is refused before anything (the run's pins) is written
-        if delta.table_exists(spark, path):
-            S.check_input_columns(delta.read_table(spark, path), cfg.id_col, cfg.text_col, f"input {path}")
-    versions = read_versions(spark, job, sides)
-    inc = increment.choose(spark, job, sides, versions)
+    versions, inc = read_versions(spark, job, sides)
     log.info("ssj tokenize: %s", inc.reason)
     rows: DataFrame | None = None
     for side, path in sides:
@@ -89,23 +99,24 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
              prof.good, prof.bad)
     encoded = S.encode(source, prof, cfg.qgram).persist()
     records = encoded.filter(F.col("reason") == "").select(*S.RECORD_COLUMNS)
+    bad = None
     if prof.bad:
         bad = (encoded.filter(F.col("reason") != "")
                .select((F.col("side") % S.APPENDED).cast("int").alias("side"), "id", "text", "reason")
                .withColumn("stage", F.lit("tokenize")).withColumn("run_id", F.lit(job.run_id)))
-    else:  # nothing to quarantine: still replace this run's partition, without a scan
-        bad = small_frame(spark, [], QUARANTINE_SCHEMA)
     # materialize once here, before a writer thread and the next stage both read it
     n = records.count()
     if n != prof.good:
         raise AssertionError(f"ssj tokenize lost rows: {n} records encoded, {prof.good} good rows")
     for c in cached:
         c.unpersist()
-    delta.overwrite_partition(bad, job.tables.quarantine, job.part)
+    if bad is not None:
+        delta.overwrite_partition(bad, job.tables.quarantine, job.part)
+    else:  # nothing to quarantine: still replace this run's partition, without a scan
+        delta.overwrite_rows(spark, [], QUARANTINE_SCHEMA, job.tables.quarantine, job.part)
     length_rows = [{"length": int(a), "count": int(c)} for a, c in zip(prof.lengths, prof.counts)]
-    lengths = small_frame(spark, [(r["length"], r["count"], job.run_id) for r in length_rows],
-                          "length int, count long, run_id string")
-    delta.overwrite_partition(lengths, job.tables.lengths, job.part)
+    delta.overwrite_rows(spark, [(r["length"], r["count"], job.run_id) for r in length_rows],
+                         "length int, count long, run_id string", job.tables.lengths, job.part)
     delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
     new = records.filter(F.col("side") >= S.APPENDED).count() if inc.incremental else n
     inc = increment.write(spark, job, increment.with_new_records(inc, new))

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["InjectedFault", "maybe_fail", "current_stage", "stage_name", "after_commit", "wrap_rows",
+__all__ = ["InjectedFault", "maybe_fail", "current_stage", "stage_name", "after_commit", "wrap_rows", "check_rows",
            "is_injected", "ENV"]
 
 ENV = "SIMJOIN_FAULTS"
@@ -149,6 +149,20 @@ def wrap_rows(df: Any) -> Any:
             yield b
 
     return df.mapInArrow(pass_through, df.schema)
+
+
+def check_rows(n: int) -> None:
+    """A write of ``n`` driver-side rows made without Spark (``delta.overwrite_rows``): raise, before
+    its commit, when the current stage has a ``rows@N`` fault with N < n, as a Spark task would."""
+    faults = _mid_write()
+    if not faults:
+        return
+    st = _stage_for(faults)
+    if st is None or "rows" not in faults[st.point]:
+        return
+    limit = faults[st.point]["rows"]
+    if n > limit:
+        raise InjectedFault(f"{_MARK}{st.point}.rows@{limit}: a write failed after {limit} of its {n} rows ({ENV})")
 
 
 def is_injected(e: BaseException) -> bool:

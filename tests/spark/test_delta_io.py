@@ -57,3 +57,52 @@ def test_background_writes_complete_and_raise(spark, tmp_table):
     with pytest.raises(Exception, match="boom"):
         with delta.background_writes():
             delta.overwrite_partition(bad, tmp_table("bg_c"), {"run_id": "r"})
+
+
+def _engines(path) -> list[str]:
+    import glob
+    import json
+
+    out = []
+    for f in sorted(glob.glob(f"{path}/_delta_log/*.json")):
+        info = next(json.loads(line)["commitInfo"] for line in open(f) if '"commitInfo"' in line)
+        out.append("spark" if "Apache-Spark" in str(info.get("engineInfo")) else "deltalake")
+    return out
+
+
+def test_overwrite_rows_is_overwrite_partition_without_spark_jobs(spark, tmp_table, monkeypatch):
+    """A run's bookkeeping rows replace one partition, as ``overwrite_partition`` does, whoever wrote
+    the table before (Spark or deltalake); Spark reads every commit; merge_schema adds a column."""
+    import datetime as dt
+
+    from simjoin import faults
+
+    p = tmp_table("rows")
+    schema = "k int, v string, at timestamp, ls array<int>, ok boolean, run_id string"
+    t0 = dt.datetime(2026, 1, 1, 12, 0, 0)
+    delta.overwrite_partition(spark.createDataFrame([(9, "old", t0, [1], True, "r0")], schema), p, {"run_id": "r0"})
+    delta.overwrite_rows(spark, [(1, "a", t0, [1, 2], True, "r1"), (2, None, None, [], False, "r1")], schema, p,
+                         {"run_id": "r1"})
+    delta.overwrite_rows(spark, [(3, "c", t0, None, None, "r1")], schema, p, {"run_id": "r1"})  # a retry: replaced
+    got = sorted(tuple(r) for r in delta.read_table(spark, p).collect())
+    assert got == [(3, "c", t0, None, None, "r1"), (9, "old", t0, [1], True, "r0")]
+    assert _engines(p) == ["spark", "deltalake", "deltalake"]  # no silent fall back to Spark
+    assert sorted((r["k"], r["run_id"]) for r in delta.small_rows(spark, p)) == [(3, "r1"), (9, "r0")]
+    # a new column (a table of an older version): the old rows read it as null
+    delta.overwrite_rows(spark, [(4, "d", t0, [7], True, "r2", 1.5)], schema + ", x double", p, {"run_id": "r2"},
+                         merge_schema=True)
+    assert sorted((r["k"], r["x"]) for r in delta.read_table(spark, p).collect()) == [(3, None), (4, 1.5), (9, None)]
+    # a new table is created partitioned, and Spark's replaceWhere works on it
+    q = tmp_table("rows_new")
+    delta.overwrite_rows(spark, [(1, "a", t0, [1], True, "r1")], schema, q, {"run_id": "r1"})
+    delta.overwrite_partition(spark.createDataFrame([(2, "b", t0, [2], True, "r2")], schema), q, {"run_id": "r2"})
+    assert sorted(r["k"] for r in delta.read_table(spark, q).collect()) == [1, 2]
+    assert delta.read_table(spark, q).inputFiles()[0].split("/")[-2] in ("run_id=r1", "run_id=r2")
+    # a rows@N fault fails the write before its commit, as a Spark task would
+    monkeypatch.setenv(faults.ENV, "t.s.rows@0")
+    with faults.current_stage("t.s"), pytest.raises(faults.InjectedFault, match="rows@0"):
+        delta.overwrite_rows(spark, [(5, "e", t0, [5], True, "r1")], schema, q, {"run_id": "r1"})
+    monkeypatch.delenv(faults.ENV)
+    assert sorted(r["k"] for r in delta.read_table(spark, q).collect()) == [1, 2]
+    with pytest.raises(ValueError, match="no Arrow type"):
+        delta._arrow_schema("m map<string,int>")

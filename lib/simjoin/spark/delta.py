@@ -24,6 +24,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from simjoin import faults
+from simjoin.log import get_logger
 
 __all__ = [
     "is_path",
@@ -37,9 +38,12 @@ __all__ = [
     "history",
     "latest_version",
     "background_writes",
+    "small_rows",
+    "overwrite_rows",
 ]
 
 _local = threading.local()
+log = get_logger("simjoin.delta")
 
 
 @contextmanager
@@ -102,6 +106,34 @@ def table_exists(spark: SparkSession, ref: str) -> bool:
     except Exception:  # any failure to describe means no Delta table there
         return False
     return row is not None and row[0] == "delta"
+
+
+def _local_dir(ref: str) -> str | None:
+    """The directory of a table at a local path (``/x``, ``file:/x``, ``file:///x``), else None."""
+    if not is_path(ref):
+        return None
+    path = _abs(ref)
+    if path.startswith("file:") or "://" not in path:
+        return path.removeprefix("file://").removeprefix("file:")
+    return None
+
+
+def small_rows(spark: SparkSession, ref: str) -> list[dict[str, Any]]:
+    """Every row of a small table (a run's bookkeeping: pins, increments), as dicts; none if there is
+    no table. A local table is read with ``deltalake``, from its log and files, with no Spark job:
+    the first Spark read of a table builds its snapshot with Spark jobs, about a second each on a
+    cold JVM. Other tables, or a table deltalake cannot read, are read with Spark."""
+    if not table_exists(spark, ref):
+        return []
+    local = _local_dir(ref)
+    if local is not None:
+        try:
+            from deltalake import DeltaTable
+
+            return DeltaTable(local).to_pyarrow_table().to_pylist()  # type: ignore[no-any-return]
+        except Exception:  # a reader feature deltalake lacks: Spark reads every Delta table it writes
+            pass
+    return [r.asDict() for r in read_table(spark, ref).collect()]
 
 
 def _sql_ref(ref: str) -> str:
@@ -202,6 +234,72 @@ def _overwrite_partition_now(df: DataFrame, ref: str, partition: Mapping[str, An
     cond = " AND ".join(f"`{k}` = {_sql_literal(v)}" for k, v in partition.items())
     _save(_writer(df, "overwrite", None, {"replaceWhere": cond, **({"mergeSchema": "true"} if merge_schema else {})}),
           ref)
+
+
+_ARROW_TYPES = {"string": "string", "int": "int32", "integer": "int32", "long": "int64", "bigint": "int64",
+                "double": "float64", "float": "float32", "boolean": "bool_", "binary": "binary", "date": "date32"}
+
+
+def _arrow_type(ddl: str) -> Any:
+    import pyarrow as pa
+
+    ddl = ddl.strip().lower()
+    if ddl.startswith("array<") and ddl.endswith(">"):
+        return pa.list_(_arrow_type(ddl[6:-1]))
+    if ddl == "timestamp":
+        return pa.timestamp("us", tz="UTC")  # Spark's timestamp: an instant, stored in UTC
+    if ddl not in _ARROW_TYPES:
+        raise ValueError(f"no Arrow type for the Spark type {ddl!r}")
+    return getattr(pa, _ARROW_TYPES[ddl])()
+
+
+def _arrow_schema(ddl: str) -> Any:
+    """``"a int, b array<int>, t timestamp"`` as an Arrow schema (flat Spark DDL: no maps or structs)."""
+    import pyarrow as pa
+
+    return pa.schema([(name, _arrow_type(typ)) for name, typ in (f.strip().split(None, 1) for f in ddl.split(","))])
+
+
+def overwrite_rows(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str, ref: str,
+                   partition: Mapping[str, Any], merge_schema: bool = False) -> None:
+    """``overwrite_partition`` of a few driver-side rows (a run's bookkeeping: pins, plan, stats):
+    the same table, partition and guarantees. A local table is written with ``deltalake``: one
+    commit in milliseconds, where Spark's write of a tiny frame takes a second or more of small jobs
+    (snapshot, file filter, write, commit) on 2 cores. Elsewhere, or if deltalake cannot write
+    the table (a writer feature it lacks), Spark writes it."""
+    local = _local_dir(ref)
+    if local is not None:
+        try:
+            _overwrite_rows_deltalake(rows, schema, local, partition, merge_schema)
+        except faults.InjectedFault:
+            raise
+        except Exception as e:  # a table deltalake cannot write (a writer feature it lacks): Spark writes it
+            log.info("delta: %s is written with Spark: deltalake cannot write it (%s)", ref,
+                     str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+        else:
+            faults.after_commit(ref)
+            return
+    from simjoin.spark.session import small_frame
+
+    overwrite_partition(small_frame(spark, list(rows), schema), ref, partition, merge_schema=merge_schema)
+
+
+def _overwrite_rows_deltalake(rows: Sequence[Sequence[Any]], schema: str, path: str, partition: Mapping[str, Any],
+                              merge_schema: bool) -> None:
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    sch = _arrow_schema(schema)
+    missing = [c for c in partition if c not in sch.names]
+    if missing or not partition:
+        raise ValueError(f"partition columns {missing or list(partition)} are not in the columns {sch.names}")
+    data = pa.Table.from_pylist([dict(zip(sch.names, r)) for r in rows], schema=sch)
+    faults.check_rows(data.num_rows)  # a rows@N fault fails the write before its commit, as in a Spark task
+    if not DeltaTable.is_deltatable(path):
+        write_deltalake(path, data, mode="overwrite", partition_by=list(partition))
+        return
+    cond = " AND ".join(f"{k} = {_sql_literal(v)}" for k, v in partition.items())
+    write_deltalake(path, data, mode="overwrite", predicate=cond, schema_mode="merge" if merge_schema else None)
 
 
 def append_idempotent(df: DataFrame, ref: str, app_id: str, version: int,

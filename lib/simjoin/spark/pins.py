@@ -11,7 +11,7 @@ CLI runs (run id ``cli`` by default, reused by every CLI run) always pin afresh.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -21,7 +21,7 @@ from simjoin.spark import delta
 from simjoin.spark.session import small_frame
 
 __all__ = ["PIN_SCHEMA", "version_as_of", "pin_inputs", "mark_published", "last_published", "published_runs",
-           "append_only", "appended"]
+           "append_only", "appended", "read_rows"]
 
 PIN_SCHEMA = "run_id string, side int, path string, version long, as_of string, pinned_at timestamp, published boolean"
 
@@ -42,50 +42,57 @@ def version_as_of(spark: SparkSession, ref: str, as_of: dt.datetime) -> int:
     return int(row[0])
 
 
-def _read(spark: SparkSession, table: str) -> list[Any]:
-    if not delta.table_exists(spark, table):
-        return []
-    return delta.read_table(spark, table).collect()  # one row per input per run: small
+def read_rows(spark: SparkSession, table: str) -> list[Any]:
+    """Every row of the pins table (none if there is no table yet): one per input per run, small."""
+    return delta.small_rows(spark, table)
 
 
 def pin_inputs(spark: SparkSession, table: str, run_id: str, inputs: Sequence[tuple[int, str]],
-               as_of: dt.datetime | None = None, reuse: bool = True) -> dict[int, int]:
+               as_of: dt.datetime | None = None, reuse: bool = True, rows: list[Any] | None = None,
+               latest: Mapping[int, int] | None = None) -> dict[int, int]:
     """``{side: version}`` this run reads. With ``reuse``, a run that pinned these inputs before
     (an Airflow retry or rerun) gets its earlier pins back; otherwise the pins are taken now and
-    written to ``table`` (the run's ``run_id`` partition, replaced)."""
-    rows = [r for r in _read(spark, table) if r["run_id"] == run_id]
-    if reuse and rows and {(r["side"], r["path"]) for r in rows} == set(inputs):
-        return {int(r["side"]): int(r["version"]) for r in rows}
-    versions = {side: (version_as_of(spark, path, as_of) if as_of is not None else delta.latest_version(spark, path))
+    written to ``table`` (the run's ``run_id`` partition, replaced). ``rows``: the table's rows, if
+    already read; ``latest``: each input's latest version, if already read (not for ``as_of``)."""
+    if reuse:
+        mine = [r for r in (read_rows(spark, table) if rows is None else rows) if r["run_id"] == run_id]
+        if mine and {(r["side"], r["path"]) for r in mine} == set(inputs):
+            return {int(r["side"]): int(r["version"]) for r in mine}
+    versions = {side: (version_as_of(spark, path, as_of) if as_of is not None
+                       else latest[side] if latest is not None and side in latest
+                       else delta.latest_version(spark, path))
                 for side, path in inputs}
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     out = [(run_id, side, path, versions[side], as_of.isoformat() if as_of else None, now, False)
            for side, path in inputs]
-    delta.overwrite_partition(small_frame(spark, out, PIN_SCHEMA), table, {"run_id": run_id})
+    delta.overwrite_rows(spark, out, PIN_SCHEMA, table, {"run_id": run_id})
     return versions
 
 
 def mark_published(spark: SparkSession, table: str, run_id: str) -> None:
     """The run's output is published: later scheduled runs compare their pins with these."""
-    rows = [r for r in _read(spark, table) if r["run_id"] == run_id]
+    rows = [r for r in read_rows(spark, table) if r["run_id"] == run_id]
     if rows and not all(r["published"] for r in rows):
         out = [(r["run_id"], r["side"], r["path"], r["version"], r["as_of"], r["pinned_at"], True) for r in rows]
-        delta.overwrite_partition(small_frame(spark, out, PIN_SCHEMA), table, {"run_id": run_id})
+        delta.overwrite_rows(spark, out, PIN_SCHEMA, table, {"run_id": run_id})
 
 
-def published_runs(spark: SparkSession, table: str, exclude: str) -> list[tuple[str, dict[tuple[int, str], int]]]:
-    """Every published run other than ``exclude``, the latest pinned first: (run_id, {(side, path): version})."""
+def published_runs(spark: SparkSession, table: str, exclude: str, rows: list[Any] | None = None
+                   ) -> list[tuple[str, dict[tuple[int, str], int]]]:
+    """Every published run other than ``exclude``, the latest pinned first: (run_id, {(side, path): version}).
+    ``rows``: the table's rows, if already read."""
     runs: dict[str, list[Any]] = {}
-    for r in _read(spark, table):
+    for r in read_rows(spark, table) if rows is None else rows:
         if r["published"] and r["run_id"] != exclude:
             runs.setdefault(r["run_id"], []).append(r)
     order = sorted(runs, key=lambda k: max(r["pinned_at"] for r in runs[k]), reverse=True)
     return [(k, {(int(r["side"]), r["path"]): int(r["version"]) for r in runs[k]}) for k in order]
 
 
-def last_published(spark: SparkSession, table: str, exclude: str) -> tuple[str, dict[tuple[int, str], int]] | None:
+def last_published(spark: SparkSession, table: str, exclude: str, rows: list[Any] | None = None
+                   ) -> tuple[str, dict[tuple[int, str], int]] | None:
     """The latest published run other than ``exclude``: (run_id, {(side, path): version})."""
-    runs = published_runs(spark, table, exclude)
+    runs = published_runs(spark, table, exclude, rows)
     return runs[0] if runs else None
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "drop_duplicates",
     "encode",
     "plan_to_df",
+    "plan_rows",
     "plan_from_rows",
     "measure_slices",
     "route_to_units",
@@ -474,7 +475,12 @@ PLAN_SCHEMA = ("kind string, unit int, node int, modgroup int, index_lengths arr
 
 
 def plan_to_df(spark: SparkSession, plan: Plan) -> DataFrame:
-    """The plan table: one ``kind = unit`` row per unit (``mod`` is its node's modulo, ``reason`` why
+    """The plan table's rows (``plan_rows``) as a DataFrame."""
+    return small_frame(spark, plan_rows(plan), PLAN_SCHEMA)
+
+
+def plan_rows(plan: Plan) -> list[tuple[Any, ...]]:
+    """The plan table (``PLAN_SCHEMA``): one ``kind = unit`` row per unit (``mod`` is its node's modulo, ``reason`` why
     this plan), and one ``kind = candidate`` row per (n, m) the search tried, with its verdict
     (chosen, kept or pruned) and the reason."""
     def num(x: float) -> float | None:
@@ -491,7 +497,7 @@ def plan_to_df(spark: SparkSession, plan: Plan) -> DataFrame:
          plan.sim, num(c.deviation), None, c.t, list(c.mods), num(c.makespan), c.verdict, c.reason)
         for c in plan.search
     ]
-    return small_frame(spark, rows, PLAN_SCHEMA)
+    return rows
 
 
 def plan_from_rows(rows: list) -> Plan:
