@@ -110,32 +110,36 @@ def _stage_for(faults: dict[str, dict[str, int]]) -> _Stage | None:
     return hit[-1] if len(hit) == 1 else None
 
 
+def _pending(kind: str) -> tuple[_Stage, int] | None:
+    """The current stage and its N, when ``SIMJOIN_FAULTS`` sets ``<stage>.<kind>@N`` for it."""
+    faults = _mid_write()
+    if not faults:
+        return None
+    st = _stage_for(faults)
+    if st is None or kind not in faults[st.point]:
+        return None
+    return st, faults[st.point][kind]
+
+
 def after_commit(table: str) -> None:
     """Called after each Delta commit to ``table``: counts it against the current stage and
     raises at that stage's ``write@N``."""
-    faults = _mid_write()
-    if not faults:
+    if (due := _pending("write")) is None:
         return
-    st = _stage_for(faults)
-    if st is None or "write" not in faults[st.point]:
-        return
+    st, at = due
     with _lock:
         st.commits += 1
         n = st.commits
-    if n == faults[st.point]["write"]:
+    if n == at:
         raise InjectedFault(f"{_MARK}{st.point}.write@{n}: after commit {n} of the stage, to {table} ({ENV})")
 
 
 def wrap_rows(df: Any) -> Any:
     """``df``, or - when the current stage has a ``rows@N`` fault - ``df`` passed through a
     ``mapInArrow`` whose tasks raise once they handed N rows to the writer."""
-    faults = _mid_write()
-    if not faults:
+    if (due := _pending("rows")) is None:
         return df
-    st = _stage_for(faults)
-    if st is None or "rows" not in faults[st.point]:
-        return df
-    limit, point = faults[st.point]["rows"], st.point
+    limit, point = due[1], due[0].point
 
     def pass_through(batches: Iterator[Any]) -> Iterator[Any]:
         seen = 0
@@ -154,13 +158,9 @@ def wrap_rows(df: Any) -> Any:
 def check_rows(n: int) -> None:
     """A write of ``n`` driver-side rows made without Spark (``delta.overwrite_rows``): raise, before
     its commit, when the current stage has a ``rows@N`` fault with N < n, as a Spark task would."""
-    faults = _mid_write()
-    if not faults:
+    if (due := _pending("rows")) is None:
         return
-    st = _stage_for(faults)
-    if st is None or "rows" not in faults[st.point]:
-        return
-    limit = faults[st.point]["rows"]
+    st, limit = due
     if n > limit:
         raise InjectedFault(f"{_MARK}{st.point}.rows@{limit}: a write failed after {limit} of its {n} rows ({ENV})")
 
