@@ -267,10 +267,12 @@ def overwrite_rows(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: s
     commit in milliseconds, where Spark's write of a tiny frame takes a second or more of small jobs
     (snapshot, file filter, write, commit) on 2 cores. Elsewhere, or if deltalake cannot write
     the table (a writer feature it lacks), Spark writes it."""
+    if not partition:
+        raise ValueError("overwrite_rows needs at least one partition column")
     local = _local_dir(ref)
     if local is not None:
         try:
-            _overwrite_rows_deltalake(rows, schema, local, partition, merge_schema)
+            _overwrite_rows_deltalake(rows, schema, local, partition, merge_schema, table_exists(spark, ref))
         except faults.InjectedFault:
             raise
         except Exception as e:  # a table deltalake cannot write (a writer feature it lacks): Spark writes it
@@ -285,17 +287,14 @@ def overwrite_rows(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: s
 
 
 def _overwrite_rows_deltalake(rows: Sequence[Sequence[Any]], schema: str, path: str, partition: Mapping[str, Any],
-                              merge_schema: bool) -> None:
+                              merge_schema: bool, exists: bool) -> None:
     import pyarrow as pa
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import write_deltalake
 
     sch = _arrow_schema(schema)
-    missing = [c for c in partition if c not in sch.names]
-    if missing or not partition:
-        raise ValueError(f"partition columns {missing or list(partition)} are not in the columns {sch.names}")
     data = pa.Table.from_pylist([dict(zip(sch.names, r)) for r in rows], schema=sch)
     faults.check_rows(data.num_rows)  # a rows@N fault fails the write before its commit, as in a Spark task
-    if not DeltaTable.is_deltatable(path):
+    if not exists:
         write_deltalake(path, data, mode="overwrite", partition_by=list(partition))
         return
     cond = " AND ".join(f"{k} = {_sql_literal(v)}" for k, v in partition.items())
