@@ -3,9 +3,9 @@
 New members are joined with each other and with the earlier members of the same worksets
 kept in the join state (so a window spanning units reports each pair exactly once). Worksets
 run where the rebalance stage's latest assignment puts them; a split workset's rows are
-replicated per part (``route_by_assignment``). Pairs and
-the per-(window, worker) counters go to ``<output>_work/joined``; ``publish`` appends the
-pairs to the output once the gate has passed.
+replicated per part (``route_by_assignment``). Pairs go to
+``<output>_work/joined``, the per-(window, worker) and per-workset counters to ``counters``;
+``publish`` appends the pairs to the output once the gate has passed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from jobs.s3j.common import S3JRun, micros, open_unit, read_assignment, read_state
 from simjoin.contracts import Role, RowKind
-from simjoin.spark.metric import join_worksets_df, route_by_assignment
+from simjoin.spark.metric import join_counters, join_worksets_df, route_by_assignment
 
 MEMBER_COLS = ["w", "we", "partition", "workset_id", "worker", "side", "id", "vector", "role", "is_new"]
 
@@ -40,5 +40,7 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     # the rebalance stage's assignment in force (split worksets replicated per part)
     members = route_by_assignment(members, read_assignment(spark, run_, u.id))
     path = u.write_work(join_worksets_df(members, run_.params(u.dim)), "joined")
-    n = (u.work("joined").where(F.col("kind") == int(RowKind.STATS)).agg(F.sum("results")).first()[0])  # type: ignore
+    # the counters (a few rows) apart, so later stages do not scan the unit's pairs for them
+    u.write_work(join_counters(u.work("joined")), "counters")
+    n = u.work("counters").where(F.col("kind") == int(RowKind.STATS)).agg(F.sum("results")).first()[0]  # type: ignore
     return {"unit": u.id, "joined": path, "pairs": int(n or 0)}

@@ -42,7 +42,8 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
         pieces.append(("centroids", centroids, run_.centroids))
     pieces.append(("join_state", state, run_.join_state))
     # the stats table gained columns (workset and rebalance rows): older tables take them on
-    res = u.engine.publish(u.unit, pieces, meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}})
+    res = u.engine.publish(u.unit, pieces, meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}},
+                           small=("stats", "centroids"))
     u.engine.expire(run_.join_state, res["watermark_ts"], previous=res["previous_watermark_ts"],
                     windows=(run_.window_s, run_.slide_s or run_.window_s))
     return res  # type: ignore[no-any-return]

@@ -40,7 +40,7 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     if cfg.algorithm != "s3j" or cfg.rebalance == "off":
         return {"unit": u.id, "rebalance": "off"}
     P = int(cfg.workers)
-    ws = (u.work("joined").where(F.col("kind") == int(RowKind.WORKSET))
+    ws = (u.work("counters").where(F.col("kind") == int(RowKind.WORKSET))
           .groupBy("partition", "workset_id")
           .agg(F.sum("load").alias("load"), F.max("n_inner").alias("rows"), F.min("worker").alias("worker"))
           .orderBy("partition", "workset_id").collect())

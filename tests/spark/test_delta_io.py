@@ -106,3 +106,47 @@ def test_overwrite_rows_is_overwrite_partition_without_spark_jobs(spark, tmp_tab
     assert sorted(r["k"] for r in delta.read_table(spark, q).collect()) == [1, 2]
     with pytest.raises(ValueError, match="no Arrow type"):
         delta._arrow_schema("m map<string,int>")
+
+
+def test_append_rows_shares_spark_txn_and_commit_metadata(spark, tmp_table, monkeypatch):
+    """``append_rows`` appends once per (app id, version) with the same ``txn`` action as Spark's
+    ``txnAppId``/``txnVersion``: each engine skips what the other committed. ``userMetadata`` is
+    the commit's, as Spark writes it; an Arrow table is appended as is; faults count alike."""
+    import datetime as dt
+    import json
+
+    from simjoin import faults
+
+    p = tmp_table("txn")
+    schema = "unit long, side byte, max_ts timestamp, meta string"
+    t0 = dt.datetime(2026, 1, 1, 0, 1, 2)
+    delta.append_idempotent(spark.createDataFrame([(0, 0, t0, "a")], schema), p, "pipe/progress/x", 0)
+    delta.append_rows(spark, [(0, 0, t0, "replay")], schema, p, "pipe/progress/x", 0)  # Spark committed it
+    delta.append_rows(spark, [(1, 1, t0, "b")], schema, p, "pipe/progress/x", 1, metadata=json.dumps({"unit": 1}))
+    delta.append_idempotent(spark.createDataFrame([(1, 1, t0, "replay")], schema), p, "pipe/progress/x", 1)
+    delta.append_rows(spark, [(1, 0, t0, "other app")], schema, p, "pipe/stats/x", 1)
+    got = sorted(tuple(r) for r in delta.read_table(spark, p).collect())
+    assert got == [(0, 0, t0, "a"), (1, 0, t0, "other app"), (1, 1, t0, "b")]
+    assert _engines(p) == ["spark", "deltalake", "deltalake"]  # no silent fall back to Spark
+    hist = {r["version"]: r["userMetadata"] for r in delta.history(spark, p).collect()}
+    assert json.loads(hist[1]) == {"unit": 1}
+    # an Arrow table from Spark (a small work frame) into the Spark-created table, with a new column
+    frame = spark.createDataFrame([(2, 1, t0, "c", 0.5)], schema + ", x double")
+    delta.append_rows(spark, frame.toArrow(), "", p, "pipe/stats/x", 2, merge_schema=True)
+    assert sorted((r["unit"], r["x"]) for r in delta.read_table(spark, p).collect())[-1] == (2, 0.5)
+    assert _engines(p)[-1] == "deltalake"
+    # a rows@N fault fails before the commit; a write@N fault after it
+    monkeypatch.setenv(faults.ENV, "t.s.rows@0")
+    with faults.current_stage("t.s"), pytest.raises(faults.InjectedFault, match="rows@0"):
+        delta.append_rows(spark, [(3, 0, t0, "d")], schema, p, "pipe/progress/x", 3)
+    monkeypatch.setenv(faults.ENV, "t.s.write@1")
+    with faults.current_stage("t.s"), pytest.raises(faults.InjectedFault, match="write@1"):
+        delta.append_rows(spark, [(3, 0, t0, "d")], schema, p, "pipe/progress/x", 3)
+    monkeypatch.delenv(faults.ENV)
+    delta.append_rows(spark, [(3, 0, t0, "d")], schema, p, "pipe/progress/x", 3)  # the retry: skipped
+    assert sorted(r["unit"] for r in delta.read_table(spark, p).collect()) == [0, 1, 1, 2, 3]
+    # a new table (an engine's first unit)
+    q = tmp_table("txn_new")
+    delta.append_rows(spark, [(0, 0, None, None)], schema, q, "a", 0)
+    delta.append_idempotent(spark.createDataFrame([(0, 0, None, None)], schema), q, "a", 0)
+    assert delta.read_table(spark, q).count() == 1

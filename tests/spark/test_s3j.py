@@ -117,7 +117,7 @@ def test_transforms_match_brute_force(spark, dim, metric, inclusive, two, algori
         ref |= {(w, int(a), int(b)) for a, b in zip(L, R)}
     assert set(got) == ref and len(ref) > 0
     stats = [r for r in out if r.kind == RowKind.STATS]
-    assert sum(r.results for r in stats) == len(ref)
+    assert sum(r.c.results for r in stats) == len(ref)
 
 
 @pytest.mark.parametrize("seed", [5, pytest.param(8, marks=_MORE)])  # seed 8: make test-exhaustive

@@ -107,6 +107,10 @@ def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
         from simjoin.config import SparkConfig, load_config
         from simjoin.spark.session import get_spark
 
+        if any(st.gate for st in spec.stages):  # Great Expectations imports (seconds) while the JVM starts
+            from simjoin.quality.gates import preload
+
+            preload()
         spark = get_spark(load_config(SparkConfig, "spark", {"master": master}))
         if follow:
             from simjoin.pipeline.runner import follow_pipeline

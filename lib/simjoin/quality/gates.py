@@ -63,7 +63,7 @@ def _context_locked() -> Any:
 
         _ctx = gx.get_context(mode="ephemeral")
         _ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-        _ctx.data_sources.add_spark(name="simjoin_spark")
+        _ctx.data_sources.add_spark(name="simjoin_spark", persist=False)
     return _ctx
 
 

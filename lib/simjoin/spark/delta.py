@@ -40,6 +40,7 @@ __all__ = [
     "background_writes",
     "small_rows",
     "overwrite_rows",
+    "append_rows",
 ]
 
 _local = threading.local()
@@ -236,7 +237,8 @@ def _overwrite_partition_now(df: DataFrame, ref: str, partition: Mapping[str, An
           ref)
 
 
-_ARROW_TYPES = {"string": "string", "int": "int32", "integer": "int32", "long": "int64", "bigint": "int64",
+_ARROW_TYPES = {"string": "string", "byte": "int8", "tinyint": "int8", "short": "int16", "smallint": "int16",
+                "int": "int32", "integer": "int32", "long": "int64", "bigint": "int64",
                 "double": "float64", "float": "float32", "boolean": "bool_", "binary": "binary", "date": "date32"}
 
 
@@ -350,3 +352,60 @@ def history(spark: SparkSession, ref: str, limit: int | None = None) -> DataFram
 
 def latest_version(spark: SparkSession, ref: str) -> int:
     return int(history(spark, ref, 1).select("version").first()[0])  # type: ignore[index]
+
+
+def _to_arrow(rows: Any, schema: str) -> Any:
+    """Driver-side rows (tuples in ``schema``'s order) or an Arrow table, as an Arrow table."""
+    import pyarrow as pa
+
+    if isinstance(rows, pa.Table):
+        return rows
+    sch = _arrow_schema(schema)
+    return pa.Table.from_pylist([dict(zip(sch.names, r)) for r in rows], schema=sch)
+
+
+def append_rows(spark: SparkSession, rows: Any, schema: str, ref: str, app_id: str, version: int,
+                partition_by: Sequence[str] | None = None, metadata: str | None = None,
+                merge_schema: bool = False) -> None:
+    """``append_idempotent`` of a few driver-side rows (tuples in ``schema``'s order, or an Arrow
+    table): once per (``app_id``, ``version``), the same ``txn`` action Spark's
+    ``txnAppId``/``txnVersion`` writes, so either engine skips what the other committed.
+    ``metadata`` is the commit's ``userMetadata``. A local table is written with ``deltalake``
+    (one commit in milliseconds); elsewhere, or if deltalake cannot write it, Spark writes it."""
+    local = _local_dir(ref)
+    if local is not None:
+        try:
+            data = _to_arrow(rows, schema)
+            faults.check_rows(data.num_rows)
+            _append_rows_deltalake(data, local, app_id, int(version), partition_by, metadata, merge_schema,
+                                   table_exists(spark, ref))
+        except faults.InjectedFault:
+            raise
+        except Exception as e:  # a table deltalake cannot write (a writer feature it lacks): Spark writes it
+            log.info("delta: %s is appended with Spark: deltalake cannot write it (%s)", ref,
+                     str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+        else:
+            faults.after_commit(ref)
+            return
+    from simjoin.spark.session import arrow_frame, small_frame
+
+    df = arrow_frame(spark, rows).coalesce(1) if not isinstance(rows, (list, tuple)) \
+        else small_frame(spark, list(rows), schema)
+    opts: dict[str, Any] = {"userMetadata": metadata} if metadata is not None else {}
+    if merge_schema:
+        opts["mergeSchema"] = "true"
+    append_idempotent(df, ref, app_id, version, partition_by, opts)
+
+
+def _append_rows_deltalake(data: Any, path: str, app_id: str, version: int, partition_by: Sequence[str] | None,
+                           metadata: str | None, merge_schema: bool, exists: bool) -> None:
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+    if exists:
+        done = DeltaTable(path).transaction_version(app_id)
+        if done is not None and done >= version:
+            return  # committed before (a rerun): skipped, as Spark skips a txn it has seen
+    props = CommitProperties(app_transactions=[Transaction(app_id, version)],
+                             custom_metadata={"userMetadata": metadata} if metadata is not None else None)
+    write_deltalake(path, data, mode="append", partition_by=None if exists else (list(partition_by or []) or None),
+                    schema_mode="merge" if merge_schema and exists else None, commit_properties=props)

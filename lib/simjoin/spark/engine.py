@@ -34,7 +34,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,7 @@ __all__ = [
 log = get_logger("simjoin.engine")
 UTC = dt.UTC
 IDENTITY_FILE = "simjoin.json"
+PROGRESS_SCHEMA = "unit long, side byte, max_ts timestamp, fingerprint string, checkpoint_id string, meta string"
 QUARANTINE_SCHEMA = ("side byte, id long, ts timestamp, ts_raw string, row string, reason string, stage string, "
                      "unit long, batch string")
 INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
@@ -268,10 +269,10 @@ class MicroBatchEngine:
         return self._progress
 
     def _read_progress(self) -> Progress:
-        path = self.tables.progress
-        if not delta.table_exists(self.spark, path):
-            return Progress(-1, None, {}, None, None, {})
-        rows = delta.read_table(self.spark, path).collect()
+        rows = delta.small_rows(self.spark, self.tables.progress)
+        for r in rows:  # deltalake reads an instant as aware UTC, Spark as naive UTC: one form
+            if r["max_ts"] is not None and r["max_ts"].tzinfo is not None:
+                r["max_ts"] = r["max_ts"].astimezone(UTC).replace(tzinfo=None)
         if not rows:
             return Progress(-1, None, {}, None, None, {})
         last = max(rows, key=lambda r: r["unit"])
@@ -621,8 +622,10 @@ class MicroBatchEngine:
             qdf = qdf.unionByName(to_q(extra))
         qdf = qdf.cache()
         n_bad = qdf.count()
-        if n_bad or delta.table_exists(self.spark, self.tables.quarantine):
+        if n_bad:
             delta.overwrite_partition(qdf, self.tables.quarantine, {"batch": batch_key})
+        elif delta.table_exists(self.spark, self.tables.quarantine):  # a replay's earlier rows go
+            delta.overwrite_rows(self.spark, [], QUARANTINE_SCHEMA, self.tables.quarantine, {"batch": batch_key})
         staged = (prep.staged.withColumn("unit", F.lit(info.unit).cast("long"))
                   .withColumn("batch_id", F.lit(batch_id).cast("long"))
                   .withColumn("meta", F.lit(json.dumps(prep.meta, sort_keys=True)))
@@ -654,9 +657,11 @@ class MicroBatchEngine:
 
     def publish(self, unit: Unit, pieces: Sequence[tuple[str, DataFrame, str]],
                 meta: dict[str, Any] | None = None,
-                options: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
+                options: Mapping[str, Mapping[str, str]] | None = None,
+                small: Collection[str] = ("stats",)) -> dict[str, Any]:
         """Append each ``(piece, df, path)`` once per (checkpoint, unit), then commit the unit.
         ``options``: extra Delta write options per piece (e.g. a commit's ``userMetadata``).
+        ``small``: pieces of a few rows (stats), collected and committed with ``delta.append_rows``.
         Only called after the unit's gate passed."""
         marker = self._marker(unit.unit)
         os.makedirs(os.path.dirname(marker), exist_ok=True)
@@ -664,9 +669,21 @@ class MicroBatchEngine:
         # the pieces go to different tables: append them as concurrent Spark jobs
         from concurrent.futures import ThreadPoolExecutor
 
+        def append(piece: str, df: DataFrame, path: str) -> None:
+            app, opts = self.write_id(piece, unit.checkpoint_id), dict((options or {}).get(piece) or {})
+            if piece not in small:
+                delta.append_idempotent(df, path, app, unit.unit, None, opts)
+                return
+            # a few rows: collected, then one deltalake commit instead of Spark's small jobs
+            merge = str(opts.pop("mergeSchema", "false")).lower() == "true"
+            metadata = opts.pop("userMetadata", None)
+            if opts:
+                raise ValueError(f"publish: options {sorted(opts)} of the small piece {piece} are not supported")
+            delta.append_rows(self.spark, df.toArrow(), "", path, app, unit.unit, metadata=metadata,
+                              merge_schema=merge)
+
         with ThreadPoolExecutor(max(1, min(8, len(pieces) + 1)), thread_name_prefix="publish") as pool:
-            futures = [pool.submit(delta.append_idempotent, df, path, self.write_id(piece, unit.checkpoint_id),
-                                   unit.unit, None, (options or {}).get(piece)) for piece, df, path in pieces]
+            futures = [pool.submit(append, piece, df, path) for piece, df, path in pieces]
             # what the progress row needs is read beside the appends (the lock keeps it unchanged)
             summary = pool.submit(lambda: unit.records.groupBy("side").agg(
                 F.max("ts").alias("m"), F.first("meta").alias("meta"), F.max("batch_id").alias("b"),
@@ -688,13 +705,10 @@ class MicroBatchEngine:
             meta_all["staged_batch"] = max([int(prog.meta.get("staged_batch", -1))] + [int(r["b"]) for r in got])
         rows = [(unit.unit, int(s), mt, self.fingerprint, unit.checkpoint_id, json.dumps(meta_all, sort_keys=True))
                 for s, mt in sorted(marks.items())]
-        from simjoin.spark.session import small_frame
-
-        prow = small_frame(self.spark, rows, "unit long, side byte, max_ts timestamp, fingerprint string, "
-                                             "checkpoint_id string, meta string")
         # the commit that publishes the unit says so (its time is the unit's publish time)
-        delta.append_idempotent(prow, self.tables.progress, self.write_id("progress", unit.checkpoint_id),
-                                unit.unit, options={"userMetadata": json.dumps({"unit": unit.unit})})
+        delta.append_rows(self.spark, rows, PROGRESS_SCHEMA, self.tables.progress,
+                          self.write_id("progress", unit.checkpoint_id), unit.unit,
+                          metadata=json.dumps({"unit": unit.unit}))
         self._progress = None
         now = dt.datetime.now(UTC)
         wm = min(marks.values()) if len(marks) == len(self.sources) else None

@@ -60,11 +60,13 @@ __all__ = [
     "BUFFER",
     "COPY_SCHEMA",
     "FORM_SCHEMA",
+    "COUNTERS",
     "JOIN_OUT_SCHEMA",
     "MEMBER_SCHEMA",
     "JoinParams",
     "clusterjoin_members_df",
     "formulate_worksets_df",
+    "join_counters",
     "join_worksets_df",
     "route_by_assignment",
     "space_partition_df",
@@ -85,12 +87,16 @@ MEMBER_SCHEMA = (
 )
 # Output of the formulation task: kind RowKind.MEMBER, CENTROID (new worksets) or COUNTER.
 FORM_SCHEMA = MEMBER_SCHEMA + ", kind byte, n long"
-# Output of the join task: kind RowKind.PAIR or STATS (per-(window, worker) counters).
-JOIN_OUT_SCHEMA = (
-    "kind byte, w long, worker int, left_id long, right_id long, distance double, "
+# Output of the join task: kind RowKind.PAIR, STATS (per-(window, worker) counters) or WORKSET.
+# A pair row is narrow (its counters struct is null): a unit's millions of pairs are
+# materialized and scanned several times, and each null column would cost 8 bytes a row.
+COUNTERS = (
     "n_inner long, n_outlier long, n_outer long, s_inner long, s_outlier long, s_outer long, "
     "worksets long, computations long, shortcut long, results long, load double, seconds double, "
     "partition int, workset_id long"
+)
+JOIN_OUT_SCHEMA = (
+    f"kind byte, w long, worker int, left_id long, right_id long, distance double, c struct<{COUNTERS}>"
 )
 
 
@@ -305,36 +311,51 @@ _FORM_ARROW = pa.schema([
 # --------------------------------------------------------------------------- Section 7.7
 
 
+_COUNTER_FIELDS = [
+    ("n_inner", pa.int64()), ("n_outlier", pa.int64()), ("n_outer", pa.int64()), ("s_inner", pa.int64()),
+    ("s_outlier", pa.int64()), ("s_outer", pa.int64()), ("worksets", pa.int64()), ("computations", pa.int64()),
+    ("shortcut", pa.int64()), ("results", pa.int64()), ("load", pa.float64()), ("seconds", pa.float64()),
+    ("partition", pa.int32()), ("workset_id", pa.int64()),
+]
+_COUNTERS_ARROW = pa.struct(_COUNTER_FIELDS)
 _JOIN_ARROW_FIELDS = [
     ("kind", pa.int8()), ("w", pa.int64()), ("worker", pa.int32()), ("left_id", pa.int64()),
-    ("right_id", pa.int64()), ("distance", pa.float64()), ("n_inner", pa.int64()), ("n_outlier", pa.int64()),
-    ("n_outer", pa.int64()), ("s_inner", pa.int64()), ("s_outlier", pa.int64()), ("s_outer", pa.int64()),
-    ("worksets", pa.int64()), ("computations", pa.int64()), ("shortcut", pa.int64()), ("results", pa.int64()),
-    ("load", pa.float64()), ("seconds", pa.float64()), ("partition", pa.int32()), ("workset_id", pa.int64()),
+    ("right_id", pa.int64()), ("distance", pa.float64()), ("c", _COUNTERS_ARROW),
 ]
 _JOIN_ARROW = pa.schema(_JOIN_ARROW_FIELDS)
 
 
 def _pairs_batch(w: int, worker: int, L: np.ndarray, R: np.ndarray, D: np.ndarray) -> pa.RecordBatch:
     n = L.shape[0]
-    nulls = {name: pa.nulls(n, tp) for name, tp in _JOIN_ARROW_FIELDS[6:]}
     return pa.RecordBatch.from_arrays(
         [pa.array(np.full(n, int(RowKind.PAIR), np.int8)), pa.array(np.full(n, w, np.int64)),
          pa.array(np.full(n, worker, np.int32)), pa.array(L), pa.array(R), pa.array(D, mask=np.isnan(D)),
-         *nulls.values()],
+         pa.nulls(n, _COUNTERS_ARROW)],
+        schema=_JOIN_ARROW)
+
+
+def _counters_batch(kind: RowKind, w: int, worker: int, k: int, **values: Any) -> pa.RecordBatch:
+    """``k`` counter rows of one kind (STATS or WORKSET); counters not given are null."""
+    fields = [pa.array(np.ascontiguousarray(np.broadcast_to(values[name], (k,))), tp) if name in values
+              else pa.nulls(k, tp) for name, tp in _COUNTER_FIELDS]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(np.full(k, int(kind), np.int8)), pa.array(np.full(k, w, np.int64)),
+         pa.array(np.full(k, worker, np.int32)), pa.nulls(k, pa.int64()), pa.nulls(k, pa.int64()),
+         pa.nulls(k, pa.float64()), pa.StructArray.from_arrays(fields, fields=list(_COUNTERS_ARROW))],
         schema=_JOIN_ARROW)
 
 
 def _worksets_batch(w: int, worker: int, jw: Any, secs: float) -> pa.RecordBatch:
     k = int(jw.workset_id.shape[0])
     share = jw.workset_load / jw.load if jw.load > 0 else np.full(k, 1.0 / max(k, 1))
-    cols: dict[str, Any] = {name: pa.nulls(k, tp) for name, tp in _JOIN_ARROW_FIELDS}
-    cols.update(kind=pa.array(np.full(k, int(RowKind.WORKSET), np.int8)), w=pa.array(np.full(k, w, np.int64)),
-                worker=pa.array(np.full(k, worker, np.int32)), n_inner=pa.array(jw.workset_rows.astype(np.int64)),
-                load=pa.array(jw.workset_load.astype(np.float64)), seconds=pa.array(secs * share),
-                partition=pa.array(jw.workset_partition.astype(np.int32)),
-                workset_id=pa.array(jw.workset_id.astype(np.int64)))
-    return pa.RecordBatch.from_arrays(list(cols.values()), schema=_JOIN_ARROW)
+    return _counters_batch(RowKind.WORKSET, w, worker, k, n_inner=jw.workset_rows.astype(np.int64),
+                           load=jw.workset_load.astype(np.float64), seconds=secs * share,
+                           partition=jw.workset_partition.astype(np.int32), workset_id=jw.workset_id.astype(np.int64))
+
+
+def join_counters(joined: DataFrame) -> DataFrame:
+    """The STATS and WORKSET rows of ``join_worksets_df``'s output, their counters as columns."""
+    return joined.where(F.col("kind") != int(RowKind.PAIR)).select("kind", "w", "worker", "c.*")
 
 
 def route_by_assignment(members: DataFrame, assignment: DataFrame | None) -> DataFrame:
@@ -407,13 +428,11 @@ def join_worksets_df(members: DataFrame, p: JoinParams) -> DataFrame:
                 side=None if p.self_join else _np(sub, "side", np.int8), exact_distances=exact)
             secs = time.perf_counter() - t0
             out.append(_pairs_batch(int(w), worker, jw.left_id, jw.right_id, jw.distance))
-            stats = [
-                np.int8(RowKind.STATS), int(w), worker, None, None, None,
-                jw.n_inner, jw.n_outlier, jw.n_outer, jw.state_inner, jw.state_outlier, jw.state_outer,
-                jw.worksets, jw.computations, jw.shortcut_pairs, jw.result_pairs, jw.load, secs, None, None,
-            ]
-            out.append(pa.RecordBatch.from_arrays(
-                [pa.array([v], tp) for v, (_, tp) in zip(stats, _JOIN_ARROW_FIELDS)], schema=_JOIN_ARROW))
+            out.append(_counters_batch(
+                RowKind.STATS, int(w), worker, 1, n_inner=jw.n_inner, n_outlier=jw.n_outlier, n_outer=jw.n_outer,
+                s_inner=jw.state_inner, s_outlier=jw.state_outlier, s_outer=jw.state_outer, worksets=jw.worksets,
+                computations=jw.computations, shortcut=jw.shortcut_pairs, results=jw.result_pairs, load=jw.load,
+                seconds=secs))
             out.append(_worksets_batch(int(w), worker, jw, secs))
         return pa.Table.from_batches(out, schema=_JOIN_ARROW)
 
