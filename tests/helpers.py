@@ -1,6 +1,18 @@
 """Helpers for tests: run a pipeline in this process as its CLI command does."""
 
 
+def commit_engines(path) -> list[str]:
+    """Which engine wrote each commit of a local Delta table: ``spark`` or ``deltalake``."""
+    import glob
+    import json
+
+    out = []
+    for f in sorted(glob.glob(f"{path}/_delta_log/*.json")):
+        info = next(json.loads(line)["commitInfo"] for line in open(f) if '"commitInfo"' in line)
+        out.append("spark" if "Apache-Spark" in str(info.get("engineInfo")) else "deltalake")
+    return out
+
+
 def run_named(spark, name: str, reset: bool = False, run_id: str = "cli", **values):
     """Run a pipeline in this process, as its CLI command does; returns (run, results)."""
     from simjoin.pipeline import get_spec

@@ -2,6 +2,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from simjoin.spark import delta
+from tests.helpers import commit_engines
 
 
 def test_overwrite_partition_is_idempotent_and_time_travel(spark, tmp_table):
@@ -59,17 +60,6 @@ def test_background_writes_complete_and_raise(spark, tmp_table):
             delta.overwrite_partition(bad, tmp_table("bg_c"), {"run_id": "r"})
 
 
-def _engines(path) -> list[str]:
-    import glob
-    import json
-
-    out = []
-    for f in sorted(glob.glob(f"{path}/_delta_log/*.json")):
-        info = next(json.loads(line)["commitInfo"] for line in open(f) if '"commitInfo"' in line)
-        out.append("spark" if "Apache-Spark" in str(info.get("engineInfo")) else "deltalake")
-    return out
-
-
 def test_overwrite_rows_is_overwrite_partition_without_spark_jobs(spark, tmp_table, monkeypatch):
     """A run's bookkeeping rows replace one partition, as ``overwrite_partition`` does, whoever wrote
     the table before (Spark or deltalake); Spark reads every commit; merge_schema adds a column."""
@@ -86,7 +76,7 @@ def test_overwrite_rows_is_overwrite_partition_without_spark_jobs(spark, tmp_tab
     delta.overwrite_rows(spark, [(3, "c", t0, None, None, "r1")], schema, p, {"run_id": "r1"})  # a retry: replaced
     got = sorted(tuple(r) for r in delta.read_table(spark, p).collect())
     assert got == [(3, "c", t0, None, None, "r1"), (9, "old", t0, [1], True, "r0")]
-    assert _engines(p) == ["spark", "deltalake", "deltalake"]  # no silent fall back to Spark
+    assert commit_engines(p) == ["spark", "deltalake", "deltalake"]  # no silent fall back to Spark
     assert sorted((r["k"], r["run_id"]) for r in delta.small_rows(spark, p)) == [(3, "r1"), (9, "r0")]
     # a new column (a table of an older version): the old rows read it as null
     delta.overwrite_rows(spark, [(4, "d", t0, [7], True, "r2", 1.5)], schema + ", x double", p, {"run_id": "r2"},
@@ -127,14 +117,14 @@ def test_append_rows_shares_spark_txn_and_commit_metadata(spark, tmp_table, monk
     delta.append_rows(spark, [(1, 0, t0, "other app")], schema, p, "pipe/stats/x", 1)
     got = sorted(tuple(r) for r in delta.read_table(spark, p).collect())
     assert got == [(0, 0, t0, "a"), (1, 0, t0, "other app"), (1, 1, t0, "b")]
-    assert _engines(p) == ["spark", "deltalake", "deltalake"]  # no silent fall back to Spark
+    assert commit_engines(p) == ["spark", "deltalake", "deltalake"]  # no silent fall back to Spark
     hist = {r["version"]: r["userMetadata"] for r in delta.history(spark, p).collect()}
     assert json.loads(hist[1]) == {"unit": 1}
     # an Arrow table from Spark (a small work frame) into the Spark-created table, with a new column
     frame = spark.createDataFrame([(2, 1, t0, "c", 0.5)], schema + ", x double")
     delta.append_rows(spark, frame.toArrow(), "", p, "pipe/stats/x", 2, merge_schema=True)
     assert sorted((r["unit"], r["x"]) for r in delta.read_table(spark, p).collect())[-1] == (2, 0.5)
-    assert _engines(p)[-1] == "deltalake"
+    assert commit_engines(p)[-1] == "deltalake"
     # a rows@N fault fails before the commit; a write@N fault after it
     monkeypatch.setenv(faults.ENV, "t.s.rows@0")
     with faults.current_stage("t.s"), pytest.raises(faults.InjectedFault, match="rows@0"):

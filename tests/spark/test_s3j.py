@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from simjoin.contracts import RowKind
 from simjoin.core.metric import brute_force_join, pairwise
 from simjoin.spark import delta
-from tests.helpers import run_s3j
+from tests.helpers import commit_engines, run_s3j
 from simjoin.spark.metric import (
     JoinParams,
     clusterjoin_members_df,
@@ -155,6 +155,9 @@ def test_pipeline_two_streams_sliding_windows_across_microbatches(spark, tmp_pat
     # the second run joined new records against the first run's records (state rows > 0)
     st = delta.read_table(spark, out + "_stats").where("level = 'window' AND unit = 1")
     assert st.agg(F.sum("state_rows")).first()[0] > 0
+    # each unit's small commits (progress, stats, centroids) went through deltalake, not Spark's jobs
+    for t in (out + "_state/progress", out + "_stats", out + "_state/centroids"):
+        assert commit_engines(t) == ["deltalake", "deltalake"], t
     assert run_s3j(spark, left, out, right=right, **cfg).pairs == 0  # nothing new: nothing joined, nothing written
 
 

@@ -16,7 +16,9 @@ goes ``ingest -> stages -> gate -> publish`` over one *unit*:
 - **publish** (:meth:`publish`), after the gate, appends every piece (pairs, stats, state)
   with ``txnAppId = <pipeline>/<piece>/<checkpoint id>`` and ``txnVersion = unit``, then the
   progress row that marks the unit committed. A publish rerun after a crash skips what Delta
-  already committed: published rows are never repeated or lost.
+  already committed: published rows are never repeated or lost. Small pieces (stats) and the
+  progress row are committed with ``deltalake`` on a local path (``delta.append_rows``: the same
+  ``txn`` action, milliseconds instead of a second of small Spark jobs).
 
 **Replay contract.** Every write is idempotent per (checkpoint, unit) or per (checkpoint,
 micro-batch); stages only read state committed by earlier units. **Identity.** The checkpoint
