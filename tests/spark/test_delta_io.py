@@ -140,3 +140,32 @@ def test_append_rows_shares_spark_txn_and_commit_metadata(spark, tmp_table, monk
     delta.append_rows(spark, [(0, 0, None, None)], schema, q, "a", 0)
     delta.append_idempotent(spark.createDataFrame([(0, 0, None, None)], schema), q, "a", 0)
     assert delta.read_table(spark, q).count() == 1
+
+
+def test_delete_matches_spark_on_every_predicate_form_the_engines_use(spark, tmp_table):
+    """``delta.delete`` rewrites a local table with deltalake; on each predicate form the stream
+    pipelines use (integers at the boundary, IN, AND/OR, a string, a timestamp as an ISO string
+    with its offset, down to the microsecond) it keeps exactly the rows Spark's DELETE keeps."""
+    import datetime as dt
+
+    t = dt.datetime(2026, 1, 1, 0, 1, 0)
+    us = dt.timedelta(microseconds=1)
+    rows = [(u, k, t + d, b) for u in range(4) for k, d, b in (("mutable", -us, 7), ("live", dt.timedelta(0), 8),
+                                                                ("live", us, 9))]
+    schema = "unit long, kind string, window_end timestamp, batch_id long"
+    bound = dt.datetime(2026, 1, 1, 0, 1, 0, tzinfo=dt.UTC).isoformat()
+    later = dt.datetime(2026, 1, 1, 0, 1, 0, 1, tzinfo=dt.UTC).isoformat()
+    conds = ["unit <= 1", "unit < 2", "batch_id IN (7, 9) OR (kind = 'mutable' AND unit < 3)", "true",
+             f"window_end <= '{bound}'", f"window_end <= '{later}'"]
+    left = []
+    for i, cond in enumerate(conds):
+        p, q = tmp_table(f"del_rs_{i}"), tmp_table(f"del_spark_{i}")
+        for path in (p, q):
+            delta.overwrite(spark.createDataFrame(rows, schema), path)
+        delta.delete(spark, p, cond)
+        spark.sql(f"DELETE FROM delta.`{q}` WHERE {cond}").collect()
+        kept = sorted(tuple(r) for r in delta.read_table(spark, p).collect())
+        assert kept == sorted(tuple(r) for r in delta.read_table(spark, q).collect()), cond
+        assert commit_engines(p)[-1] == "deltalake", cond  # no silent fall back to Spark
+        left.append(len(kept))
+    assert left == [6, 6, 4, 0, 4, 0]  # the timestamp bound is inclusive, to the microsecond

@@ -752,7 +752,7 @@ class MicroBatchEngine:
 
             if closed(previous) == closed(watermark):
                 return
-        self.delete(path, f"{column} <= timestamp'{_aware(watermark).astimezone(UTC).isoformat()}'")
+        self.delete(path, f"{column} <= '{_aware(watermark).astimezone(UTC).isoformat()}'")
 
 
 def assign_windows(df: DataFrame, size_s: float, slide_s: float | None = None, ts_col: str = "ts") -> DataFrame:
