@@ -143,28 +143,21 @@ def main() -> None:
         cli(stack, ["generate", "vectors", "--out", left, "--rows", str(n), "--dim", "2", "--seed", "1"], warm=True)
         cli(stack, ["generate", "vectors", "--out", right, "--rows", str(n), "--dim", "2", "--seed", "2"], warm=True)
         base = ["s3j", "--left", left, "--right", right, "--threshold", "0.01", "--metric", "angular"]
-        cold = cli(stack, [*base, "--output", f"{wh}/s3j_cold"], warm=False)
-        warm = cli(stack, [*base, "--output", f"{wh}/s3j_warm"], warm=True)
-        d, rid = dag(stack, "simjoin_s3j", {"left": left, "right": right, "output": f"{wh}/s3j_dag",
-                                            "threshold": 0.01, "metric": "angular"})
-        if pairs(f"{wh}/s3j_dag") != pairs(f"{wh}/s3j_cold"):
-            raise SystemExit("s3j: the DAG's pairs differ from the CLI's")
-        rows.append({"job": "simjoin_s3j", "records": 2 * n, "cold": cold, "warm": warm, "dag": d,
-                     "pairs": len(pairs(f"{wh}/s3j_cold"))})
-        breakdown.append((f"simjoin_s3j, one micro-batch of {2 * n:,} records", tasks(stack, "simjoin_s3j", rid, wh)))
-        # the next micro-batch: as many new rows, a minute later, into each output's existing state
-        for path in (left, right):
-            append_shifted(path, 60.0)
-        cold = cli(stack, [*base, "--output", f"{wh}/s3j_cold"], warm=False)
-        warm = cli(stack, [*base, "--output", f"{wh}/s3j_warm"], warm=True)
-        d, rid = dag(stack, "simjoin_s3j", {"left": left, "right": right, "output": f"{wh}/s3j_dag",
-                                            "threshold": 0.01, "metric": "angular"})
-        if pairs(f"{wh}/s3j_dag") != pairs(f"{wh}/s3j_cold"):
-            raise SystemExit("s3j: after the next micro-batch, the DAG's pairs differ from the CLI's")
-        rows.append({"job": "simjoin_s3j (next micro-batch)", "records": 2 * n, "cold": cold, "warm": warm, "dag": d,
-                     "pairs": len(pairs(f"{wh}/s3j_cold"))})
-        breakdown.append((f"simjoin_s3j, the next micro-batch of {2 * n:,} new records",
-                          tasks(stack, "simjoin_s3j", rid, wh)))
+        for k, (job, title) in enumerate((("simjoin_s3j", f"one micro-batch of {2 * n:,} records"),
+                                          ("simjoin_s3j (next micro-batch)",
+                                           f"the next micro-batch of {2 * n:,} new records"))):
+            if k:  # the next micro-batch: as many new rows, a minute later, into each output's state
+                for path in (left, right):
+                    append_shifted(path, 60.0)
+            cold = cli(stack, [*base, "--output", f"{wh}/s3j_cold"], warm=False)
+            warm = cli(stack, [*base, "--output", f"{wh}/s3j_warm"], warm=True)
+            d, rid = dag(stack, "simjoin_s3j", {"left": left, "right": right, "output": f"{wh}/s3j_dag",
+                                                "threshold": 0.01, "metric": "angular"})
+            if pairs(f"{wh}/s3j_dag") != pairs(f"{wh}/s3j_cold"):
+                raise SystemExit(f"s3j, {title}: the DAG's pairs differ from the CLI's")
+            rows.append({"job": job, "records": 2 * n, "cold": cold, "warm": warm, "dag": d,
+                         "pairs": len(pairs(f"{wh}/s3j_cold"))})
+            breakdown.append((f"simjoin_s3j, {title}", tasks(stack, "simjoin_s3j", rid, wh)))
     finally:
         stack.stop()
         write(rows, breakdown, a.repeat, Path(a.out))

@@ -119,6 +119,25 @@ def _local_dir(ref: str) -> str | None:
     return None
 
 
+def _by_deltalake(ref: str, what: str, write: Any) -> bool:
+    """Run ``write(local_dir)`` (a deltalake commit) for a table at a local path; True once it
+    committed (counted for ``SIMJOIN_FAULTS``). False when ``ref`` is not local or deltalake
+    cannot (a writer feature or predicate it lacks): the caller then uses Spark, and the log says so."""
+    local = _local_dir(ref)
+    if local is None:
+        return False
+    try:
+        write(local)
+    except faults.InjectedFault:
+        raise
+    except Exception as e:  # a table or predicate deltalake cannot handle: Spark does it
+        log.info("delta: %s on %s runs on Spark: deltalake cannot (%s)", what, ref,
+                 str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+        return False
+    faults.after_commit(ref)
+    return True
+
+
 def small_rows(spark: SparkSession, ref: str) -> list[dict[str, Any]]:
     """Every row of a small table (a run's bookkeeping: pins, increments), as dicts; none if there is
     no table. A local table is read with ``deltalake``, from its log and files, with no Spark job:
@@ -271,18 +290,9 @@ def overwrite_rows(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: s
     the table (a writer feature it lacks), Spark writes it."""
     if not partition:
         raise ValueError("overwrite_rows needs at least one partition column")
-    local = _local_dir(ref)
-    if local is not None:
-        try:
-            _overwrite_rows_deltalake(rows, schema, local, partition, merge_schema, table_exists(spark, ref))
-        except faults.InjectedFault:
-            raise
-        except Exception as e:  # a table deltalake cannot write (a writer feature it lacks): Spark writes it
-            log.info("delta: %s is written with Spark: deltalake cannot write it (%s)", ref,
-                     str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
-        else:
-            faults.after_commit(ref)
-            return
+    if _by_deltalake(ref, "the write", lambda local: _overwrite_rows_deltalake(
+            rows, schema, local, partition, merge_schema, table_exists(spark, ref))):
+        return
     from simjoin.spark.session import small_frame
 
     overwrite_partition(small_frame(spark, list(rows), schema), ref, partition, merge_schema=merge_schema)
@@ -290,11 +300,9 @@ def overwrite_rows(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: s
 
 def _overwrite_rows_deltalake(rows: Sequence[Sequence[Any]], schema: str, path: str, partition: Mapping[str, Any],
                               merge_schema: bool, exists: bool) -> None:
-    import pyarrow as pa
     from deltalake import write_deltalake
 
-    sch = _arrow_schema(schema)
-    data = pa.Table.from_pylist([dict(zip(sch.names, r)) for r in rows], schema=sch)
+    data = _to_arrow(rows, schema)
     faults.check_rows(data.num_rows)  # a rows@N fault fails the write before its commit, as in a Spark task
     if not exists:
         write_deltalake(path, data, mode="overwrite", partition_by=list(partition))
@@ -347,18 +355,14 @@ def delete(spark: SparkSession, ref: str, cond: str) -> None:
     more of jobs); elsewhere, or if deltalake cannot, Spark deletes."""
     if not table_exists(spark, ref):
         return
-    local = _local_dir(ref)
-    if local is not None:
-        try:
-            from deltalake import DeltaTable
 
-            DeltaTable(local).delete(cond)
-        except Exception as e:  # a predicate or table feature delta-rs lacks: Spark deletes
-            log.info("delta: DELETE on %s runs on Spark: deltalake cannot (%s)", ref,
-                     str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
-        else:
-            faults.after_commit(ref)
-            return
+    def rewrite(local: str) -> None:
+        from deltalake import DeltaTable
+
+        DeltaTable(local).delete(cond)
+
+    if _by_deltalake(ref, "DELETE", rewrite):
+        return
     spark.sql(f"DELETE FROM {_sql_ref(ref)} WHERE {cond}").collect()
     faults.after_commit(ref)
 
@@ -391,21 +395,14 @@ def append_rows(spark: SparkSession, rows: Any, schema: str, ref: str, app_id: s
     ``txnAppId``/``txnVersion`` writes, so either engine skips what the other committed.
     ``metadata`` is the commit's ``userMetadata``. A local table is written with ``deltalake``
     (one commit in milliseconds); elsewhere, or if deltalake cannot write it, Spark writes it."""
-    local = _local_dir(ref)
-    if local is not None:
-        try:
-            data = _to_arrow(rows, schema)
-            faults.check_rows(data.num_rows)
-            _append_rows_deltalake(data, local, app_id, int(version), partition_by, metadata, merge_schema,
-                                   table_exists(spark, ref))
-        except faults.InjectedFault:
-            raise
-        except Exception as e:  # a table deltalake cannot write (a writer feature it lacks): Spark writes it
-            log.info("delta: %s is appended with Spark: deltalake cannot write it (%s)", ref,
-                     str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
-        else:
-            faults.after_commit(ref)
-            return
+    def write(local: str) -> None:
+        data = _to_arrow(rows, schema)
+        faults.check_rows(data.num_rows)  # a rows@N fault fails the write before its commit
+        _append_rows_deltalake(data, local, app_id, int(version), partition_by, metadata, merge_schema,
+                               table_exists(spark, ref))
+
+    if _by_deltalake(ref, "the append", write):
+        return
     from simjoin.spark.session import arrow_frame, small_frame
 
     df = arrow_frame(spark, rows).coalesce(1) if not isinstance(rows, (list, tuple)) \
