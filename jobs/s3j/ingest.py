@@ -17,10 +17,9 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from jobs.s3j.common import S3JRun
+from jobs.s3j.common import S3JRun, read_state
 from simjoin.contracts import Role
 from simjoin.quality.quarantine import Rule, split_quarantine, vector_rules, zero_vector
-from simjoin.spark import delta
 from simjoin.spark.engine import BatchInfo, Prepared, assign_windows
 
 PAYLOAD = {"vector": lambda t: isinstance(t, T.ArrayType) and isinstance(
@@ -30,10 +29,9 @@ PAYLOAD_TEXT = "vector array<double>"
 
 def _seen(spark: SparkSession, run: S3JRun, info: BatchInfo) -> DataFrame | None:
     """(side, id) of records in still-open windows, or staged earlier in this unit."""
-    live = None
-    if delta.table_exists(spark, run.join_state):
-        live = (delta.read_table(spark, run.join_state)
-                .where((F.col("role") != int(Role.BUFFER)) & (F.col("unit") < info.unit)))
+    live = read_state(spark, run.join_state, info.unit)
+    if live is not None:
+        live = live.where(F.col("role") != int(Role.BUFFER))
         wm = info.progress.watermark
         if wm is not None:  # rows of windows the watermark closed may linger until a window ends
             live = live.where(F.col("window_end") > F.lit(wm))

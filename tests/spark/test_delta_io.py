@@ -169,3 +169,26 @@ def test_delete_matches_spark_on_every_predicate_form_the_engines_use(spark, tmp
         assert commit_engines(p)[-1] == "deltalake", cond  # no silent fall back to Spark
         left.append(len(kept))
     assert left == [6, 6, 4, 0, 4, 0]  # the timestamp bound is inclusive, to the microsecond
+
+
+def test_read_small_is_the_spark_read_of_a_small_local_table(spark, tmp_table, monkeypatch):
+    """A small state table read with deltalake is the same DataFrame - schema and rows - as Spark's
+    read with the same unit filter; a table over the size guard is left to Spark (None)."""
+    import datetime as dt
+
+    p = tmp_table("small_state")
+    schema = ("window_start timestamp, partition int, workset_id long, side byte, id long, "
+              "vector array<double>, role byte, ok boolean, name string, unit long")
+    t = dt.datetime(2026, 1, 1, 0, 1, 0, 250)
+    rows = [(t, 1, 7, 0, 10, [0.5, -1.0], 2, True, "a", 0), (None, None, None, 1, 11, None, 0, None, None, 1),
+            (t, 2, 8, 1, 12, [], 1, False, "c", 2)]
+    delta.append_idempotent(spark.createDataFrame(rows[:2], schema), p, "s", 0)
+    delta.append_idempotent(spark.createDataFrame(rows[2:], schema), p, "s", 1)
+    small = delta.read_small(spark, p, [("unit", "<", 2)])
+    want = delta.read_table(spark, p).where("unit < 2")
+    assert small is not None and small.schema == want.schema
+    assert sorted(map(tuple, small.collect()), key=str) == sorted(map(tuple, want.collect()), key=str)
+    assert delta.read_small(spark, p, [("unit", "<", 0)]).count() == 0  # type: ignore[union-attr]
+    monkeypatch.setattr(delta, "SMALL_TABLE_BYTES", 10)
+    assert delta.read_small(spark, p) is None  # over the guard: Spark reads it
+    assert delta.read_small(spark, tmp_table("missing")) is None

@@ -39,6 +39,7 @@ __all__ = [
     "latest_version",
     "background_writes",
     "small_rows",
+    "read_small",
     "overwrite_rows",
     "append_rows",
 ]
@@ -154,6 +155,41 @@ def small_rows(spark: SparkSession, ref: str) -> list[dict[str, Any]]:
         except Exception:  # a reader feature deltalake lacks: Spark reads every Delta table it writes
             pass
     return [r.asDict() for r in read_table(spark, ref).collect()]
+
+
+#: A state table up to this size (its files' bytes) is read with deltalake into a local DataFrame.
+SMALL_TABLE_BYTES = int(os.environ.get("SIMJOIN_SMALL_TABLE_BYTES", str(4 << 20)))
+
+
+def read_small(spark: SparkSession, ref: str, where: Any = None) -> DataFrame | None:
+    """A small table at a local path, read with ``deltalake`` (``where``: its ``filters``, e.g.
+    ``[("unit", "<", 3)]``) into a local DataFrame with the Spark schema of the Delta log; None
+    when the table is not local, larger than ``SMALL_TABLE_BYTES``, or deltalake cannot read it.
+    Spark's first read of a table costs snapshot and file-filtering jobs (a second or more on 2
+    cores); a stage that reads a few state tables per unit pays that every unit."""
+    local = _local_dir(ref)
+    if local is None or not table_exists(spark, ref):
+        return None
+    try:
+        import json
+
+        from deltalake import DeltaTable
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        dt = DeltaTable(local)
+        if sum(dt.get_add_actions(flatten=True).column("size_bytes").to_pylist()) > SMALL_TABLE_BYTES:
+            return None
+        schema = T.StructType.fromJson(json.loads(dt.schema().to_json()))
+        data = dt.to_pyarrow_table(filters=where)
+    except Exception as e:  # a reader feature deltalake lacks: Spark reads it
+        log.info("delta: %s is read with Spark: deltalake cannot (%s)", ref,
+                 str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+        return None
+    from simjoin.spark.session import arrow_frame
+
+    df = arrow_frame(spark, data.select(schema.names))
+    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
 def _sql_ref(ref: str) -> str:

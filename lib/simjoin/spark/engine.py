@@ -115,6 +115,9 @@ def read_state(spark: SparkSession, path: str, before_unit: int) -> DataFrame | 
     """A state table as written by units before ``before_unit`` (what a replay of the unit saw), or None."""
     if not delta.table_exists(spark, path):
         return None
+    small = delta.read_small(spark, path, [("unit", "<", int(before_unit))])
+    if small is not None:
+        return small
     return delta.read_table(spark, path).where(F.col("unit") < before_unit)
 
 
