@@ -181,15 +181,14 @@ def read_small(spark: SparkSession, ref: str, where: Any = None) -> DataFrame | 
         if sum(dt.get_add_actions(flatten=True).column("size_bytes").to_pylist()) > SMALL_TABLE_BYTES:
             return None
         schema = T.StructType.fromJson(json.loads(dt.schema().to_json()))
-        data = dt.to_pyarrow_table(filters=where)
-    except Exception as e:  # a reader feature deltalake lacks: Spark reads it
+        from simjoin.spark.session import arrow_frame
+
+        df = arrow_frame(spark, dt.to_pyarrow_table(filters=where).select(schema.names))
+        return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+    except Exception as e:  # a reader feature or a type deltalake or Arrow lacks: Spark reads it
         log.info("delta: %s is read with Spark: deltalake cannot (%s)", ref,
                  str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
         return None
-    from simjoin.spark.session import arrow_frame
-
-    df = arrow_frame(spark, data.select(schema.names))
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
 def _sql_ref(ref: str) -> str:
