@@ -71,3 +71,35 @@ def test_gate_fails_on_a_missing_or_mistyped_column(spark):
     kinds = [(f["expectation"], f["kwargs"].get("column")) for f in e.value.failures]
     assert ("expect_column_values_to_be_of_type", "right_id") in kinds
     assert ("expect_column_values_to_be_of_type", "similarity") in kinds
+
+
+@pytest.mark.parametrize("on_driver", [True, False])
+def test_uniqueness_check_is_great_expectations_own(spark, monkeypatch, on_driver):
+    """The gate's exact hash check of uniqueness fails on the same rows as Great Expectations'
+    own expectation: ties, nulls in some or all key columns, one column or several."""
+    import random
+
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    from simjoin.quality import unique
+
+    monkeypatch.setattr(unique, "DRIVER_ROWS", 10**9 if on_driver else 0)
+    ctx = gates._context()
+    ds = ctx.data_sources.get("simjoin_spark")
+    for seed in range(3):
+        rnd = random.Random(seed)
+        rows = [(rnd.choice([None, 1, 2, 3]), rnd.choice([None, 7, 8]), rnd.random()) for _ in range(40)]
+        rows += [(None, None, 0.0)] * 3 + ([(9, 9, 1.0)] * 2 if seed % 2 else [])
+        df = spark.createDataFrame(rows, "a long, b long, x double").repartition(3)
+        for i, ex in enumerate([gxe.ExpectCompoundColumnsToBeUnique(column_list=["a", "b"]),
+                   gxe.ExpectColumnValuesToBeUnique(column="a"), gxe.ExpectColumnValuesToBeUnique(column="x")]):
+            asset = ds.add_dataframe_asset(name=f"uq_{seed}_{i}_{on_driver}")
+            batch = asset.add_batch_definition_whole_dataframe("w").get_batch(batch_parameters={"dataframe": df})
+            theirs = batch.validate(gx.ExpectationSuite(name=asset.name, expectations=[ex]), result_format="SUMMARY")
+            r = gates.run_suite(df, "uq", [ex], raise_on_failure=False)
+            assert r.success == theirs.success, (seed, ex.expectation_type)
+            if not r.success:
+                assert r.failures[0]["unexpected_count"] == theirs.results[0].result["unexpected_count"]
+            ds.delete_asset(asset.name)
+    assert list(unique._repeated(__import__("numpy").array([5, 1, 5, 2, 1, 5]))) == [1, 5]

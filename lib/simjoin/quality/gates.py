@@ -72,15 +72,53 @@ def preload() -> None:
     threading.Thread(target=_context, name="gx-preload", daemon=True).start()
 
 
+def _uniqueness_key(e: Any) -> list[str] | None:
+    """The key columns of a uniqueness expectation (compound or one column), else None."""
+    import great_expectations.expectations as gxe
+
+    if isinstance(e, gxe.ExpectCompoundColumnsToBeUnique) and e.ignore_row_if == "all_values_are_missing":
+        return list(e.column_list)
+    if isinstance(e, gxe.ExpectColumnValuesToBeUnique) and e.mostly == 1:
+        return [e.column]
+    return None
+
+
+def _check_unique(df: DataFrame, e: Any, key: list[str]) -> dict[str, Any] | None:
+    """A uniqueness expectation, checked by ``unique.duplicates``; its failure entry, or None."""
+    from simjoin.quality.unique import duplicates
+
+    one = len(key) == 1 and not hasattr(e, "column_list")
+    entry = {"expectation": e.expectation_type, "kwargs": {"column": key[0]} if one else {"column_list": key}}
+    missing = [c for c in key if c not in df.columns]
+    if missing:
+        return {**entry, "unexpected_count": None, "samples": [],
+                "exception": f"columns {missing} are not in the DataFrame columns {df.columns}"}
+    d = duplicates(df, key)
+    if not d.rows:
+        return None
+    return {**entry, "unexpected_count": d.rows,
+            "samples": [s[key[0]] for s in d.samples] if one else d.samples, "exception": None}
+
+
 def run_suite(df: DataFrame, suite: str, expectations: list[Any], raise_on_failure: bool = True) -> GateResult:
-    """Validate ``df`` with the given GX expectations; raise :class:`GateFailed` on failure."""
+    """Validate ``df`` with the given GX expectations; raise :class:`GateFailed` on failure.
+
+    Uniqueness expectations (``ExpectCompoundColumnsToBeUnique``, ``ExpectColumnValuesToBeUnique``)
+    are checked exactly by ``simjoin.quality.unique`` - hashes sorted with numpy, then only the
+    colliding rows grouped - instead of Great Expectations' window over every row, which costs 5x
+    as long on millions of pairs; a failure is reported in the same form."""
     import great_expectations as gx
 
+    ours = [(e, key) for e in expectations if (key := _uniqueness_key(e)) is not None]
+    theirs = [e for e in expectations if _uniqueness_key(e) is None]
+    own_failures = [f for e, key in ours if (f := _check_unique(df, e, key)) is not None]
+    if not theirs:
+        return _result(suite, len(expectations), own_failures, raise_on_failure)
     ctx = _context()
     ds = ctx.data_sources.get("simjoin_spark")
     asset = ds.add_dataframe_asset(name=f"{suite}_{next(_counter)}")
     batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": df})
-    gx_suite = gx.ExpectationSuite(name=f"{suite}_{next(_counter)}", expectations=list(expectations))
+    gx_suite = gx.ExpectationSuite(name=f"{suite}_{next(_counter)}", expectations=list(theirs))
     # Pass/fail first (no queries for sample rows); only a failing suite is validated again for
     # its unexpected counts and sample values.
     res = batch.validate(gx_suite, result_format="BOOLEAN_ONLY")
@@ -98,8 +136,12 @@ def run_suite(df: DataFrame, suite: str, expectations: list[Any], raise_on_failu
                 "samples": (result.get("partial_unexpected_list") or [])[:5],
                 "exception": (r.exception_info or {}).get("exception_message"),
             })
-    out = GateResult(suite, bool(res.success), len(res.results), failures)
     ds.delete_asset(asset.name)
+    return _result(suite, len(expectations), failures + own_failures, raise_on_failure)
+
+
+def _result(suite: str, evaluated: int, failures: list[dict[str, Any]], raise_on_failure: bool) -> GateResult:
+    out = GateResult(suite, not failures, evaluated, failures)
     if out.success:
         log.info("quality gate %s: %d expectations passed", suite, out.evaluated)
     elif raise_on_failure:

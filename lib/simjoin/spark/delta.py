@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from simjoin import faults
 from simjoin.log import get_logger
+from simjoin.spark import delta_files
 
 __all__ = [
     "is_path",
@@ -283,7 +284,11 @@ def _check_partition(df: DataFrame, partition: Mapping[str, Any]) -> None:
 def _overwrite_partition_now(df: DataFrame, ref: str, partition: Mapping[str, Any], merge_schema: bool = False) -> None:
     _check_partition(df, partition)
     spark = df.sparkSession
-    if not table_exists(spark, ref):
+    exists = table_exists(spark, ref)
+    if _by_task_files(ref, "the partition overwrite", lambda local: delta_files.write(
+            df, local, partition=partition, exists=exists)):
+        return
+    if not exists:
         _save(_writer(df, "overwrite", list(partition), {}), ref)
         return
     cond = " AND ".join(f"`{k}` = {_sql_literal(v)}" for k, v in partition.items())
@@ -349,11 +354,36 @@ def _overwrite_rows_deltalake(rows: Sequence[Sequence[Any]], schema: str, path: 
 def append_idempotent(df: DataFrame, ref: str, app_id: str, version: int,
                       partition_by: Sequence[str] | None = None, options: Mapping[str, Any] | None = None) -> None:
     """Append once per (app_id, version): Delta skips a write whose txn it has already committed.
-    ``options``: more writer options, e.g. ``userMetadata`` recorded in the commit."""
+    ``options``: more writer options, e.g. ``userMetadata`` recorded in the commit. A local table
+    whose columns the frame has is written by the tasks with pyarrow and committed with deltalake
+    (``simjoin.spark.delta_files``); otherwise by Spark's Delta writer."""
     opts = {**(options or {}), "txnAppId": app_id, "txnVersion": int(version)}
     spark = df.sparkSession
-    by = partition_by if not table_exists(spark, ref) else None
+    exists = table_exists(spark, ref)
+    if set(options or {}) <= {"userMetadata", "mergeSchema"} and _by_task_files(
+            ref, "the append", lambda local: delta_files.write(
+                df, local, app_id=app_id, version=int(version), partition_by=list(partition_by or []),
+                metadata=opts.get("userMetadata"), exists=exists)):
+        return
+    by = partition_by if not exists else None
     _save(_writer(df, "append", by, opts), ref)
+
+
+def _by_task_files(ref: str, what: str, write: Any) -> bool:
+    """Run ``write(local_dir)`` (``delta_files.write``) for a table at a local path; True once it
+    committed (counted for ``SIMJOIN_FAULTS``). False when ``ref`` is not local, task writes are
+    off, or the write is ``Unsupported`` (nothing was committed): the caller then uses Spark. A
+    failure of the frame itself (its tasks) is raised, not retried with Spark."""
+    local = _local_dir(ref)
+    if local is None or not delta_files.ENABLED:
+        return False
+    try:
+        write(local)
+    except delta_files.Unsupported as e:
+        log.info("delta: %s on %s runs on Spark's writer: %s", what, ref, e)
+        return False
+    faults.after_commit(ref)
+    return True
 
 
 def merge(df: DataFrame, ref: str, keys: Sequence[str], delete_missing_in: str | None = None) -> None:

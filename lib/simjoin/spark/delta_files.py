@@ -1,0 +1,261 @@
+"""Delta writes whose Parquet files the executors write with pyarrow, committed by the driver.
+
+Spark's Delta writer turns each Arrow batch back into rows, writes Parquet row by row and
+collects per-file statistics on the JVM: for the millions of pairs a join emits, that is most of
+a publish. Here each task receives the frame as Arrow batches (``mapInArrow``), writes its files
+with pyarrow and returns one small row per file (path, size, partition values, Delta statistics).
+The driver then commits those files in one ``deltalake`` commit: an append under the same
+``txn`` (app id, version) Spark's ``txnAppId``/``txnVersion`` writes, or the replacement of one
+partition (Spark's ``replaceWhere`` on the partition columns). A file is only in the table once
+the commit names it, so a failed or retried task, or a failed commit, leaves files no reader sees
+(``VACUUM`` removes them later) and never a partial or duplicate row.
+
+Only for tables at a local path whose columns the frame has exactly (same names and Delta types);
+otherwise ``write`` returns False and the caller writes with Spark.
+
+Statistics: ``numRecords``, ``nullCount`` of every top-level column, and min/max of integer, date
+and timestamp columns (timestamps widened to whole milliseconds, the precision Delta readers
+assume). Strings, floats and nested columns get none: a reader then reads the file rather than
+skip it, never the reverse.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from simjoin import faults
+from simjoin.log import get_logger
+
+log = get_logger("simjoin.delta")
+
+#: The rows each task returns, one per file it wrote.
+FILES_SCHEMA = "path string, size long, part string, n long, stats string"
+_UTC = dt.UTC
+_PLAIN = re.compile(r"[A-Za-z0-9_.-]+")
+#: ``SIMJOIN_TASK_WRITES=0`` sends every write to Spark's Delta writer.
+ENABLED = os.environ.get("SIMJOIN_TASK_WRITES", "1") != "0"
+
+
+class Unsupported(Exception):
+    """This write is Spark's: a table or frame the task writer does not handle (nothing was written)."""
+
+
+def _stat_kind(t: Any) -> str | None:
+    import pyarrow as pa
+
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_date32(t):
+        return "date"
+    if pa.types.is_timestamp(t):
+        return "ts"
+    return None
+
+
+def _stat_value(kind: str, v: Any, upper: bool) -> Any:
+    if kind == "int":
+        return int(v)
+    if kind == "date":
+        return v.isoformat()
+    # a timestamp as whole milliseconds: the lower bound floored, the upper bound ceiled
+    us = int(v)
+    ms = us // 1000 if not upper else -(-us // 1000)
+    t = dt.datetime(1970, 1, 1, tzinfo=_UTC) + dt.timedelta(milliseconds=ms)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+class _File:
+    """One Parquet file a task writes, with its running statistics."""
+
+    def __init__(self, root: str, schema: Any, part: dict[str, str | None]) -> None:
+        import pyarrow.parquet as pq
+
+        # Spark's layout (``k=v/``) where the values need no escaping; Delta needs no layout at all
+        plain = all(v is not None and _PLAIN.fullmatch(v) for v in part.values())
+        folder = "/".join(f"{k}={v}" for k, v in part.items()) + "/" if part and plain else ""
+        os.makedirs(os.path.join(root, folder), exist_ok=True)
+        self.rel = f"{folder}part-{uuid.uuid4().hex}-c000.snappy.parquet"
+        self.part, self.n = part, 0
+        self.nulls = dict.fromkeys(schema.names, 0)
+        self.kinds = {f.name: k for f in schema if (k := _stat_kind(f.type)) is not None}
+        self.lo: dict[str, Any] = {}
+        self.hi: dict[str, Any] = {}
+        self.writer = pq.ParquetWriter(os.path.join(root, self.rel), schema, compression="snappy")
+
+    def write(self, t: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self.writer.write_table(t)
+        self.n += t.num_rows
+        for name in t.column_names:
+            col = t.column(name)
+            self.nulls[name] += col.null_count
+            kind = self.kinds.get(name)
+            if kind is None or col.null_count == len(col):
+                continue
+            mm = pc.min_max(col.cast(pa.int64()) if kind == "ts" else col)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            self.lo[name] = lo if name not in self.lo else min(self.lo[name], lo)
+            self.hi[name] = hi if name not in self.hi else max(self.hi[name], hi)
+
+    def close(self, root: str) -> tuple[str, int, str, int, str]:
+        self.writer.close()
+        stats = {"numRecords": self.n,
+                 "minValues": {k: _stat_value(self.kinds[k], v, False) for k, v in self.lo.items()},
+                 "maxValues": {k: _stat_value(self.kinds[k], v, True) for k, v in self.hi.items()},
+                 "nullCount": self.nulls}
+        size = os.path.getsize(os.path.join(root, self.rel))
+        return self.rel, size, json.dumps(self.part), self.n, json.dumps(stats)
+
+
+def _part_value(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _write_task(root: str, schema_ipc: bytes, part_cols: list[str],
+                expect: dict[str, str | None] | None) -> Any:
+    """The task: write its batches as Parquet files (one per partition value) under ``root``;
+    yield one ``FILES_SCHEMA`` row per file."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        full = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
+        os.makedirs(root, exist_ok=True)  # a new table's directory
+        file_schema = pa.schema([f for f in full if f.name not in part_cols])
+        files: dict[tuple[Any, ...], _File] = {}
+        try:
+            for b in batches:
+                if b.num_rows == 0:
+                    continue
+                t = pa.Table.from_batches([b])
+                groups = [((), t)] if not part_cols else _split(t, part_cols)
+                for key, g in groups:
+                    part = {c: _part_value(v) for c, v in zip(part_cols, key)}
+                    if expect is not None and part != expect:
+                        raise ValueError(f"a row of partition {part} in a write that replaces partition {expect}")
+                    f = files.get(key)
+                    if f is None:
+                        f = files[key] = _File(root, file_schema, part)
+                    f.write(g.select(file_schema.names).cast(file_schema))
+        finally:
+            done = [f.close(root) for f in files.values()]
+        rows: list[Any] = list(zip(*done)) if done else [[], [], [], [], []]
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(rows[0], pa.string()), pa.array(rows[1], pa.int64()), pa.array(rows[2], pa.string()),
+             pa.array(rows[3], pa.int64()), pa.array(rows[4], pa.string())],
+            names=["path", "size", "part", "n", "stats"])
+
+    return run
+
+
+def _split(t: Any, cols: list[str]) -> list[tuple[tuple[Any, ...], Any]]:
+    import pyarrow.compute as pc
+
+    keys = t.group_by(cols).aggregate([]).to_pylist()
+    out = []
+    for k in keys:
+        mask = None
+        for c in cols:
+            m = pc.is_null(t.column(c)) if k[c] is None else pc.equal(t.column(c), k[c])
+            mask = m if mask is None else pc.and_(mask, m)
+        out.append((tuple(k[c] for c in cols), t.filter(mask)))
+    return out
+
+
+def _delta_fields(schema: Any) -> dict[str, str]:
+    """Column name -> Delta type (JSON), nullability aside."""
+    out = {}
+    for f in json.loads(schema.to_json())["fields"]:
+        out[f["name"]] = json.dumps(_strip_nullable(f["type"]), sort_keys=True)
+    return out
+
+
+def _strip_nullable(t: Any) -> Any:
+    if isinstance(t, dict):
+        return {k: _strip_nullable(v) for k, v in t.items()
+                if k not in ("nullable", "containsNull", "valueContainsNull", "metadata")}
+    if isinstance(t, list):
+        return [_strip_nullable(v) for v in t]
+    return t
+
+
+_PART_TYPES = ('"string"', '"long"', '"integer"', '"short"', '"byte"', '"boolean"')
+
+
+def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int | None = None,
+          partition: Mapping[str, Any] | None = None, partition_by: list[str] | None = None,
+          metadata: str | None = None, exists: bool) -> None:
+    """Write ``df`` to the Delta table at the local directory ``local``: an append once per
+    (``app_id``, ``version``), or - with ``partition`` - the replacement of that partition. A new
+    table is created, partitioned by ``partition_by`` (or the partition's columns). Raises
+    ``Unsupported`` (nothing written) when the table's columns differ from the frame's, or its
+    partitioning from the partition's: the caller uses Spark."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+    from deltalake.transaction import AddAction, create_table_with_add_actions
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow = to_arrow_schema(df.schema, timezone="UTC")
+    want = Schema.from_arrow(arrow)
+    table = DeltaTable(local) if exists else None
+    if table is not None:
+        if _delta_fields(table.schema()) != _delta_fields(want):
+            raise Unsupported("the frame's columns differ from the table's")
+        part_cols = list(table.metadata().partition_columns)
+        if app_id is not None and version is not None:
+            done = table.transaction_version(app_id)
+            if done is not None and done >= version:
+                return  # committed before (a rerun): skipped, as Spark skips a txn it has seen
+        full = pa.schema(table.schema().to_arrow())
+    else:
+        part_cols = list(partition_by or list(partition or {}))
+        full = pa.schema(want.to_arrow())
+    if partition is not None and sorted(partition) != sorted(part_cols):
+        raise Unsupported(f"the table is partitioned by {part_cols}, not by {sorted(partition)}")
+    types = _delta_fields(want)
+    if any(types[c] not in _PART_TYPES for c in part_cols):
+        raise Unsupported(f"partition columns {part_cols} of a type the task writer does not write")
+    expect = {c: _part_value(partition[c]) for c in part_cols} if partition is not None else None
+    task = _write_task(local, full.serialize().to_pybytes(), part_cols, expect)
+    try:
+        got = faults.wrap_rows(df).mapInArrow(task, FILES_SCHEMA).collect()
+    except Exception as e:
+        faults.reraise_injected(e)
+        raise
+    now = int(time.time() * 1000)
+    adds: list[Any] = [AddAction(r["path"], int(r["size"]), json.loads(r["part"]), now, True, r["stats"])
+            for r in got if int(r["n"]) > 0]
+    props = CommitProperties(
+        app_transactions=[Transaction(app_id, int(version))] if app_id is not None and version is not None else None,
+        custom_metadata={"userMetadata": metadata} if metadata is not None else None)
+    try:
+        if table is None:
+            create_table_with_add_actions(local, want, adds, mode="error", partition_by=part_cols or None,
+                                          commit_properties=props)
+        elif partition is not None:
+            filters = [(c, "=", expect[c]) for c in part_cols] if expect else None
+            table.create_write_transaction(adds, mode="overwrite", schema=want, partition_by=part_cols or None,
+                                           partition_filters=filters, commit_properties=props)
+        else:
+            table.create_write_transaction(adds, mode="append", schema=want, partition_by=part_cols or None,
+                                           commit_properties=props)
+    except Exception as e:  # a table deltalake cannot commit to (a writer feature it lacks): Spark writes
+        raise Unsupported(f"deltalake cannot commit ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"
+                          ) from e
+    log.info("delta: %d rows in %d files written by the tasks, committed to %s", sum(int(r["n"]) for r in got),
+             len(adds), local)
