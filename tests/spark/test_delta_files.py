@@ -105,3 +105,14 @@ def test_a_task_failing_mid_write_commits_nothing(spark, tmp_table, monkeypatch)
     assert delta.read_table(spark, p).count() == 10 and commit_engines(p) == ["deltalake"]
     delta.append_idempotent(_frame(spark, 10, 40), p, "pipe/out", 1)  # the retry
     assert delta.read_table(spark, p).count() == 40
+
+
+def test_overwrite_replaces_every_row(spark, tmp_table):
+    p = tmp_table("files_over")
+    delta.overwrite(_frame(spark, 0, 20), p)
+    delta.overwrite(_frame(spark, 5, 8), p, options={"userMetadata": "w"})
+    assert _rows(delta.read_table(spark, p)) == _rows(_frame(spark, 5, 8))
+    delta.overwrite(_frame(spark, 0, 2).drop("v"), p)  # another schema: Spark's overwriteSchema
+    assert commit_engines(p) == ["deltalake", "deltalake", "spark"]
+    assert delta.read_table(spark, p).columns == [c for c in _frame(spark, 0, 1).columns if c != "v"]
+    assert delta.history(spark, p).orderBy("version").collect()[1]["userMetadata"] == "w"

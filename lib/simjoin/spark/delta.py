@@ -246,6 +246,12 @@ def overwrite(df: DataFrame, ref: str, partition_by: Sequence[str] | None = None
     """Replace the whole table (a rerun gives the same table, never duplicates). ``options``:
     more writer options, e.g. ``userMetadata`` recorded in the commit."""
     opts = {**({"overwriteSchema": "true"} if overwrite_schema else {}), **(options or {})}
+    if set(options or {}) <= {"userMetadata"}:
+        exists = table_exists(df.sparkSession, ref)
+        if _by_task_files(ref, "the overwrite", lambda local: delta_files.write(
+                df, local, replace=True, partition_by=list(partition_by or []),
+                metadata=(options or {}).get("userMetadata"), exists=exists)):
+            return
     _save(_writer(df, "overwrite", partition_by, opts), ref)
 
 

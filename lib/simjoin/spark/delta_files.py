@@ -199,10 +199,10 @@ _PART_TYPES = ('"string"', '"long"', '"integer"', '"short"', '"byte"', '"boolean
 
 def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int | None = None,
           partition: Mapping[str, Any] | None = None, partition_by: list[str] | None = None,
-          metadata: str | None = None, exists: bool) -> None:
+          replace: bool = False, metadata: str | None = None, exists: bool) -> None:
     """Write ``df`` to the Delta table at the local directory ``local``: an append once per
-    (``app_id``, ``version``), or - with ``partition`` - the replacement of that partition. A new
-    table is created, partitioned by ``partition_by`` (or the partition's columns). Raises
+    (``app_id``, ``version``), or - with ``partition`` - the replacement of that partition, or -
+    with ``replace`` - of every row (the same columns and partitioning). A new table is created, partitioned by ``partition_by`` (or the partition's columns). Raises
     ``Unsupported`` (nothing written) when the table's columns differ from the frame's, or its
     partitioning from the partition's: the caller uses Spark."""
     import pyarrow as pa
@@ -217,6 +217,8 @@ def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int 
         if _delta_fields(table.schema()) != _delta_fields(want):
             raise Unsupported("the frame's columns differ from the table's")
         part_cols = list(table.metadata().partition_columns)
+        if replace and sorted(part_cols) != sorted(partition_by or []):
+            raise Unsupported(f"the table is partitioned by {part_cols}, the overwrite by {partition_by or []}")
         if app_id is not None and version is not None:
             done = table.transaction_version(app_id)
             if done is not None and done >= version:
@@ -247,7 +249,7 @@ def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int 
         if table is None:
             create_table_with_add_actions(local, want, adds, mode="error", partition_by=part_cols or None,
                                           commit_properties=props)
-        elif partition is not None:
+        elif partition is not None or replace:
             filters = [(c, "=", expect[c]) for c in part_cols] if expect else None
             table.create_write_transaction(adds, mode="overwrite", schema=want, partition_by=part_cols or None,
                                            partition_filters=filters, commit_properties=props)
