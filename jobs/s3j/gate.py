@@ -30,7 +30,7 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     # Once publishing began, the output may already hold this unit's pairs: check them alone.
     if delta.table_exists(spark, run_.output) and not u.engine.publishing(u.id):
         touched = pairs.select("window_start").distinct()
-        pairs = pairs.unionByName(delta.read_table(spark, run_.output).select(*PAIR_COLS)
+        pairs = pairs.unionByName(delta.read_small_or_table(spark, run_.output).select(*PAIR_COLS)
                                   .join(touched, "window_start", "left_semi"))
     hi = float(run_.cfg.threshold)
     res = run_suite(pairs, "s3j_pairs", pairs_expectations("distance", 0.0, hi, run_.self_join, "window_start"))

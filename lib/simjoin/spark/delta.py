@@ -31,6 +31,7 @@ __all__ = [
     "is_path",
     "table_exists",
     "read_table",
+    "read_small_or_table",
     "overwrite",
     "overwrite_partition",
     "append_idempotent",
@@ -190,6 +191,14 @@ def read_small(spark: SparkSession, ref: str, where: Any = None) -> DataFrame | 
         log.info("delta: %s is read with Spark: deltalake cannot (%s)", ref,
                  str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
         return None
+
+
+def read_small_or_table(spark: SparkSession, ref: str) -> DataFrame:
+    """``read_small`` if the table is small and local, else ``read_table``: for a per-unit read of a
+    table that is usually small (a work table, a micro-batch's output), without Spark's snapshot
+    jobs. Not for a read that needs file metadata (``_metadata``) or time travel."""
+    small = read_small(spark, ref)
+    return small if small is not None else read_table(spark, ref)
 
 
 def _sql_ref(ref: str) -> str:

@@ -377,7 +377,8 @@ class MicroBatchEngine:
         path = self.tables.work(name)
         if not delta.table_exists(self.spark, path):
             raise StaleUnit(f"no {name} table at {path}: run the previous stage first")
-        df = delta.read_table(self.spark, path)
+        # a small local work table (a micro-batch's) is read with deltalake: no snapshot jobs
+        df = delta.read_small_or_table(self.spark, path)
         got = df.select(F.max("unit")).first()[0]  # type: ignore[index]
         if got is not None and int(got) != unit:
             raise StaleUnit(f"{path} holds unit {got}, expected {unit}: rerun the previous stage")
