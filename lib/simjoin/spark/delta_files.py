@@ -202,9 +202,10 @@ def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int 
           replace: bool = False, metadata: str | None = None, exists: bool) -> None:
     """Write ``df`` to the Delta table at the local directory ``local``: an append once per
     (``app_id``, ``version``), or - with ``partition`` - the replacement of that partition, or -
-    with ``replace`` - of every row (the same columns and partitioning). A new table is created, partitioned by ``partition_by`` (or the partition's columns). Raises
-    ``Unsupported`` (nothing written) when the table's columns differ from the frame's, or its
-    partitioning from the partition's: the caller uses Spark."""
+    with ``replace`` - of every row (the same columns and partitioning). A new table is created,
+    partitioned by ``partition_by`` (or the partition's columns). Raises ``Unsupported`` (nothing
+    written) when the table's columns differ from the frame's, or its partitioning from the
+    write's: the caller uses Spark."""
     import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable, Schema, Transaction
     from deltalake.transaction import AddAction, create_table_with_add_actions
