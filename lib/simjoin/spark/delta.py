@@ -497,10 +497,8 @@ def _append_rows_deltalake(data: Any, path: str, app_id: str, version: int, part
                            metadata: str | None, merge_schema: bool, exists: bool) -> None:
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-    if exists:
-        done = DeltaTable(path).transaction_version(app_id)
-        if done is not None and done >= version:
-            return  # committed before (a rerun): skipped, as Spark skips a txn it has seen
+    if exists and delta_files.committed(DeltaTable(path), app_id, version):
+        return  # committed before (a rerun): skipped, as Spark skips a txn it has seen
     props = CommitProperties(app_transactions=[Transaction(app_id, version)],
                              custom_metadata={"userMetadata": metadata} if metadata is not None else None)
     write_deltalake(path, data, mode="append", partition_by=None if exists else (list(partition_by or []) or None),

@@ -194,6 +194,13 @@ def _strip_nullable(t: Any) -> Any:
     return t
 
 
+def committed(table: Any, app_id: str, version: int) -> bool:
+    """Whether the deltalake ``table`` holds a ``txn`` of ``app_id`` at ``version`` or later
+    (either engine's: Spark's ``txnAppId``/``txnVersion`` writes the same action)."""
+    done = table.transaction_version(app_id)
+    return done is not None and done >= version
+
+
 _PART_TYPES = ('"string"', '"long"', '"integer"', '"short"', '"byte"', '"boolean"')
 
 
@@ -220,10 +227,8 @@ def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int 
         part_cols = list(table.metadata().partition_columns)
         if replace and sorted(part_cols) != sorted(partition_by or []):
             raise Unsupported(f"the table is partitioned by {part_cols}, the overwrite by {partition_by or []}")
-        if app_id is not None and version is not None:
-            done = table.transaction_version(app_id)
-            if done is not None and done >= version:
-                return  # committed before (a rerun): skipped, as Spark skips a txn it has seen
+        if app_id is not None and version is not None and committed(table, app_id, version):
+            return  # committed before (a rerun): skipped, as Spark skips a txn it has seen
         full = pa.schema(table.schema().to_arrow())
     else:
         part_cols = list(partition_by or list(partition or {}))
