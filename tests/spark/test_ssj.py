@@ -223,3 +223,17 @@ def test_measure_slices_equals_the_core_on_all_records(spark, rs):
     assert results == slice_results(flat, off, np.arange(n), side, 0.6, rs=rs)
     _, f_half, _, f_tenth = S.measure_slices(records, 0.6, "jaccard", rs, n, work_rows=n // 2, result_rows=n // 10)
     assert (f_half, f_tenth) == (0.5, 0.1)
+
+
+def test_token_csr_joins_sliced_chunks():
+    import numpy as np
+    import pyarrow as pa
+
+    from simjoin.spark import setsim as S
+
+    lists = pa.list_(pa.int32())
+    chunked = pa.chunked_array([pa.array([[1, 2], [3], []], lists).slice(1), pa.array([[4, 5, 6]], lists)])
+    flat, off = S.token_csr(chunked)
+    assert flat.dtype == np.int32 and flat.tolist() == [3, 4, 5, 6] and off.tolist() == [0, 1, 1, 4]
+    flat, off = S.token_csr(pa.chunked_array([], lists))
+    assert flat.size == 0 and off.tolist() == [0]

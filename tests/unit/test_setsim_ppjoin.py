@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from simjoin.core.setsim import Plan, brute_force_pairs, make_plan, ppjoin
+from simjoin.core.setsim import Plan, brute_force_pairs, gather_rows, make_plan, ppjoin
 from simjoin.core.setsim.ppjoin import _min_overlap
 from simjoin.core.setsim.similarity import min_overlap_array
 
@@ -370,3 +370,19 @@ def test_per_node_modulo_is_exact(sim: str) -> None:
             pairs = [(i, j) for i, j, _ in out]
             assert len(pairs) == len(set(pairs)), "a pair came out of two units"
             assert_same({(i, j): s for i, j, s in out}, brute_force_pairs(recs, theta, sim))
+
+
+def test_gather_rows_reorders_records_and_refuses_bad_rows() -> None:
+    rng = np.random.default_rng(5)
+    recs = [np.sort(rng.choice(50, size=k, replace=False)).astype(np.int32) for k in rng.integers(0, 6, 40)]
+    off = np.concatenate([[0], np.cumsum([len(r) for r in recs])]).astype(np.int64)
+    flat = np.concatenate(recs).astype(np.int32)
+    order = rng.permutation(len(recs))
+    got, got_off = gather_rows(flat, off, order)
+    assert got_off[0] == 0 and got_off[-1] == got.size == flat.size
+    for i, r in enumerate(order):
+        assert got[got_off[i]: got_off[i + 1]].tolist() == recs[r].tolist()
+    empty, empty_off = gather_rows(flat, off, np.zeros(0, np.int64))
+    assert empty.size == 0 and empty_off.tolist() == [0]
+    with pytest.raises(ValueError, match="order must index the 40 records"):
+        gather_rows(flat, off, np.array([0, 40]))

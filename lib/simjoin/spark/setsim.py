@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from simjoin.contracts import RowKind
-from simjoin.core.setsim import Plan, PlanUnit, ppjoin
+from simjoin.core.setsim import Plan, PlanUnit, gather_rows, ppjoin
 from simjoin.spark.routing import partition_keys
 from simjoin.spark.session import small_frame
 from simjoin.spark.tables import SSJTables
@@ -589,11 +589,20 @@ def route_to_units(records: DataFrame, plan: Plan) -> DataFrame:
 
 def token_csr(tokens: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """A ``list<int>`` column as (flat int32 tokens, int64 offsets from 0): record k is
-    ``flat[offsets[k]:offsets[k + 1]]``."""
-    toks = tokens.combine_chunks() if isinstance(tokens, pa.ChunkedArray) else tokens
-    raw = toks.offsets.to_numpy().astype(np.int64)
-    flat = toks.values.to_numpy(zero_copy_only=False)[raw[0]: raw[-1]].astype(np.int32, copy=False)
-    return flat, raw - raw[0]
+    ``flat[offsets[k]:offsets[k + 1]]``. Chunks are joined by numpy (one copy, in memory numpy
+    maps with huge pages), not by Arrow's allocator."""
+    chunks = tokens.chunks if isinstance(tokens, pa.ChunkedArray) else [tokens]
+    flats, lengths = [], []
+    for c in chunks:
+        raw = c.offsets.to_numpy()
+        flats.append(c.values.to_numpy(zero_copy_only=False)[raw[0]: raw[-1]])
+        lengths.append(np.diff(raw))
+    if not flats:
+        return np.zeros(0, np.int32), np.zeros(1, np.int64)
+    flat = (flats[0] if len(flats) == 1 else np.concatenate(flats)).astype(np.int32, copy=False)
+    offsets = np.zeros(sum(x.size for x in lengths) + 1, dtype=np.int64)
+    np.cumsum(np.concatenate(lengths), out=offsets[1:])
+    return flat, offsets
 
 
 UNIT_RESULT_SCHEMA = (
@@ -607,10 +616,11 @@ _WARM: set[str] = set()
 
 
 def _warm_up(sim: str) -> None:
-    """Load the numba kernel once per Python worker, so unit wall times measure the join only."""
+    """Load the numba kernels once per Python worker, so unit wall times measure the join only."""
     if sim not in _WARM:
         one = np.array([0, 1], dtype=np.int32)
         ppjoin(one, np.array([0, 1, 2]), np.array([0, 1]), np.ones(2, bool), np.ones(2, bool), 1.0, sim)
+        gather_rows(one, np.array([0, 1, 2]), np.array([1, 0]))
         _WARM.add(sim)
 
 
@@ -621,15 +631,16 @@ def _unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Itera
         t0, c0 = time.perf_counter(), time.process_time()
         # one unit per partition is the rule: copy (filter, reorder) only what must change
         sub = table if units[0] == units[-1] and (units == u).all() else table.filter(pa.array(units == u))
-        rid_col = sub.column("rid").to_numpy()
-        if rid_col.size > 1 and not (np.diff(rid_col) > 0).all():
-            sub = sub.take(pa.array(np.argsort(rid_col, kind="stable")))
         flat, offsets = token_csr(sub.column("tokens"))
-        rids = sub.column("rid").to_numpy()
+        rids, ids = sub.column("rid").to_numpy(), sub.column("id").to_numpy()
         sides = sub.column("side").to_numpy().astype(np.int8)
-        ids = sub.column("id").to_numpy()
-        left, right, sim, st = ppjoin(flat, offsets, rids, sub.column("is_index").to_numpy(zero_copy_only=False),
-                                      sub.column("is_probe").to_numpy(zero_copy_only=False), plan.theta, plan.sim,
+        is_index = sub.column("is_index").to_numpy(zero_copy_only=False)
+        is_probe = sub.column("is_probe").to_numpy(zero_copy_only=False)
+        if rids.size > 1 and not (np.diff(rids) > 0).all():  # rid order, in numpy (no Arrow take of the lists)
+            order = np.argsort(rids, kind="stable")
+            flat, offsets = gather_rows(flat, offsets, order)
+            rids, ids, sides, is_index, is_probe = (a[order] for a in (rids, ids, sides, is_index, is_probe))
+        left, right, sim, st = ppjoin(flat, offsets, rids, is_index, is_probe, plan.theta, plan.sim,
                                       side=sides if rs else None)
         li, ri = np.searchsorted(rids, left), np.searchsorted(rids, right)
         a, b = ids[li], ids[ri]

@@ -25,7 +25,7 @@ from .optimizer import (
     slice_costs,
     unit_ram,
 )
-from .ppjoin import PPJoinStats, ppjoin
+from .ppjoin import PPJoinStats, gather_rows, ppjoin
 from .similarity import (
     SIMILARITIES,
     check_similarity,
@@ -52,6 +52,7 @@ __all__ = [
     "choose_parameters",
     "cost_deviation",
     "distribute_slices",
+    "gather_rows",
     "index_prefix",
     "index_ram",
     "length_stats",
