@@ -636,20 +636,20 @@ def main() -> None:
                     help="fallback: where SetSimilaritySearch did not finish; always: every row")
     ap.add_argument("--sss-max-records", default="0",
                     help="run SetSimilaritySearch only up to this many records (0: every size, each capped); "
-                         "per θ as 0.6:300000,0.8:1000000 (a θ not named: every size)")
+                         "per θ as 0.6:300000,0.8:1000000 (a θ not named: every size; θ:0: never at that θ)")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--keep-work", action="store_true", help="keep the temporary directory (inputs, outputs, logs)")
     a = ap.parse_args()
 
     families = [f.strip() for f in a.families.split(",") if f.strip()]
 
-    def sss_max(theta: float) -> int:
-        """--sss-max-records at this θ (0: no limit)."""
+    def sss_max(theta: float) -> int | None:
+        """--sss-max-records at this θ: None for no limit, else the largest size it runs at (0: none)."""
         spec = a.sss_max_records.strip()
         if ":" not in spec:
-            return int(spec or 0)
+            return int(spec or 0) or None
         limits = {float(k): int(v) for k, v in (part.split(":") for part in spec.split(",") if part.strip())}
-        return limits.get(float(theta), 0)
+        return limits.get(float(theta))
     for f in families + [f.strip() for f in a.minhash_families.split(",") if f.strip()]:
         if f not in FAMILIES:
             raise SystemExit(f"unknown family {f!r} (known: {', '.join(FAMILIES)})")
@@ -719,10 +719,10 @@ def main() -> None:
                         if (fam, theta) in capped:
                             row["sss_status"] = "skipped"
                             log(f"{fam} {n:,} θ={theta}: SetSimilaritySearch skipped (capped at a smaller size)")
-                        elif sss_max(theta) and n > sss_max(theta):
+                        elif (limit := sss_max(theta)) is not None and n > limit:
                             row["sss_status"] = "not run"
                             log(f"{fam} {n:,} θ={theta}: SetSimilaritySearch not run (--sss-max-records "
-                                f"{sss_max(theta):,} at θ={theta})")
+                                f"{limit:,} at θ={theta})")
                         else:
                             s = run_sss(src, theta, a.sss_cap, str(d / f"sss_{theta}"), logs / f"{fam}_{n}")
                             row["sss_status"] = s["status"]
