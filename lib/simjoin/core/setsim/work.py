@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .ppjoin import ppjoin
+from .ppjoin import gather_rows, ppjoin
 from .similarity import check_similarity, check_threshold, index_prefix_array, max_length_array, probe_prefix_array
 
 __all__ = ["RESULT_VISITS", "prefix_counts", "sample_mask", "slice_results", "slice_work", "sum_prefix_counts"]
@@ -183,8 +183,7 @@ def slice_results(
     lengths = np.diff(off)
     order = np.lexsort((rid, lengths))
     k = lengths[order]
-    flat = tok[np.repeat(off[:-1][order], k) + np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)]
-    new_off = np.concatenate([[0], np.cumsum(k)])
+    flat, new_off = gather_rows(tok, off, order)
     side = np.asarray(sides, dtype=np.int8).ravel()[order] % 2
     ones = np.ones(rid.size, dtype=bool)
     left, _, _, _ = ppjoin(flat, new_off, np.arange(rid.size, dtype=np.int64), ones, ones, theta, sim,
