@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from jobs.ssj.common import SSJRun
 from simjoin.core.setsim import Plan, RamFactors, make_plan, search_plan
-from simjoin.core.setsim.work import RESULT_VISITS
+from simjoin.core.setsim.work import measured_costs
 from simjoin.log import get_logger
 from simjoin.spark import delta
 from simjoin.spark import setsim as S
@@ -53,8 +53,7 @@ def make(spark: SparkSession, job: SSJRun) -> Plan:
                  "%.3g result pairs (from a join of %s of them)", time.perf_counter() - t0, sum(work.values()),
                  "all" if fraction >= 1 else f"{fraction:.1%}", sum(results.values()),
                  "all" if sampled >= 1 else f"{sampled:.1%}")
-        costs = {int(length): work.get(int(length), 0.0) + RESULT_VISITS * results.get(int(length), 0.0)
-                 for length in lengths}
+        costs = measured_costs(lengths, work, results)
         plan = search_plan(lengths, counts, cfg.threshold, cfg.similarity, slots=budget.slots,
                            memory_bytes=budget.memory_bytes, factors=factors, costs=costs,
                            total_units=cfg.total_units, skew_factor=cfg.skew_factor)

@@ -200,7 +200,7 @@ class SSJConfig:
                                           "slot).", ge=1, flag="--units")
     memory_gb: float | None = param(None, "RAM limit per unit for the optimizer, GiB (default: from the Spark "
                                           "session: the machine or executor memory per task slot).", gt=0)
-    skew_factor: float = param(1.5, "Split a node into more modgroups while its units cost more than this times "
+    skew_factor: float = param(1.25, "Split a node into more modgroups while its units cost more than this times "
                                     "the mean unit (candidate skew).", ge=1, le=100)
     incremental: bool = param(True, "Join only the records appended since the last published run with the "
                                     "same parameters, and carry its pairs over (a full join when there is none, "

@@ -29,6 +29,7 @@ from simjoin.core.setsim import (
     unit_ram,
 )
 from simjoin.core.setsim import similarity as simmod
+from simjoin.core.setsim.optimizer import NodeSlices, unit_load
 
 # Paper Table 2 (θ = 0.7).
 T2_LENGTHS = np.arange(1, 9)
@@ -371,7 +372,7 @@ def _search_case() -> tuple[np.ndarray, np.ndarray, dict[int, float]]:
 
 def test_search_plan_tries_every_nm_and_explains() -> None:
     lengths, counts, costs = _search_case()
-    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=2**40, costs=costs, token_cost=0.0)
+    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=2**40, costs=costs, record_costs=(0.0, 0.0), token_cost=0.0)
     assert [(c.t, c.n, c.m) for c in plan.search] == [(4, 1, 4), (4, 2, 2), (4, 4, 1)]
     chosen = [c for c in plan.search if c.verdict == "chosen"]
     assert len(chosen) == 1 and chosen[0].makespan == min(c.makespan for c in plan.search)
@@ -389,7 +390,7 @@ def test_search_plan_ram_prunes_doubles_and_splits_skew() -> None:
     # n = 1 (every unit indexes every record) does not fit; n = 2 and 4 do
     limit = f.static_bytes + max(ram[2], ram[4])
     assert ram[1] + f.static_bytes > limit
-    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=limit, costs=costs, factors=f, token_cost=0.0)
+    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=limit, costs=costs, factors=f, record_costs=(0.0, 0.0), token_cost=0.0)
     verdicts = {(c.n, c.m): c for c in plan.search}
     assert verdicts[(1, 4)].verdict == "pruned" and "GiB per unit" in verdicts[(1, 4)].reason
     assert plan.n >= 2
@@ -404,6 +405,36 @@ def test_search_plan_ram_prunes_doubles_and_splits_skew() -> None:
     plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=tight, costs=costs, factors=f)
     assert plan.search[0].t == 4 and all(c.verdict == "pruned" for c in plan.search if c.t == 4)
     assert plan.n_units >= 8 and max(u.est_ram_bytes for u in plan.units) + f.static_bytes <= tight
+
+
+def test_unit_load_copies_index_records_and_splits_probes() -> None:
+    node = NodeSlices(node=0, index_lengths=(2,), probe_lengths=(2, 3), cost=0)
+    counts = {2: 100, 3: 40}
+    # index: 100 records of 2 tokens in every modgroup; probes: (100 + 40) / mod
+    assert unit_load(node, 1, counts, (4.0, 12.0), 0.5) == 100 * (4 + 1) + (100 * (12 + 1) + 40 * (12 + 1.5))
+    assert unit_load(node, 4, counts, (4.0, 12.0), 0.5) == 100 * (4 + 1) + (100 * 13 + 40 * 13.5) / 4
+
+
+def test_search_plan_balances_records_on_short_records() -> None:
+    """AOL-like: almost no posting work, most records of length 1-4, so the records a unit holds
+    decide its time. The plan balances them (not only the work), and each unit's est_cost is
+    its work / m_k plus its records' load."""
+    lengths = np.arange(1, 9)
+    counts = np.array([300_000, 250_000, 200_000, 150_000, 40_000, 30_000, 20_000, 10_000])
+    costs = {int(length): 1_000.0 for length in lengths}
+    costs[1] = 2_000_000.0  # length 1: every candidate is a result
+    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=2**40, costs=costs)
+    by_len = dict(zip(lengths.tolist(), counts.tolist(), strict=True))
+    est = [u.est_cost for u in plan.units]
+    assert max(est) / min(est) <= 1.25 * 1.25
+    for u in plan.units:
+        nd = NodeSlices(u.node, u.index_lengths, u.probe_lengths, 0)
+        mk = plan.unit_mod(u)
+        work = sum(costs[i] for i in u.index_lengths) / mk
+        assert u.est_cost == pytest.approx(work + unit_load(nd, mk, by_len, (4.0, 12.0), 0.5))
+    # the same plan priced on work alone would put its units far apart: the records are its cost
+    assert max(u.est_cost for u in plan.units) > 10 * max(sum(costs[i] for i in u.index_lengths) / plan.unit_mod(u)
+                                                          for u in plan.units if 1 not in u.index_lengths)
 
 
 def test_search_plan_units_follow_slots_and_errors() -> None:

@@ -34,10 +34,10 @@ probe record to modgroup rid % m_k only, so the rule holds for any m_k.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -471,10 +471,12 @@ def _build_plan(
     sim: str,
     factors: RamFactors,
     mods: Sequence[int] | None = None,
+    unit_cost: Callable[[NodeSlices, int], float] | None = None,
     **extra: Any,
 ) -> Plan:
     """Units of ``nodes``: node k gets ``mods[k]`` modgroups (m for all without ``mods``);
-    unit ids are dense in (node, modgroup) order."""
+    unit ids are dense in (node, modgroup) order. A unit's ``est_cost`` is ``unit_cost(node, m_k)``,
+    by default its node's cost / m_k."""
     units: list[PlanUnit] = []
     for nd in nodes:
         if not nd.index_lengths:
@@ -489,7 +491,7 @@ def _build_plan(
                 modgroup=g,
                 index_lengths=nd.index_lengths,
                 probe_lengths=nd.probe_lengths,
-                est_cost=nd.cost / mk,
+                est_cost=unit_cost(nd, mk) if unit_cost is not None else nd.cost / mk,
                 est_ram_bytes=ram,
                 mod=mk if mk != m else 0,
             )
@@ -617,10 +619,26 @@ def _lpt_makespan(costs: Sequence[float], slots: int) -> float:
     return max(loads)
 
 
-def unit_tokens(node: NodeSlices, mod: int, counts: Mapping[int, int]) -> float:
-    """Tokens a unit of ``node`` holds: its index lengths' records whole, its probe-only ones / mod."""
-    whole = set(node.index_lengths)
-    return sum(counts[length] * length * (1.0 if length in whole else 1.0 / mod) for length in node.probe_lengths)
+def unit_load(
+    node: NodeSlices, mod: int, counts: Mapping[int, int], record_costs: tuple[float, float], token_cost: float
+) -> float:
+    """Cost of the records a unit of ``node`` holds, at ``record_costs`` = (per index record, per probe
+    record) and ``token_cost`` per token: its index records whole (copied to every modgroup), plus
+    1/mod of the records it probes (every probe length, the index lengths included)."""
+    def load(lengths: Iterable[int], per_record: float) -> float:
+        return sum(counts[length] * (per_record + token_cost * length) for length in lengths)
+    return load(node.index_lengths, record_costs[0]) + load(node.probe_lengths, record_costs[1]) / mod
+
+
+def _skew_mod(cost: Callable[[int], float], m: int, target: float, max_mod: int) -> int:
+    """Smallest modulo >= m whose unit cost is <= ``target``; it stops early where one more modgroup
+    saves under 5 % (the index records, copied to every modgroup, put a floor under the unit cost)."""
+    mk = m
+    while mk < max_mod and cost(mk) > target:
+        if cost(mk + 1) > 0.95 * cost(mk):
+            break
+        mk += 1
+    return mk
 
 
 def search_plan(
@@ -635,8 +653,9 @@ def search_plan(
     costs: Mapping[int, float] | None = None,
     total_units: int | None = None,
     units_per_slot: int = 2,
-    skew_factor: float = 1.5,
-    token_cost: float = 3.0,
+    skew_factor: float = 1.25,
+    record_costs: tuple[float, float] = (4.0, 12.0),
+    token_cost: float = 0.5,
     max_units: int = 4096,
 ) -> Plan:
     """simjoin's parameter search: Sec. 2.5's grid, scored by makespan, with a skew split.
@@ -650,21 +669,27 @@ def search_plan(
     * ``costs`` are the slices' costs in posting visits (``simjoin.spark.setsim.
       slice_work`` measures them from the data's prefixes, which sees token and
       candidate skew that Eq. 1 cannot); without them Eq. 1's costs are used.
+    * Unit cost: a unit of node k with modulo m_k costs its slices' work / m_k plus
+      ``record_costs`` per index and per probe record and ``token_cost`` per token
+      it holds (routing, CSR, rid order, index build, probing; index records count
+      in every modgroup, which is what makes n = 1 expensive). Fitted on 60 units'
+      CPU times here (Zipf and AOL-like data, θ 0.6-0.9): an index record costs
+      about 80 ns, a probe record about 240 ns, whatever their length (3.5 or 12
+      tokens), a candidate about 20 ns, a result pair about 120 ns; in posting
+      visits (about 20 ns), 4 and 12 per record. On short records (AOL-like: 80 %
+      of length 1-4) the records, not the posting visits, decide a unit's time.
+    * Slices go to nodes costliest-first onto the least loaded node (LPT), not
+      round-robin as in Sec. 2.1: with a few heavy slices round-robin leaves
+      nodes up to 2x apart, and every unit of the lighter node idles. A slice
+      weighs its work plus its records' load twice (once indexed, once probed).
     * Skew split (beyond the paper, which "is not robust against candidate skew by
       design"): a node whose unit cost stays above ``skew_factor`` × the mean unit
-      cost total/t gets a larger modulo m_k = ceil(cost_k / (skew_factor·mean)), so
+      cost gets a larger modulo m_k, the smallest whose unit cost is within it, so
       its probe records spread over more units. Exact: see the module docstring.
-    * Slices go to nodes longest-first onto the least loaded node (LPT), not
-      round-robin as in Sec. 2.1: with a few heavy slices round-robin leaves
-      nodes up to 2x apart, and every unit of the lighter node idles.
-    * Score: a unit costs its node's cost / m_k plus ``token_cost`` per token it
-      holds (routing, shuffle, Arrow, index build; index records count in every
-      modgroup, which is what makes n = 1 expensive). Measured here on the unit
-      kernel: a token costs about 2 posting visits, the shuffle adds about 1. The
-      units are scheduled longest-first on ``slots`` slots. The lowest makespan wins, then the lowest deviation
-      (max/min unit cost), then the larger n. Eq. 6's node deviation alone always
-      prefers n = 1 (every unit indexes everything), which is why the authors'
-      script needs n >= 4.
+    * Score: the units are scheduled longest-first on ``slots`` slots. The lowest
+      makespan wins, then the lowest deviation (max/min unit cost), then the
+      larger n. Eq. 6's node deviation alone always prefers n = 1 (every unit
+      indexes everything), which is why the authors' script needs n >= 4.
 
     Every candidate is returned in ``Plan.search`` with its verdict and reason.
     """
@@ -688,6 +713,12 @@ def search_plan(
             raise ValueError(f"costs lack the lengths {missing[:10]}; allowed: one cost per length present")
         cost_of = {length: float(costs[length]) for length in counts_by_length}
         basis = "measured prefix work"
+    weight = {i: cost_of[i] + c * (sum(record_costs) + 2 * token_cost * i) for i, c in counts_by_length.items()}
+
+    def unit_cost(nd: NodeSlices, mk: int) -> float:
+        return (sum(cost_of[i] for i in nd.index_lengths) / mk
+                + unit_load(nd, mk, counts_by_length, record_costs, token_cost))
+
     budget = memory - factors.static_bytes
     worst = max(
         index_ram([i], counts_by_length, theta, sim, factors) + candidate_ram([i], counts_by_length, factors)
@@ -711,7 +742,7 @@ def search_plan(
                 tried.append(Candidate(t, n, m, (), 0, 0, math.inf, math.inf, "pruned",
                                        f"n={n} nodes but only {len(counts_by_length)} slices (lengths)"))
                 continue
-            nodes = distribute_slices(cost_of, n, theta=theta, sim=sim, greedy=True)  # type: ignore[arg-type]
+            nodes = distribute_slices(weight, n, theta=theta, sim=sim, greedy=True)  # type: ignore[arg-type]
             rams = [unit_ram(nd, m, counts_by_length, theta, sim, factors) for nd in nodes]
             big = max(range(n), key=lambda k: rams[k])
             if rams[big] > budget:
@@ -720,10 +751,10 @@ def search_plan(
                     f"a unit of node {big} needs an estimated {(rams[big] + factors.static_bytes) / gib:.2f} GiB "
                     f"> {memory / gib:.2f} GiB per unit"))
                 continue
-            mean = sum(cost_of.values()) / t
-            mods = [max(m, math.ceil(nd.cost / (skew_factor * mean))) if mean > 0 else m for nd in nodes]
-            unit_costs = [nd.cost / mk + token_cost * unit_tokens(nd, mk, counts_by_length)
-                          for nd, mk in zip(nodes, mods, strict=True) for _ in range(mk)]
+            costs_k = [partial(unit_cost, nd) for nd in nodes]
+            mean = sum(m * cost(m) for cost in costs_k) / t
+            mods = [_skew_mod(cost, m, skew_factor * mean, max_units) for cost in costs_k]
+            unit_costs = [cost(mk) for cost, mk in zip(costs_k, mods, strict=True) for _ in range(mk)]
             makespan = _lpt_makespan(unit_costs, slots)
             lo = min(unit_costs)
             dev = max(unit_costs) / lo if lo > 0 else math.inf
@@ -753,4 +784,4 @@ def search_plan(
     reason = (f"search over {len(tried)} candidates (t={best.t}, {slots} slots, {basis}, "
               f"{memory / gib:.2f} GiB per unit): n={best.n} m={best.m}, {best.reason}")
     return _build_plan(nodes, best.m, counts_by_length, theta, sim, factors, best.mods, search=search,
-                       reason=reason)
+                       reason=reason, unit_cost=unit_cost)
