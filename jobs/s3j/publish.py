@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.s3j.common import S3JRun, open_unit
-from jobs.s3j.gate import staged_pairs
+from jobs.s3j.gate import staged_files, staged_pairs
 from simjoin.contracts import Role, RowKind
 
 
@@ -31,7 +31,9 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     stats = u.work("stats", keep_unit=True)
     if run_.cfg.algorithm == "s3j" and run_.cfg.rebalance != "off":
         stats = stats.unionByName(u.work("rebalance", keep_unit=True))
-    pieces = [("pairs", staged_pairs(u), run_.output), ("stats", stats, run_.tables.stats)]
+    files = staged_files(run_, u)
+    pairs = files if files is not None and files.rows else staged_pairs(run_, u)
+    pieces = [("pairs", pairs, run_.output), ("stats", stats, run_.tables.stats)]
     if run_.cfg.algorithm == "s3j":
         buf = u.work("copies").where("is_outer").select(
             "w", "we", "partition", F.lit(0).cast("long").alias("workset_id"), F.lit(-1).alias("worker"),

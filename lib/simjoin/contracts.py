@@ -37,6 +37,7 @@ class RowKind(IntEnum):
     CENTROID = 3  # the centroid of a newly opened workset (S3J formulation)
     COUNTER = 4  # per (partition, window) centroid-distance counter (S3J formulation)
     WORKSET = 5  # per (window, workset) load statistics of a join task (S3J rebalance)
+    FILE = 6  # a Parquet file of result pairs a task wrote into the output table's directory, not yet committed
 
 
 class Role(IntEnum):

@@ -116,3 +116,65 @@ def test_overwrite_replaces_every_row(spark, tmp_table):
     assert commit_engines(p) == ["deltalake", "deltalake", "spark"]
     assert delta.read_table(spark, p).columns == [c for c in _frame(spark, 0, 1).columns if c != "v"]
     assert delta.history(spark, p).orderBy("version").collect()[1]["userMetadata"] == "w"
+
+
+PAIRS = "left_id long, right_id long, distance double, window_start timestamp"
+
+
+def _pair_table(lo, hi):
+    import pyarrow as pa
+
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    return pa.table({"left_id": pa.array(range(lo, hi), pa.int64()), "right_id": pa.array(range(lo + 1, hi + 1),
+                                                                                          pa.int64()),
+                     "distance": pa.array([None if i % 4 == 0 else i / 10 for i in range(lo, hi)], pa.float64()),
+                     "window_start": pa.array([base + dt.timedelta(seconds=60 * (i % 3)) for i in range(lo, hi)],
+                                              pa.timestamp("us", tz="UTC"))})
+
+
+def test_files_written_by_tasks_are_committed_once_and_invisible_before(spark, tmp_table):
+    """The join tasks' path: files written into the table's directory (``write_file``) are in no
+    read until ``append_files`` commits them, once per txn; a replay commits nothing."""
+    p = tmp_table("files_pairs")
+    want = _pair_table(0, 1).schema
+    root, schema = delta.file_target(p, want)  # no table yet: the files' schema is ours
+    assert schema == want
+    first = delta.Files(root, schema, (delta_files.write_file(root, _pair_table(0, 30)),
+                                       delta_files.write_file(root, _pair_table(30, 30))))
+    assert first.n == 30 and len(first.paths) == 1  # an empty file is never committed
+    assert not delta.table_exists(spark, p)
+    assert delta.files_frame(spark, first).count() == 30
+    delta.append_files(spark, first, p, "pipe/pairs", 0)
+    # unit 1: its files sit in the directory, but only the commit shows them
+    root, schema = delta.file_target(p, want)
+    second = delta.Files(root, schema, (delta_files.write_file(root, _pair_table(30, 50)),))
+    assert delta.read_table(spark, p).count() == 30
+    delta.append_files(spark, second, p, "pipe/pairs", 1)
+    delta.append_files(spark, second, p, "pipe/pairs", 1)  # a publish rerun: the txn is known, skipped
+    delta.append_files(spark, first, p, "pipe/pairs", 0)
+    got = delta.read_table(spark, p)
+    assert commit_engines(p) == ["deltalake", "deltalake"] and got.count() == 50
+    assert sorted(r["left_id"] for r in got.collect()) == list(range(50))
+    assert got.where("distance is null").count() == len(range(0, 50, 4))
+    assert got.where("window_start = timestamp'2026-01-01 00:02:00+00:00'").count() == len(range(2, 50, 3))
+    # a table with other columns takes no files: the caller hands its pairs over as rows
+    other = tmp_table("files_pairs_other")
+    delta.append_idempotent(spark.createDataFrame([(1, 2)], "left_id long, right_id long"), other, "x", 0)
+    assert delta.file_target(other, want) is None
+    # a non-local table neither
+    assert delta.file_target("some_catalog_table", want) is None
+
+
+def test_files_a_publish_fault_commits_nothing(spark, tmp_table, monkeypatch):
+    from simjoin import faults
+
+    p = tmp_table("files_pairs_fault")
+    root, schema = delta.file_target(p, _pair_table(0, 1).schema)
+    files = delta.Files(root, schema, (delta_files.write_file(root, _pair_table(0, 20)),))
+    monkeypatch.setenv(faults.ENV, "t.s.rows@4")
+    with faults.current_stage("t.s"), pytest.raises(faults.InjectedFault, match="rows@4"):
+        delta.append_files(spark, files, p, "pipe/pairs", 0)
+    monkeypatch.delenv(faults.ENV)
+    assert not delta.table_exists(spark, p)
+    delta.append_files(spark, files, p, "pipe/pairs", 0)
+    assert delta.read_table(spark, p).count() == 20

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -44,6 +45,10 @@ __all__ = [
     "read_small",
     "overwrite_rows",
     "append_rows",
+    "Files",
+    "file_target",
+    "files_frame",
+    "append_files",
 ]
 
 _local = threading.local()
@@ -382,6 +387,62 @@ def append_idempotent(df: DataFrame, ref: str, app_id: str, version: int,
         return
     by = partition_by if not exists else None
     _save(_writer(df, "append", by, opts), ref)
+
+
+@dataclass(frozen=True)
+class Files:
+    """Parquet files tasks wrote into a table's directory (``delta_files.write_file`` rows, paths
+    relative to ``root``), in ``schema``'s columns, that no commit names yet."""
+
+    root: str
+    schema: Any  # pyarrow.Schema
+    rows: tuple[dict[str, Any], ...]
+
+    @property
+    def paths(self) -> list[str]:
+        return [os.path.join(self.root, r["path"]) for r in self.rows if int(r["n"]) > 0]
+
+    @property
+    def n(self) -> int:
+        return sum(int(r["n"]) for r in self.rows)
+
+
+def file_target(ref: str, schema: Any) -> tuple[str, Any] | None:
+    """Where tasks may write files for ``ref`` (``delta_files.write_file``): its local directory and
+    the Arrow schema its files need (the table's, or ``schema`` for a new table); None when the
+    table is not local, task writes are off, or the table's columns or partitioning differ."""
+    local = _local_dir(ref)
+    if local is None or not delta_files.ENABLED:
+        return None
+    try:
+        return local, delta_files.target_schema(local, schema)
+    except delta_files.Unsupported as e:
+        log.info("delta: tasks write no files for %s: %s", ref, e)
+        return None
+
+
+def files_frame(spark: SparkSession, files: Files) -> DataFrame:
+    """The rows of ``files``, read by Spark from their Parquet files."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    struct = from_arrow_schema(files.schema)
+    paths = files.paths
+    if not paths:
+        return spark.createDataFrame([], struct)
+    return spark.read.schema(struct).parquet(*paths)
+
+
+def append_files(spark: SparkSession, files: Files, ref: str, app_id: str, version: int) -> None:
+    """Append ``files`` to ``ref`` once per (app_id, version): one deltalake commit that names them
+    (nothing is copied); where deltalake cannot commit, Spark appends their rows."""
+    faults.check_rows(files.n)
+    try:
+        delta_files.commit_files(files.root, files.schema, list(files.rows), app_id=app_id, version=int(version))
+    except delta_files.Unsupported as e:
+        log.info("delta: the files for %s are appended by Spark: %s", ref, e)
+        append_idempotent(files_frame(spark, files), ref, app_id, version)
+        return
+    faults.after_commit(ref)
 
 
 def _by_task_files(ref: str, what: str, write: Any) -> bool:

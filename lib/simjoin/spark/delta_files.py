@@ -194,6 +194,84 @@ def _strip_nullable(t: Any) -> Any:
     return t
 
 
+def _commit(local: str, want: Any, rows: list[Any], *, table: Any, part_cols: list[str], app_id: str | None,
+            version: int | None, metadata: str | None, overwrite: bool = False, filters: Any = None) -> None:
+    """One deltalake commit of the files ``rows`` (``FILES_SCHEMA``) to the table at ``local``
+    (``table`` None: create it), under the ``txn`` (app_id, version) when given."""
+    from deltalake import CommitProperties, Transaction
+    from deltalake.transaction import AddAction, create_table_with_add_actions
+
+    now = int(time.time() * 1000)
+    adds: list[Any] = [AddAction(r["path"], int(r["size"]), json.loads(r["part"]), now, True, r["stats"])
+                       for r in rows if int(r["n"]) > 0]
+    props = CommitProperties(
+        app_transactions=[Transaction(app_id, int(version))] if app_id is not None and version is not None else None,
+        custom_metadata={"userMetadata": metadata} if metadata is not None else None)
+    try:
+        if table is None:
+            create_table_with_add_actions(local, want, adds, mode="error", partition_by=part_cols or None,
+                                          commit_properties=props)
+        else:
+            table.create_write_transaction(adds, mode="overwrite" if overwrite else "append", schema=want,
+                                           partition_by=part_cols or None, partition_filters=filters,
+                                           commit_properties=props)
+    except Exception as e:  # a table deltalake cannot commit to (a writer feature it lacks): Spark writes
+        raise Unsupported(f"deltalake cannot commit ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"
+                          ) from e
+
+
+def write_file(root: str, t: Any) -> dict[str, Any]:
+    """Inside a task: ``t`` (a pyarrow Table in the target table's columns) as one Parquet file
+    in the directory ``root`` of an unpartitioned table; the ``FILES_SCHEMA`` row that commits it.
+    The file is in no table until ``commit_files`` names it."""
+    os.makedirs(root, exist_ok=True)
+    f = _File(root, t.schema, {})
+    try:
+        if t.num_rows:
+            f.write(t)
+    finally:
+        path, size, part, n, stats = f.close(root)
+    return {"path": path, "size": size, "part": part, "n": n, "stats": stats}
+
+
+def target_schema(local: str, want: Any) -> Any:
+    """The Arrow schema files for the unpartitioned Delta table at ``local`` must have, to be
+    committed by ``commit_files``: the table's own when it has ``want``'s columns (names and Delta
+    types), ``want`` when there is no table yet. Raises ``Unsupported`` otherwise."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, Schema
+
+    if not os.path.isdir(os.path.join(local, "_delta_log")):
+        return want
+    table = DeltaTable(local)
+    if _delta_fields(table.schema()) != _delta_fields(Schema.from_arrow(want)):
+        raise Unsupported("the table's columns differ from the files'")
+    if table.metadata().partition_columns:
+        raise Unsupported("the table is partitioned")
+    return pa.schema(table.schema().to_arrow())
+
+
+def commit_files(local: str, schema: Any, rows: list[Any], *, app_id: str, version: int,
+                 metadata: str | None = None) -> bool:
+    """Append the files ``rows`` (``write_file``'s, written under ``local``) to the unpartitioned
+    Delta table at ``local`` in one commit, once per (``app_id``, ``version``); a new table is
+    created with ``schema``. False when that txn was committed before (a rerun: nothing done).
+    Raises ``Unsupported`` (nothing committed) for a table deltalake cannot commit to."""
+    from deltalake import DeltaTable, Schema
+
+    want = Schema.from_arrow(schema)
+    table = DeltaTable(local) if os.path.isdir(os.path.join(local, "_delta_log")) else None
+    if table is not None:
+        if _delta_fields(table.schema()) != _delta_fields(want) or table.metadata().partition_columns:
+            raise Unsupported("the table's columns or partitioning changed since the files were written")
+        if committed(table, app_id, version):
+            return False
+    _commit(local, want, rows, table=table, part_cols=[], app_id=app_id, version=version, metadata=metadata)
+    log.info("delta: %d rows in %d files written by the join tasks, committed to %s",
+             sum(int(r["n"]) for r in rows), sum(1 for r in rows if int(r["n"]) > 0), local)
+    return True
+
+
 def committed(table: Any, app_id: str, version: int) -> bool:
     """Whether the deltalake ``table`` holds a ``txn`` of ``app_id`` at ``version`` or later
     (either engine's: Spark's ``txnAppId``/``txnVersion`` writes the same action)."""
@@ -214,8 +292,7 @@ def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int 
     written) when the table's columns differ from the frame's, or its partitioning from the
     write's: the caller uses Spark."""
     import pyarrow as pa
-    from deltalake import CommitProperties, DeltaTable, Schema, Transaction
-    from deltalake.transaction import AddAction, create_table_with_add_actions
+    from deltalake import DeltaTable, Schema
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow = to_arrow_schema(df.schema, timezone="UTC")
@@ -245,25 +322,8 @@ def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int 
     except Exception as e:
         faults.reraise_injected(e)
         raise
-    now = int(time.time() * 1000)
-    adds: list[Any] = [AddAction(r["path"], int(r["size"]), json.loads(r["part"]), now, True, r["stats"])
-            for r in got if int(r["n"]) > 0]
-    props = CommitProperties(
-        app_transactions=[Transaction(app_id, int(version))] if app_id is not None and version is not None else None,
-        custom_metadata={"userMetadata": metadata} if metadata is not None else None)
-    try:
-        if table is None:
-            create_table_with_add_actions(local, want, adds, mode="error", partition_by=part_cols or None,
-                                          commit_properties=props)
-        elif partition is not None or replace:
-            filters = [(c, "=", expect[c]) for c in part_cols] if expect else None
-            table.create_write_transaction(adds, mode="overwrite", schema=want, partition_by=part_cols or None,
-                                           partition_filters=filters, commit_properties=props)
-        else:
-            table.create_write_transaction(adds, mode="append", schema=want, partition_by=part_cols or None,
-                                           commit_properties=props)
-    except Exception as e:  # a table deltalake cannot commit to (a writer feature it lacks): Spark writes
-        raise Unsupported(f"deltalake cannot commit ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"
-                          ) from e
+    _commit(local, want, got, table=table, part_cols=part_cols, app_id=app_id, version=version,
+            metadata=metadata, overwrite=partition is not None or replace,
+            filters=[(c, "=", expect[c]) for c in part_cols] if expect else None)
     log.info("delta: %d rows in %d files written by the tasks, committed to %s", sum(int(r["n"]) for r in got),
-             len(adds), local)
+             sum(1 for r in got if int(r["n"]) > 0), local)

@@ -661,11 +661,12 @@ class MicroBatchEngine:
         """Whether publishing of ``unit`` began (its gate passed before)."""
         return os.path.exists(self._marker(unit))
 
-    def publish(self, unit: Unit, pieces: Sequence[tuple[str, DataFrame, str]],
+    def publish(self, unit: Unit, pieces: Sequence[tuple[str, DataFrame | delta.Files, str]],
                 meta: dict[str, Any] | None = None,
                 options: Mapping[str, Mapping[str, str]] | None = None,
                 small: Collection[str] = ("stats",)) -> dict[str, Any]:
-        """Append each ``(piece, df, path)`` once per (checkpoint, unit), then commit the unit.
+        """Append each ``(piece, df, path)`` once per (checkpoint, unit), then commit the unit. ``df``
+        may be ``delta.Files``: Parquet files tasks already wrote into ``path``, committed as they are.
         ``options``: extra Delta write options per piece (e.g. a commit's ``userMetadata``).
         ``small``: pieces of a few rows (stats), collected and committed with ``delta.append_rows``.
         Only called after the unit's gate passed."""
@@ -675,8 +676,13 @@ class MicroBatchEngine:
         # the pieces go to different tables: append them as concurrent Spark jobs
         from concurrent.futures import ThreadPoolExecutor
 
-        def append(piece: str, df: DataFrame, path: str) -> None:
+        def append(piece: str, df: DataFrame | delta.Files, path: str) -> None:
             app, opts = self.write_id(piece, unit.checkpoint_id), dict((options or {}).get(piece) or {})
+            if isinstance(df, delta.Files):  # files the tasks wrote into the table's directory: one commit
+                if opts:
+                    raise ValueError(f"publish: options {sorted(opts)} of the files piece {piece} are not supported")
+                delta.append_files(self.spark, df, path, app, unit.unit)
+                return
             if piece not in small:
                 delta.append_idempotent(df, path, app, unit.unit, None, opts)
                 return

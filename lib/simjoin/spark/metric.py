@@ -29,6 +29,7 @@ Multi-kind task outputs tag rows with ``simjoin.contracts.RowKind`` in a byte co
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ from simjoin.core.metric import (
     split_key,
     split_rows,
 )
+from simjoin.spark.delta_files import write_file
 
 __all__ = [
     "BUFFER",
@@ -96,7 +98,8 @@ COUNTERS = (
     "partition int, workset_id long"
 )
 JOIN_OUT_SCHEMA = (
-    f"kind byte, w long, worker int, left_id long, right_id long, distance double, c struct<{COUNTERS}>"
+    f"kind byte, w long, worker int, left_id long, right_id long, distance double, c struct<{COUNTERS}>, "
+    "file string"
 )
 
 
@@ -320,7 +323,7 @@ _COUNTER_FIELDS = [
 _COUNTERS_ARROW = pa.struct(_COUNTER_FIELDS)
 _JOIN_ARROW_FIELDS = [
     ("kind", pa.int8()), ("w", pa.int64()), ("worker", pa.int32()), ("left_id", pa.int64()),
-    ("right_id", pa.int64()), ("distance", pa.float64()), ("c", _COUNTERS_ARROW),
+    ("right_id", pa.int64()), ("distance", pa.float64()), ("c", _COUNTERS_ARROW), ("file", pa.string()),
 ]
 _JOIN_ARROW = pa.schema(_JOIN_ARROW_FIELDS)
 
@@ -330,8 +333,25 @@ def _pairs_batch(w: int, worker: int, L: np.ndarray, R: np.ndarray, D: np.ndarra
     return pa.RecordBatch.from_arrays(
         [pa.array(np.full(n, int(RowKind.PAIR), np.int8)), pa.array(np.full(n, w, np.int64)),
          pa.array(np.full(n, worker, np.int32)), pa.array(L), pa.array(R), pa.array(D, mask=np.isnan(D)),
-         pa.nulls(n, _COUNTERS_ARROW)],
+         pa.nulls(n, _COUNTERS_ARROW), pa.nulls(n, pa.string())],
         schema=_JOIN_ARROW)
+
+
+def _file_batch(worker: int, row: dict[str, Any]) -> pa.RecordBatch:
+    """The ``RowKind.FILE`` row of a pair file a task wrote (``delta_files.write_file``'s row as JSON)."""
+    return pa.RecordBatch.from_arrays(
+        [pa.array([int(RowKind.FILE)], pa.int8()), pa.nulls(1, pa.int64()), pa.array([worker], pa.int32()),
+         pa.nulls(1, pa.int64()), pa.nulls(1, pa.int64()), pa.nulls(1, pa.float64()), pa.nulls(1, _COUNTERS_ARROW),
+         pa.array([json.dumps(row)], pa.string())],
+        schema=_JOIN_ARROW)
+
+
+def _pairs_table(schema: pa.Schema, w: int, L: np.ndarray, R: np.ndarray, D: np.ndarray) -> pa.Table:
+    """One window's pairs in the output's columns (left_id, right_id, distance, window_start)."""
+    n = L.shape[0]
+    cols = {"left_id": pa.array(L), "right_id": pa.array(R), "distance": pa.array(D, mask=np.isnan(D)),
+            "window_start": pa.array(np.full(n, w, np.int64)).cast(pa.timestamp("us", tz="UTC"))}
+    return pa.table([cols[f.name].cast(f.type) for f in schema], schema=schema)
 
 
 def _counters_batch(kind: RowKind, w: int, worker: int, k: int, **values: Any) -> pa.RecordBatch:
@@ -341,7 +361,8 @@ def _counters_batch(kind: RowKind, w: int, worker: int, k: int, **values: Any) -
     return pa.RecordBatch.from_arrays(
         [pa.array(np.full(k, int(kind), np.int8)), pa.array(np.full(k, w, np.int64)),
          pa.array(np.full(k, worker, np.int32)), pa.nulls(k, pa.int64()), pa.nulls(k, pa.int64()),
-         pa.nulls(k, pa.float64()), pa.StructArray.from_arrays(fields, fields=list(_COUNTERS_ARROW))],
+         pa.nulls(k, pa.float64()), pa.StructArray.from_arrays(fields, fields=list(_COUNTERS_ARROW)),
+         pa.nulls(k, pa.string())],
         schema=_JOIN_ARROW)
 
 
@@ -355,7 +376,8 @@ def _worksets_batch(w: int, worker: int, jw: Any, secs: float) -> pa.RecordBatch
 
 def join_counters(joined: DataFrame) -> DataFrame:
     """The STATS and WORKSET rows of ``join_worksets_df``'s output, their counters as columns."""
-    return joined.where(F.col("kind") != int(RowKind.PAIR)).select("kind", "w", "worker", "c.*")
+    return (joined.where(F.col("kind").isin(int(RowKind.STATS), int(RowKind.WORKSET)))
+            .select("kind", "w", "worker", "c.*"))
 
 
 def route_by_assignment(members: DataFrame, assignment: DataFrame | None) -> DataFrame:
@@ -399,7 +421,8 @@ def route_by_assignment(members: DataFrame, assignment: DataFrame | None) -> Dat
             .withColumn("worker", F.coalesce(F.col("assigned"), F.col("worker")).cast("int")).select(*cols))
 
 
-def join_worksets_df(members: DataFrame, p: JoinParams) -> DataFrame:
+def join_worksets_df(members: DataFrame, p: JoinParams, pair_files: tuple[str, pa.Schema] | None = None
+                     ) -> DataFrame:
     """Section 7.7 join, one task per worker (``JOIN_OUT_SCHEMA`` out).
 
     members: rows of ``MEMBER_SCHEMA``; is_new False rows are the window's earlier members
@@ -408,15 +431,23 @@ def join_worksets_df(members: DataFrame, p: JoinParams) -> DataFrame:
     ``RowKind.WORKSET`` row per workset with new rows (``n_inner`` = its rows, new and
     state; ``load`` by Definition 5; ``seconds`` = the task's time by load share) - the
     rebalance stage's load statistics.
+
+    ``pair_files`` = (directory, Arrow schema): each task writes its pairs as one Parquet file
+    there (``delta_files.write_file``: the output table's directory and columns) and returns one
+    ``RowKind.FILE`` row instead of its ``PAIR`` rows, so the pairs never pass through the JVM. The
+    files are in no table until the publish commits them (``delta_files.commit_files``).
     """
     # ClusterJoin always verifies (no inner sets, so nothing is shortcut anyway).
     exact = p.exact_distances or p.algorithm == "clusterjoin"
+    root, file_ipc = (pair_files[0], pair_files[1].serialize().to_pybytes()) if pair_files else (None, None)
 
     def fn(t: pa.Table) -> pa.Table:
         if t.num_rows == 0:
             return pa.Table.from_batches([], schema=_JOIN_ARROW)
         worker = int(t.column("worker")[0].as_py())
         out: list[pa.RecordBatch] = []
+        file_schema = pa.ipc.read_schema(pa.py_buffer(file_ipc)) if file_ipc is not None else None
+        pairs: list[pa.Table] = []
         wcol = _np(t, "w", np.int64)
         for w in np.unique(wcol):
             t0 = time.perf_counter()
@@ -427,13 +458,18 @@ def join_worksets_df(members: DataFrame, p: JoinParams) -> DataFrame:
                 p.metric, p.threshold, p.inclusive,
                 side=None if p.self_join else _np(sub, "side", np.int8), exact_distances=exact)
             secs = time.perf_counter() - t0
-            out.append(_pairs_batch(int(w), worker, jw.left_id, jw.right_id, jw.distance))
+            if file_schema is None:
+                out.append(_pairs_batch(int(w), worker, jw.left_id, jw.right_id, jw.distance))
+            else:
+                pairs.append(_pairs_table(file_schema, int(w), jw.left_id, jw.right_id, jw.distance))
             out.append(_counters_batch(
                 RowKind.STATS, int(w), worker, 1, n_inner=jw.n_inner, n_outlier=jw.n_outlier, n_outer=jw.n_outer,
                 s_inner=jw.state_inner, s_outlier=jw.state_outlier, s_outer=jw.state_outer, worksets=jw.worksets,
                 computations=jw.computations, shortcut=jw.shortcut_pairs, results=jw.result_pairs, load=jw.load,
                 seconds=secs))
             out.append(_worksets_batch(int(w), worker, jw, secs))
+        if root is not None and file_schema is not None and any(x.num_rows for x in pairs):
+            out.append(_file_batch(worker, write_file(root, pa.concat_tables(pairs))))
         return pa.Table.from_batches(out, schema=_JOIN_ARROW)
 
     return members.groupBy("worker").applyInArrow(fn, JOIN_OUT_SCHEMA)
