@@ -52,11 +52,13 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
         # one stats row per unit (summed over an increment's blocks), completed with the plan's estimates
         stats = res.filter(F.col("kind") == int(RowKind.STATS))
         got: dict[int, list] = {}
-        for r in stats.select(*STAT_COLS[:8], "cpu_seconds").collect():
-            have = got.get(r["unit"])
-            got[r["unit"]] = list(r) if have is None else [
-                *have[:1], *(x + int(y) for x, y in zip(have[1:6], list(r)[1:6])),
-                have[6] + float(r["wall_seconds"]), have[7], have[8] + float(r["cpu_seconds"])]
+        for r in stats.select("unit", "stats").collect():
+            st = S.unit_stats(r)
+            now = [st["unit"], *(st[k] for k in STAT_COLS[1:8]), st["cpu_seconds"]]
+            have = got.get(st["unit"])
+            got[st["unit"]] = now if have is None else [
+                *have[:1], *(x + int(y) for x, y in zip(have[1:6], now[1:6])),
+                have[6] + float(now[6]), have[7], have[8] + float(now[8])]
         stat_rows = []
         for u in plan.units:
             g = got.get(u.unit)

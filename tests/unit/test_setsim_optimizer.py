@@ -29,7 +29,8 @@ from simjoin.core.setsim import (
     unit_ram,
 )
 from simjoin.core.setsim import similarity as simmod
-from simjoin.core.setsim.optimizer import NodeSlices, unit_load
+from simjoin.core.setsim.optimizer import NodeSlices, UnitCosts, unit_load
+from simjoin.core.setsim.similarity import index_prefix_array, probe_prefix_array
 
 # Paper Table 2 (θ = 0.7).
 T2_LENGTHS = np.arange(1, 9)
@@ -372,7 +373,7 @@ def _search_case() -> tuple[np.ndarray, np.ndarray, dict[int, float]]:
 
 def test_search_plan_tries_every_nm_and_explains() -> None:
     lengths, counts, costs = _search_case()
-    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=2**40, costs=costs, record_costs=(0.0, 0.0), token_cost=0.0)
+    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=2**40, costs=costs, unit_costs=UnitCosts.none())
     assert [(c.t, c.n, c.m) for c in plan.search] == [(4, 1, 4), (4, 2, 2), (4, 4, 1)]
     chosen = [c for c in plan.search if c.verdict == "chosen"]
     assert len(chosen) == 1 and chosen[0].makespan == min(c.makespan for c in plan.search)
@@ -390,7 +391,8 @@ def test_search_plan_ram_prunes_doubles_and_splits_skew() -> None:
     # n = 1 (every unit indexes every record) does not fit; n = 2 and 4 do
     limit = f.static_bytes + max(ram[2], ram[4])
     assert ram[1] + f.static_bytes > limit
-    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=limit, costs=costs, factors=f, record_costs=(0.0, 0.0), token_cost=0.0)
+    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=limit, costs=costs, factors=f,
+                       unit_costs=UnitCosts.none())
     verdicts = {(c.n, c.m): c for c in plan.search}
     assert verdicts[(1, 4)].verdict == "pruned" and "GiB per unit" in verdicts[(1, 4)].reason
     assert plan.n >= 2
@@ -401,8 +403,9 @@ def test_search_plan_ram_prunes_doubles_and_splits_skew() -> None:
     assert max(unit_cost) <= 1.5 * sum(costs.values()) / 4
     assert max(u.est_ram_bytes for u in plan.units) + f.static_bytes <= limit
     # all of t = 4 pruned: t doubles, and the pruned ones say why
-    tight = f.static_bytes + min(ram.values()) - 1
-    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=tight, costs=costs, factors=f)
+    tight = f.static_bytes + min(c.est_ram_bytes for c in plan.search if c.t == 4) - 1
+    plan = search_plan(lengths, counts, 0.8, slots=2, memory_bytes=tight, costs=costs, factors=f,
+                       unit_costs=UnitCosts.none())
     assert plan.search[0].t == 4 and all(c.verdict == "pruned" for c in plan.search if c.t == 4)
     assert plan.n_units >= 8 and max(u.est_ram_bytes for u in plan.units) + f.static_bytes <= tight
 
@@ -410,9 +413,17 @@ def test_search_plan_ram_prunes_doubles_and_splits_skew() -> None:
 def test_unit_load_copies_index_records_and_splits_probes() -> None:
     node = NodeSlices(node=0, index_lengths=(2,), probe_lengths=(2, 3), cost=0)
     counts = {2: 100, 3: 40}
-    # index: 100 records of 2 tokens in every modgroup; probes: (100 + 40) / mod
-    assert unit_load(node, 1, counts, (4.0, 12.0), 0.5) == 100 * (4 + 1) + (100 * (12 + 1) + 40 * (12 + 1.5))
-    assert unit_load(node, 4, counts, (4.0, 12.0), 0.5) == 100 * (4 + 1) + (100 * 13 + 40 * 13.5) / 4
+    per = {2: (5.0, 13.0), 3: (6.0, 13.5)}
+    # index: 100 records of length 2 in every modgroup; probes: (100 + 40) / mod
+    assert unit_load(node, 1, counts, per) == 100 * 5 + (100 * 13 + 40 * 13.5)
+    assert unit_load(node, 4, counts, per) == 100 * 5 + (100 * 13 + 40 * 13.5) / 4
+    # a record's cost: per record, per prefix entry (index prefix indexed, probe prefix probed), per token
+    uc = UnitCosts(index_record=4.0, probe_record=12.0, index_entry=2.0, probe_entry=3.0, token=0.5)
+    got = uc.per_record([2, 3], 0.6, "jaccard")
+    ip, pp = index_prefix_array("jaccard", 0.6, np.array([2, 3])), probe_prefix_array("jaccard", 0.6, np.array([2, 3]))
+    assert got[2] == (4 + 2 * ip[0] + 1.0, 12 + 3 * pp[0] + 1.0)
+    assert got[3] == (4 + 2 * ip[1] + 1.5, 12 + 3 * pp[1] + 1.5)
+    assert UnitCosts.none().per_record([5], 0.8, "jaccard") == {5: (0.0, 0.0)}
 
 
 def test_search_plan_balances_records_on_short_records() -> None:
@@ -431,7 +442,8 @@ def test_search_plan_balances_records_on_short_records() -> None:
         nd = NodeSlices(u.node, u.index_lengths, u.probe_lengths, 0)
         mk = plan.unit_mod(u)
         work = sum(costs[i] for i in u.index_lengths) / mk
-        assert u.est_cost == pytest.approx(work + unit_load(nd, mk, by_len, (4.0, 12.0), 0.5))
+        per_record = UnitCosts().per_record(by_len, 0.8, "jaccard")
+        assert u.est_cost == pytest.approx(work + unit_load(nd, mk, by_len, per_record))
     # the same plan priced on work alone would put its units far apart: the records are its cost
     assert max(u.est_cost for u in plan.units) > 10 * max(sum(costs[i] for i in u.index_lengths) / plan.unit_mod(u)
                                                           for u in plan.units if 1 not in u.index_lengths)

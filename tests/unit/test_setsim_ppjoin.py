@@ -233,6 +233,25 @@ def test_rs_join_only_cross_pairs(sim: str) -> None:
         assert_same(got, expected)
 
 
+def test_positions_are_the_records_places_of_the_rid_pairs() -> None:
+    """``positions=True`` (the unit kernel's form) names each pair by the records' places in the
+    input: exactly the rid pairs, mapped back, in the same order, R-S and self-join alike."""
+    rng = np.random.default_rng(29)
+    recs = zipf_records(rng, 300, universe=50, max_len=9, dup_frac=0.5)
+    flat, off = to_csr(recs)
+    rids = np.cumsum(rng.integers(1, 5, size=len(recs))).astype(np.int64)  # gaps: rid != place
+    ones = np.ones(len(recs), bool)
+    side = rng.integers(0, 2, size=len(recs)).astype(np.int8)
+    for sim in SIMS:
+        for s in (None, side):
+            left, right, sims, st = ppjoin(flat, off, rids, ones, ones, 0.6, sim, side=s)
+            px, py, psims, pst = ppjoin(flat, off, rids, ones, ones, 0.6, sim, side=s, positions=True)
+            assert left.size > 0 and st == pst
+            np.testing.assert_array_equal(rids[px], left)
+            np.testing.assert_array_equal(rids[py], right)
+            np.testing.assert_array_equal(psims, sims)
+
+
 def test_index_and_probe_flags() -> None:
     rng = np.random.default_rng(23)
     recs = zipf_records(rng, 200, universe=40, max_len=8)

@@ -10,6 +10,7 @@ and one local PPJoin (``simjoin.core.setsim.ppjoin``, numba) runs per unit.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -49,6 +50,8 @@ __all__ = [
     "route_to_units",
     "join_units",
     "UNIT_RESULT_SCHEMA",
+    "UNIT_STATS",
+    "unit_stats",
 ]
 
 
@@ -142,6 +145,7 @@ def _row_reasons(ids: pa.Array, text: pa.Array, n_tokens: np.ndarray) -> pa.Arra
 
 def _prepare(qgram: int | None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def prep(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_freed_memory()
         for b in batches:
             text = b.column("text")
             toks = tokenize_arrow(text, qgram)
@@ -270,6 +274,7 @@ def _profile(read: Callable[[Iterator[pa.RecordBatch]], _Partition | None]
             schema=_PROFILE_ARROW)
 
     def prof(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_freed_memory()
         p = read(batches)
         if p is None:
             return
@@ -405,6 +410,7 @@ def _encode(read: Callable[[Iterator[pa.RecordBatch]], _Partition | None], dicti
     """A partition -> its encoded rows (``_encode_partition``)."""
 
     def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_freed_memory()
         p = read(batches)
         if p is not None:
             yield from _encode_partition(p, dictionary, rid_base)
@@ -561,6 +567,7 @@ def route_to_units(records: DataFrame, plan: Plan) -> DataFrame:
     keys = partition_keys(plan.n_units)
 
     def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_freed_memory()
         for b in batches:
             if b.num_rows == 0:
                 continue
@@ -605,18 +612,71 @@ def token_csr(tokens: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarra
     return flat, offsets
 
 
-UNIT_RESULT_SCHEMA = (
-    "kind byte, unit int, left_id long, right_id long, similarity double, "
-    "records_indexed long, records_probed long, candidates long, verified long, results long, "
-    "wall_seconds double, task_partition int, cpu_seconds double"
-)
+#: A unit's output: its pairs (``kind`` = ``RowKind.PAIR``, ``stats`` null) and one stats row
+#: (``RowKind.STATS``, ``stats`` = the JSON of ``UNIT_STATS``). The counters ride in one string
+#: column, not in a column each: a pair row then carries 4 bytes of stats instead of 60, and a
+#: unit with a million pairs hands 33 MB to Spark instead of 90 (fresh memory a Python worker
+#: pays page faults for, in the unit's own time).
+UNIT_RESULT_SCHEMA = "kind byte, unit int, left_id long, right_id long, similarity double, stats string"
+UNIT_STATS = ("records_indexed", "records_probed", "candidates", "verified", "results", "wall_seconds",
+              "task_partition", "cpu_seconds")
+
+
+def unit_stats(row: Any) -> dict[str, Any]:
+    """The counters of a ``RowKind.STATS`` row of :func:`join_units`, with its ``unit``."""
+    got = json.loads(row["stats"])
+    return {"unit": int(row["unit"]), **{k: got[k] for k in UNIT_STATS}}
 
 
 _WARM: set[str] = set()
+#: glibc's mallopt parameters, and what a Python worker running units sets them to
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+UNIT_MMAP_THRESHOLD = 32 * 2**20
+UNIT_TRIM_THRESHOLD = 256 * 2**20
+UNIT_PREFAULT_BYTES, UNIT_PREFAULT_BLOCK = 192 * 2**20, 8 * 2**20
+
+
+_KEPT: list[bool] = []
+
+
+def keep_freed_memory() -> bool:
+    """Let this process reuse the memory its units free, instead of faulting in fresh pages.
+
+    glibc gives a freed block above its mmap threshold back to the OS, and trims the heap's free
+    top above its trim threshold. Both start low (128 KiB) and only grow as blocks are freed, so
+    a Python worker's first units built their postings, candidate buffers and pairs (tens of MB)
+    in fresh pages: a unit with a million pairs took 0.22 s of CPU first and 0.08 s once warm,
+    the difference being page faults. With blocks under ``UNIT_MMAP_THRESHOLD`` taken from the
+    heap, and up to ``UNIT_TRIM_THRESHOLD`` of free heap kept, the first unit costs about what
+    the later ones do. The process also faults in ``UNIT_PREFAULT_BYTES`` of heap at once (in
+    blocks under the mmap threshold, kept when freed): a fresh Python worker's units otherwise
+    paid 10-15 thousand page faults each, 0.1-0.2 s at this VM's 7-20 µs per fault, which made a
+    worker's first unit up to twice as slow as its later ones and decided the unit spread of
+    short-record data. Every SSJ stage's Python function calls it first (once per process, about
+    0.3 s here), so the faults are paid by whichever stage starts the worker, and each worker
+    then keeps up to ``UNIT_TRIM_THRESHOLD`` of free heap. A no-op (False) where the C library
+    is not glibc."""
+    if not _KEPT:
+        import ctypes
+        import ctypes.util
+
+        try:
+            mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+            _KEPT.append(bool(mallopt(M_MMAP_THRESHOLD, UNIT_MMAP_THRESHOLD)
+                              and mallopt(M_TRIM_THRESHOLD, UNIT_TRIM_THRESHOLD)))
+            if _KEPT[0]:  # fault the heap in once, in blocks it keeps when they are freed
+                n_blocks = UNIT_PREFAULT_BYTES // UNIT_PREFAULT_BLOCK
+                blocks = [np.ones(UNIT_PREFAULT_BLOCK, np.uint8) for _ in range(n_blocks)]
+                del blocks
+        except (OSError, AttributeError):
+            _KEPT.append(False)
+    return _KEPT[0]
 
 
 def _warm_up(sim: str) -> None:
-    """Load the numba kernels once per Python worker, so unit wall times measure the join only."""
+    """Load the numba kernels once per Python worker, and keep its freed memory
+    (:func:`keep_freed_memory`), so unit wall times measure the join only."""
+    keep_freed_memory()
     if sim not in _WARM:
         one = np.array([0, 1], dtype=np.int32)
         ppjoin(one, np.array([0, 1, 2]), np.array([0, 1]), np.ones(2, bool), np.ones(2, bool), 1.0, sim)
@@ -640,9 +700,8 @@ def _unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Itera
             order = np.argsort(rids, kind="stable")
             flat, offsets = gather_rows(flat, offsets, order)
             rids, ids, sides, is_index, is_probe = (a[order] for a in (rids, ids, sides, is_index, is_probe))
-        left, right, sim, st = ppjoin(flat, offsets, rids, is_index, is_probe, plan.theta, plan.sim,
-                                      side=sides if rs else None)
-        li, ri = np.searchsorted(rids, left), np.searchsorted(rids, right)
+        li, ri, sim, st = ppjoin(flat, offsets, rids, is_index, is_probe, plan.theta, plan.sim,
+                                 side=sides if rs else None, positions=True)
         a, b = ids[li], ids[ri]
         if rs:  # (left input, right input)
             swap = sides[li] == 1
@@ -653,21 +712,18 @@ def _unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Itera
         yield pa.RecordBatch.from_pydict({
             "kind": pa.array(np.full(n, int(RowKind.PAIR), np.int8)), "unit": pa.array(np.full(n, u, np.int32)),
             "left_id": pa.array(a, pa.int64()), "right_id": pa.array(b, pa.int64()),
-            "similarity": pa.array(sim, pa.float64()),
-            **{k: pa.nulls(n, pa.int64()) for k in ("records_indexed", "records_probed", "candidates",
-                                                     "verified", "results")},
-            "wall_seconds": pa.nulls(n, pa.float64()), "task_partition": pa.nulls(n, pa.int32()),
-            "cpu_seconds": pa.nulls(n, pa.float64()),
+            "similarity": pa.array(sim, pa.float64()), "stats": pa.nulls(n, pa.string()),
         })
+        counters = {"records_indexed": int(st.indexed), "records_probed": int(st.probed),
+                    "candidates": int(st.candidates), "verified": int(st.verified), "results": int(st.results),
+                    "wall_seconds": time.perf_counter() - t0, "task_partition": int(partition),
+                    # CPU time: the unit's own work, whatever else shares the cores (a background gate,
+                    # the other slot), its pairs' hand-over to Spark included
+                    "cpu_seconds": time.process_time() - c0}
         yield pa.RecordBatch.from_pydict({
             "kind": pa.array([int(RowKind.STATS)], pa.int8()), "unit": pa.array([u], pa.int32()),
             "left_id": pa.nulls(1, pa.int64()), "right_id": pa.nulls(1, pa.int64()),
-            "similarity": pa.nulls(1, pa.float64()),
-            "records_indexed": [st.indexed], "records_probed": [st.probed], "candidates": [st.candidates],
-            "verified": [st.verified], "results": [st.results],
-            "wall_seconds": [time.perf_counter() - t0], "task_partition": pa.array([partition], pa.int32()),
-            # CPU time: the unit's own work, whatever else shares the cores (a background gate, the other slot)
-            "cpu_seconds": [time.process_time() - c0],
+            "similarity": pa.nulls(1, pa.float64()), "stats": pa.array([json.dumps(counters)], pa.string()),
         })
 
 
@@ -712,6 +768,7 @@ def measure_slices(records: DataFrame, theta: float, sim: str, rs: bool, n_recor
     f_res = min(1.0, result_rows / max(1, n_records))
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_freed_memory()
         counts, sampled, schema = [], [], None
         for b in batches:
             schema = b.schema

@@ -57,6 +57,7 @@ __all__ = [
     "Plan",
     "PlanUnit",
     "RamFactors",
+    "UnitCosts",
     "candidate_ram",
     "choose_parameters",
     "cost_deviation",
@@ -67,6 +68,7 @@ __all__ = [
     "probe_ram",
     "search_plan",
     "slice_costs",
+    "unit_load",
     "unit_ram",
 ]
 
@@ -114,10 +116,11 @@ class RamFactors:
         (rids, lengths, prefixes, bitmaps, candidate counters); a token its Arrow value,
         its dense id and the transients that compute it; an index prefix entry the
         postings' keys and CSR arrays (record, position, length, bitmap); a result its
-        pair buffers and its Arrow output. ``static_bytes`` is a Python worker with
+        pair buffers and its Arrow output (left, right, similarity and a null stats string:
+        about 37 bytes). ``static_bytes`` is a Python worker with
         numpy, pyarrow, numba and the kernel loaded. See ``tests/spark/test_ssj_ram.py``.
         """
-        return cls(index_entry_bytes=48, record_bytes=120, token_bytes=28, candidate_bytes=120,
+        return cls(index_entry_bytes=48, record_bytes=80, token_bytes=20, candidate_bytes=120,
                    threads=1, cand_fact=2 / 3, static_bytes=256 * 2**20)
 
 
@@ -346,7 +349,8 @@ def _probe_lengths(
 
 
 def distribute_slices(
-    costs: Mapping[int, int], n: int, *, theta: float, sim: str = "jaccard", greedy: bool = False
+    costs: Mapping[int, int], n: int, *, theta: float, sim: str = "jaccard", greedy: bool = False,
+    balance: Callable[[NodeSlices], float] | None = None,
 ) -> list[NodeSlices]:
     """Deal slices to n nodes (Sec. 2.1, Example 2).
 
@@ -356,6 +360,10 @@ def distribute_slices(
     the number of slices, the trailing nodes are kept empty with cost 0.
     ``theta``/``sim`` give the probe ranges [i, maxlen(i)]; ``costs`` must
     have one entry per length present in the data.
+
+    With ``balance`` (a node's real cost: its units' work and the records they hold, probe
+    ranges included, which a slice's own cost cannot know), the dealt nodes are then improved
+    by :func:`_rebalance_nodes`.
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"number of nodes n must be an integer >= 1, got {n!r}")
@@ -370,15 +378,50 @@ def distribute_slices(
         k = load.index(min(load)) if greedy else rank % n
         dealt[k].append(int(i))
         load[k] += float(costs[i])
-    return [
-        NodeSlices(
-            node=k,
-            index_lengths=tuple(sorted(idx)),
-            probe_lengths=_probe_lengths(idx, present, upper),
-            cost=sum(costs[i] for i in idx),  # type: ignore[misc]
-        )
-        for k, idx in enumerate(dealt)
-    ]
+
+    def node(k: int, idx: Iterable[int]) -> NodeSlices:
+        return NodeSlices(node=k, index_lengths=tuple(sorted(idx)), probe_lengths=_probe_lengths(idx, present, upper),
+                          cost=sum(costs[i] for i in idx))  # type: ignore[misc]
+
+    if balance is not None and n > 1:
+        dealt = _rebalance_nodes(dealt, lambda k, idx: balance(node(k, idx)))
+    return [node(k, idx) for k, idx in enumerate(dealt)]
+
+
+def _rebalance_nodes(
+    dealt: list[list[int]], cost: Callable[[int, list[int]], float], max_rounds: int = 200
+) -> list[list[int]]:
+    """Local search after LPT dealing: move a slice between the costliest (or the cheapest) node
+    and another node, or swap two of their slices, whenever that lowers the sum of the two
+    nodes' squared costs, until no such step is left. Each step strictly lowers the sum of
+    squares over all nodes, so it ends; it narrows max/min, which LPT on the slices' own costs
+    leaves wide when a node's probe ranges and index copies, not its slices, make its cost.
+    A node never becomes empty."""
+    dealt = [list(d) for d in dealt]
+    have = [cost(k, d) for k, d in enumerate(dealt)]
+    for _ in range(max_rounds):
+        best: tuple[float, int, int, list[int], list[int], float, float] | None = None
+        ends = {max(range(len(have)), key=have.__getitem__), min(range(len(have)), key=have.__getitem__)}
+        for h in ends:
+            for k in range(len(dealt)):
+                if k == h:
+                    continue
+                base = have[h] ** 2 + have[k] ** 2
+                a, b = dealt[h], dealt[k]
+                trials = [([x for x in a if x != i], [*b, i]) for i in a if len(a) > 1]
+                trials += [([*a, j], [x for x in b if x != j]) for j in b if len(b) > 1]
+                if len(a) * len(b) <= 1024:
+                    trials += [([x if x != i else j for x in a], [x if x != j else i for x in b]) for i in a for j in b]
+                for na, nb in trials:
+                    ca, cb = cost(h, na), cost(k, nb)
+                    gain = base - (ca**2 + cb**2)
+                    if gain > 1e-9 * base and (best is None or gain > best[0]):
+                        best = (gain, h, k, na, nb, ca, cb)
+        if best is None:
+            break
+        _, h, k, na, nb, ca, cb = best
+        dealt[h], dealt[k], have[h], have[k] = na, nb, ca, cb
+    return dealt
 
 
 def cost_deviation(nodes: Iterable[NodeSlices]) -> Fraction | float:
@@ -619,15 +662,49 @@ def _lpt_makespan(costs: Sequence[float], slots: int) -> float:
     return max(loads)
 
 
+@dataclass(frozen=True)
+class UnitCosts:
+    """What a unit's records cost besides its slices' posting visits, in posting visits.
+
+    A record costs ``index_record`` when indexed (copied whole into every modgroup) plus
+    ``index_entry`` per entry of its index prefix (building the postings); a probed record
+    ``probe_record`` plus ``probe_entry`` per token of its probe prefix (each starts a posting
+    list walk); every token held ``token``. Defaults fitted (least squares on relative error,
+    median error 6 %, worst 23 %) on the steady CPU time of 270 units run one at a time outside
+    Spark, their records arriving as a shuffle delivers them (a few rid-ordered runs): Zipf,
+    AOL-like and near-duplicate data, θ 0.6-0.9, six plans each. A visit is then about 7 ns.
+    Result pairs are priced in the slices' costs (``simjoin.core.setsim.work``).
+    """
+
+    index_record: float = 8.8
+    probe_record: float = 0.0
+    index_entry: float = 13.7
+    probe_entry: float = 5.4
+    token: float = 0.4
+
+    @classmethod
+    def none(cls) -> UnitCosts:
+        """Records cost nothing: units are priced by their slices' work alone."""
+        return cls(0.0, 0.0, 0.0, 0.0, 0.0)
+
+    def per_record(self, lengths: Iterable[int], theta: float, sim: str) -> dict[int, tuple[float, float]]:
+        """(indexed, probed) cost of one record of each length."""
+        ls = np.array(sorted(set(lengths)), dtype=np.int64)
+        ip = index_prefix_array(sim, theta, ls).tolist()
+        pp = probe_prefix_array(sim, theta, ls).tolist()
+        return {int(length): (self.index_record + self.index_entry * a + self.token * int(length),
+                              self.probe_record + self.probe_entry * b + self.token * int(length))
+                for length, a, b in zip(ls.tolist(), ip, pp, strict=True)}
+
+
 def unit_load(
-    node: NodeSlices, mod: int, counts: Mapping[int, int], record_costs: tuple[float, float], token_cost: float
+    node: NodeSlices, mod: int, counts: Mapping[int, int], per_record: Mapping[int, tuple[float, float]]
 ) -> float:
-    """Cost of the records a unit of ``node`` holds, at ``record_costs`` = (per index record, per probe
-    record) and ``token_cost`` per token: its index records whole (copied to every modgroup), plus
-    1/mod of the records it probes (every probe length, the index lengths included)."""
-    def load(lengths: Iterable[int], per_record: float) -> float:
-        return sum(counts[length] * (per_record + token_cost * length) for length in lengths)
-    return load(node.index_lengths, record_costs[0]) + load(node.probe_lengths, record_costs[1]) / mod
+    """Cost of the records a unit of ``node`` holds, at ``per_record`` = length -> (indexed, probed)
+    cost of one record (:meth:`UnitCosts.per_record`): its index records whole (copied to every
+    modgroup), plus 1/mod of the records it probes (every probe length, the index lengths included)."""
+    return (sum(counts[i] * per_record[i][0] for i in node.index_lengths)
+            + sum(counts[p] * per_record[p][1] for p in node.probe_lengths) / mod)
 
 
 def _skew_mod(cost: Callable[[int], float], m: int, target: float, max_mod: int) -> int:
@@ -654,8 +731,7 @@ def search_plan(
     total_units: int | None = None,
     units_per_slot: int = 2,
     skew_factor: float = 1.25,
-    record_costs: tuple[float, float] = (4.0, 12.0),
-    token_cost: float = 0.5,
+    unit_costs: UnitCosts | None = None,
     max_units: int = 4096,
 ) -> Plan:
     """simjoin's parameter search: Sec. 2.5's grid, scored by makespan, with a skew split.
@@ -670,14 +746,10 @@ def search_plan(
       slice_work`` measures them from the data's prefixes, which sees token and
       candidate skew that Eq. 1 cannot); without them Eq. 1's costs are used.
     * Unit cost: a unit of node k with modulo m_k costs its slices' work / m_k plus
-      ``record_costs`` per index and per probe record and ``token_cost`` per token
-      it holds (routing, CSR, rid order, index build, probing; index records count
-      in every modgroup, which is what makes n = 1 expensive). Fitted on 60 units'
-      CPU times here (Zipf and AOL-like data, θ 0.6-0.9): an index record costs
-      about 80 ns, a probe record about 240 ns, whatever their length (3.5 or 12
-      tokens), a candidate about 20 ns, a result pair about 120 ns; in posting
-      visits (about 20 ns), 4 and 12 per record. On short records (AOL-like: 80 %
-      of length 1-4) the records, not the posting visits, decide a unit's time.
+      what its records cost (``unit_costs``, :class:`UnitCosts`: routing, CSR, rid
+      order, index build, probing; index records count in every modgroup, which is
+      what makes n = 1 expensive). On short records (AOL-like: 80 % of length 1-4)
+      the records, not the posting visits, decide a unit's time.
     * Slices go to nodes costliest-first onto the least loaded node (LPT), not
       round-robin as in Sec. 2.1: with a few heavy slices round-robin leaves
       nodes up to 2x apart, and every unit of the lighter node idles. A slice
@@ -713,11 +785,12 @@ def search_plan(
             raise ValueError(f"costs lack the lengths {missing[:10]}; allowed: one cost per length present")
         cost_of = {length: float(costs[length]) for length in counts_by_length}
         basis = "measured prefix work"
-    weight = {i: cost_of[i] + c * (sum(record_costs) + 2 * token_cost * i) for i, c in counts_by_length.items()}
+    per_record = (unit_costs or UnitCosts()).per_record(counts_by_length, theta, sim)
+    weight = {i: cost_of[i] + c * sum(per_record[i]) for i, c in counts_by_length.items()}
 
     def unit_cost(nd: NodeSlices, mk: int) -> float:
         return (sum(cost_of[i] for i in nd.index_lengths) / mk
-                + unit_load(nd, mk, counts_by_length, record_costs, token_cost))
+                + unit_load(nd, mk, counts_by_length, per_record))
 
     budget = memory - factors.static_bytes
     worst = max(
@@ -742,7 +815,8 @@ def search_plan(
                 tried.append(Candidate(t, n, m, (), 0, 0, math.inf, math.inf, "pruned",
                                        f"n={n} nodes but only {len(counts_by_length)} slices (lengths)"))
                 continue
-            nodes = distribute_slices(weight, n, theta=theta, sim=sim, greedy=True)  # type: ignore[arg-type]
+            nodes = distribute_slices(weight, n, theta=theta, sim=sim, greedy=True,  # type: ignore[arg-type]
+                                      balance=partial(lambda mk, nd: unit_cost(nd, mk), m))
             rams = [unit_ram(nd, m, counts_by_length, theta, sim, factors) for nd in nodes]
             big = max(range(n), key=lambda k: rams[k])
             if rams[big] > budget:
@@ -754,17 +828,17 @@ def search_plan(
             costs_k = [partial(unit_cost, nd) for nd in nodes]
             mean = sum(m * cost(m) for cost in costs_k) / t
             mods = [_skew_mod(cost, m, skew_factor * mean, max_units) for cost in costs_k]
-            unit_costs = [cost(mk) for cost, mk in zip(costs_k, mods, strict=True) for _ in range(mk)]
-            makespan = _lpt_makespan(unit_costs, slots)
-            lo = min(unit_costs)
-            dev = max(unit_costs) / lo if lo > 0 else math.inf
+            each_unit = [cost(mk) for cost, mk in zip(costs_k, mods, strict=True) for _ in range(mk)]
+            makespan = _lpt_makespan(each_unit, slots)
+            lo = min(each_unit)
+            dev = max(each_unit) / lo if lo > 0 else math.inf
             split = [k for k in range(n) if mods[k] > m]
             note = (f"; node{'s' if len(split) > 1 else ''} {', '.join(map(str, split))} split into "
                     f"{', '.join(str(mods[k]) for k in split)} modgroups (cost > {skew_factor:g}x the mean unit)"
                     if split else "")
             ram = max(unit_ram(nd, mk, counts_by_length, theta, sim, factors)
                       for nd, mk in zip(nodes, mods, strict=True))
-            c = Candidate(t, n, m, tuple(mods), len(unit_costs), ram, makespan, dev, "kept",
+            c = Candidate(t, n, m, tuple(mods), len(each_unit), ram, makespan, dev, "kept",
                           f"est. makespan {makespan:.3g} on {slots} slots, unit cost max/min {dev:.2f}{note}")
             tried.append(c)
             kept.append(((makespan, dev, -n), c, nodes))

@@ -313,6 +313,7 @@ def ppjoin(
     theta: float,
     sim: str = "jaccard",
     side: npt.ArrayLike | None = None,
+    positions: bool = False,
 ) -> tuple[I64Array, I64Array, F64Array, PPJoinStats]:
     """All pairs (x, y), x.rid < y.rid, with sim(x, y) >= θ among one unit's records.
 
@@ -326,7 +327,9 @@ def ppjoin(
 
     Returns ``(left_rid, right_rid, similarity, stats)`` with
     left_rid < right_rid (in R-S mode, left_rid is the earlier rid, not
-    necessarily side 0).
+    necessarily side 0). With ``positions`` the pairs are given as the records'
+    positions in the input (0..n-1) instead of their rids: what a caller needs to
+    gather its own per-record columns, without mapping rids back.
     """
     theta, sim = check_threshold(theta), check_similarity(sim)
     tok = np.ascontiguousarray(tokens, dtype=np.int32).ravel()
@@ -426,4 +429,6 @@ def ppjoin(
         verified=n_ver,
         results=int(xs.size),
     )
+    if positions:
+        return xs, ys, sims, stats
     return rid[xs], rid[ys], sims, stats

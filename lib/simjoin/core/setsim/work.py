@@ -42,11 +42,12 @@ __all__ = [
 ]
 
 #: A result pair of index length l costs about RESULT_VISITS + RESULT_VISITS_PER_TOKEN·l posting
-#: visits: its row in the unit's Arrow output and its hand-over to Spark (the constant), and its
-#: verification, a merge of both records (the per-token part). Fitted on unit CPU times: short
-#: pairs (AOL-like data) cost about 100 ns, 5 visits, and near-duplicates of length 12 about 30.
+#: visits (about 7 ns each): its row in the unit's output (3 visits in the kernel) and its
+#: hand-over to Spark (10-20 ns to serialize), and its verification, a merge of both records (the
+#: per-token part). Fitted with ``optimizer.UnitCosts`` on 270 units' steady CPU times: Zipf,
+#: AOL-like and near-duplicate data.
 RESULT_VISITS = 5.0
-RESULT_VISITS_PER_TOKEN = 2.0
+RESULT_VISITS_PER_TOKEN = 0.9
 
 IntArray = npt.NDArray[np.int64]
 
