@@ -460,3 +460,26 @@ def test_search_plan_units_follow_slots_and_errors() -> None:
         search_plan(lengths, counts, 0.8, slots=2, memory_bytes=2**40, costs={4: 1.0})
     with pytest.raises(ValueError, match="slots"):
         search_plan(lengths, counts, 0.8, slots=0, memory_bytes=2**40)
+
+
+def test_distribute_slices_balance_refines_lpt_on_real_node_costs() -> None:
+    """LPT deals slices by their own cost; a node's real cost also holds the records of its probe
+    ranges. ``balance`` refines the dealing by moves and swaps: the same slices, every node kept,
+    and a costliest/cheapest ratio no wider than LPT's (here strictly narrower)."""
+    lengths = list(range(1, 21))
+    counts = {i: 50_000 if i <= 4 else 5_000 for i in lengths}
+    costs = {i: 1_000 * i for i in lengths}
+    per = UnitCosts().per_record(counts, 0.6, "jaccard")
+
+    def real(nd: NodeSlices) -> float:
+        return sum(costs[i] for i in nd.index_lengths) + unit_load(nd, 1, counts, per)
+
+    for n in (2, 3, 4, 6):
+        lpt = distribute_slices(costs, n, theta=0.6, greedy=True)
+        ref = distribute_slices(costs, n, theta=0.6, greedy=True, balance=real)
+        assert sorted(i for nd in ref for i in nd.index_lengths) == lengths
+        assert all(nd.index_lengths for nd in ref)
+        dev = [max(map(real, d)) / min(map(real, d)) for d in (lpt, ref)]
+        assert dev[1] <= dev[0] + 1e-9
+        if n == 4:
+            assert dev[1] < dev[0]
