@@ -1,10 +1,14 @@
-"""S3J stage 5, quality gate (Great Expectations): the pair contract on every window this unit
-touched - schema, 0 <= distance <= t, left_id < right_id for a self-join, no pair twice in a
-window, including pairs published by earlier units. Nothing is published unless it passes."""
+"""S3J stage 5, quality gate (Great Expectations): the pair contract on the unit's pairs - schema,
+0 <= distance <= t, left_id < right_id for a self-join, no pair twice in a window - and every
+pair names a record this unit staged in the pair's window. With ingest's rule that a (side, id)
+is never admitted twice to an open window, that last expectation proves no pair of an earlier
+unit repeats here, without reading the published output back (at 1 % selectivity a window holds
+tens of millions of pairs). Nothing is published unless it passes."""
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pyarrow as pa
@@ -16,7 +20,9 @@ from simjoin.contracts import RowKind
 from simjoin.quality.gates import pairs_expectations, run_suite
 from simjoin.spark import delta
 
-PAIR_COLS = ("left_id", "right_id", "distance", "window_start")
+#: Up to this many pairs, the gate reads the unit's pair files in the driver and validates them
+#: there (pandas); above, Spark reads them.
+DRIVER_ROWS = int(os.environ.get("SIMJOIN_GATE_DRIVER_ROWS", str(5_000_000)))
 #: The output's columns, as the join tasks write them into its directory.
 PAIR_ARROW = pa.schema([("left_id", pa.int64()), ("right_id", pa.int64()), ("distance", pa.float64()),
                         ("window_start", pa.timestamp("us", tz="UTC"))])
@@ -41,16 +47,59 @@ def staged_pairs(run_: S3JRun, u: Any) -> Any:
             .select("left_id", "right_id", "distance", F.timestamp_micros("w").alias("window_start")))
 
 
+def with_new_record(pairs: Any, records: Any, self_join: bool) -> Any:
+    """``pairs`` with ``new_record``: True when the pair's left or right record was staged by this
+    unit in the pair's window (``records``: the unit's staged rows, one per window of a record)."""
+    recs = records.select("window_start", "side", "id")
+    marks = []
+    for end, side in (("left_id", 0), ("right_id", 0 if self_join else 1)):
+        mark = f"_{end}_new"
+        staged = recs.where(F.col("side") == side).select(
+            "window_start", F.col("id").alias(end), F.lit(True).alias(mark)).distinct()
+        pairs = pairs.join(staged, ["window_start", end], "left")
+        marks.append(F.col(mark))
+    return pairs.withColumn("new_record", F.coalesce(*marks, F.lit(False))).drop(*marks)
+
+
+def new_record_column(pairs: Any, records: Any, self_join: bool) -> Any:
+    """``with_new_record`` for pyarrow tables in the driver: the ``new_record`` column."""
+    import numpy as np
+
+    def us(t: Any) -> Any:
+        return t.column("window_start").cast(pa.int64()).to_numpy()
+
+    ws, rws, rside = us(pairs), us(records), records.column("side").to_numpy()
+    rid = records.column("id").to_numpy()
+    out = np.zeros(pairs.num_rows, bool)
+    for end, side in (("left_id", 0), ("right_id", 0 if self_join else 1)):
+        ids = pairs.column(end).to_numpy()
+        for w in np.unique(ws):
+            m = ws == w
+            out[m] |= np.isin(ids[m], rid[(rside == side) & (rws == w)])
+    return pa.array(out)
+
+
+def check(pairs: Any, records: Any, threshold: float, self_join: bool) -> Any:
+    """The gate's suite on a unit's ``pairs`` and its staged ``records`` (``window_start, side,
+    id``), both Spark DataFrames or both pyarrow Tables (raises ``GateFailed``)."""
+    import great_expectations.expectations as gxe
+
+    ex = pairs_expectations("distance", 0.0, float(threshold), self_join, "window_start")
+    ex.append(gxe.ExpectColumnValuesToBeInSet(column="new_record", value_set=[True]))
+    if isinstance(pairs, pa.Table):
+        return run_suite(pairs.append_column("new_record", new_record_column(pairs, records, self_join)),
+                         "s3j_pairs", ex)
+    return run_suite(with_new_record(pairs, records, self_join), "s3j_pairs", ex)
+
+
 def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     u = open_unit(spark, run_)
     if u is None:
         return {"unit": None}
-    pairs = staged_pairs(run_, u)
-    # Once publishing began, the output may already hold this unit's pairs: check them alone.
-    if delta.table_exists(spark, run_.output) and not u.engine.publishing(u.id):
-        touched = pairs.select("window_start").distinct()
-        pairs = pairs.unionByName(delta.read_small_or_table(spark, run_.output).select(*PAIR_COLS)
-                                  .join(touched, "window_start", "left_semi"))
-    hi = float(run_.cfg.threshold)
-    res = run_suite(pairs, "s3j_pairs", pairs_expectations("distance", 0.0, hi, run_.self_join, "window_start"))
+    files = staged_files(run_, u)
+    recs = u.records.select("window_start", "side", "id")
+    if files is not None and files.n <= DRIVER_ROWS:  # the pairs' files, read here: no Spark job
+        res = check(delta.files_table(files), recs.toArrow(), run_.cfg.threshold, run_.self_join)
+    else:
+        res = check(staged_pairs(run_, u), recs, run_.cfg.threshold, run_.self_join)
     return {"unit": u.id, "expectations": res.evaluated, "success": res.success}

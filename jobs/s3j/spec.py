@@ -54,7 +54,7 @@ SPEC = PipelineSpec(
         Stage("join", "jobs.s3j.join:run", reads=("work", "join_state"), writes=("work",),
               doc="Similarity computation per worker (Section 7.7)."),
         Stage("gate", "jobs.s3j.gate:run", reads=("work", "output"), gate=True,
-              doc="Great Expectations on the unit's pairs, with the pairs already published."),
+              doc="Great Expectations on the unit's pairs; each names a record of this unit."),
         Stage("stats", "jobs.s3j.stats:run", reads=("work",), writes=("work",),
               doc="Per-window, per-worker and per-workset statistics (Section 9.1)."),
         Stage("rebalance", "jobs.s3j.rebalance:run", reads=("work", "centroids", "assignment"),

@@ -56,12 +56,13 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     unit = u
     cfg = run_.cfg
     P = int(cfg.workers)
-    joined = u.work("counters").where(F.col("kind") == int(RowKind.STATS)).collect()
+    counters = u.work("counters").collect()  # a few rows per (window, worker) and per workset
+    joined = [r for r in counters if int(r["kind"]) == int(RowKind.STATS)]
     # per-workset load statistics (the rebalance stage's input): rows, load, seconds, bytes
     row_bytes = 8 * u.dim + ROW_BYTES
     wsets: dict[int, list[Any]] = {}
     wbytes: dict[int, dict[int, int]] = {}
-    for r in u.work("counters").where(F.col("kind") == int(RowKind.WORKSET)).collect():
+    for r in (r for r in counters if int(r["kind"]) == int(RowKind.WORKSET)):
         wsets.setdefault(int(r["w"]), []).append(r)
         wb = wbytes.setdefault(int(r["w"]), {})
         nb = int(r["n_inner"]) * row_bytes

@@ -228,3 +228,42 @@ def test_rebalance_and_split_give_the_same_pairs(spark, tmp_path):
     asg = delta.read_table(spark, outs["split"] + "_state/assignment")
     assert asg.where("parts > 1").count() > 0
     assert not delta.table_exists(spark, outs["off"] + "_state/assignment")
+
+
+@pytest.mark.parametrize("self_join", [True, False])
+@pytest.mark.parametrize("engine", ["spark", "driver"])
+def test_gate_requires_every_pair_to_name_a_record_of_its_unit(spark, self_join, engine):
+    """The gate proves no pair of an earlier unit repeats without reading the output back: each
+    pair must name a record this unit staged in the pair's window (either end; for two streams,
+    left ids on side 0 and right ids on side 1). Spark DataFrames, or pyarrow tables validated in
+    the driver (pandas): the same verdicts."""
+    from jobs.s3j.gate import check
+    from simjoin.quality.gates import GateFailed
+
+    w0, w1 = T0.replace(tzinfo=None), (T0 + dt.timedelta(seconds=60)).replace(tzinfo=None)
+    right = 0 if self_join else 1
+    # this unit staged id 5 (left side) in w0 and id 7 (right side) in w1
+    recs = spark.createDataFrame([(w0, 0, 5), (w1, right, 7)], "window_start timestamp, side byte, id long")
+    schema = "left_id long, right_id long, distance double, window_start timestamp"
+    good = spark.createDataFrame([(5, 9, 0.01, w0), (1, 7, 0.02, w1)], schema)
+    conv = (lambda df: df) if engine == "spark" else (lambda df: df.toArrow())
+    assert check(conv(good), conv(recs), 0.05, self_join).success
+    for bad_row in [(1, 9, 0.01, w0),    # old x old: an earlier unit's pair could repeat
+                    (5, 9, 0.01, w1),    # record 5 is new in w0, not in w1
+                    (7, 9, 0.01, w1)]:   # 7 as a left id: new on its own side only (two streams)
+        if self_join and bad_row[0] == 7:
+            continue  # one stream: 7 is a new record at either end
+        bad = spark.createDataFrame([(5, 9, 0.01, w0), bad_row], schema)
+        with pytest.raises(GateFailed) as e:
+            check(conv(bad), conv(recs), 0.05, self_join)
+        fail = {f["expectation"]: f for f in e.value.failures}["expect_column_values_to_be_in_set"]
+        assert fail["unexpected_count"] == 1 and fail["kwargs"]["column"] == "new_record"
+    # the rest of the contract holds on either engine: a distance above t and a repeated pair
+    bad = spark.createDataFrame([(5, 9, 0.07, w0), (5, 9, 0.01, w0), (5, 9, 0.01, w1)], schema)
+    with pytest.raises(GateFailed) as e:
+        check(conv(bad), conv(recs), 0.05, self_join)
+    fail = {f["expectation"]: f for f in e.value.failures}
+    assert fail["expect_column_values_to_be_between"]["unexpected_count"] == 1
+    assert fail["expect_compound_columns_to_be_unique"]["unexpected_count"] == 2
+    assert fail["expect_compound_columns_to_be_unique"]["samples"] == [
+        {"left_id": 5, "right_id": 9, "window_start": w0}]

@@ -104,8 +104,7 @@ class OpenUnit:
         unit = engine.open_unit()
         if unit is None:
             return None
-        row = unit.records.select("meta").first()
-        meta = {**engine.progress().meta, **(json.loads(row["meta"]) if row and row["meta"] else {})}
+        meta = {**engine.progress().meta, **(json.loads(unit.meta) if unit.meta else {})}
         return cls(engine, unit, meta, run)
 
     def like(self, cls: type[OpenUnit]) -> Any:

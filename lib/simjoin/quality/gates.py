@@ -2,7 +2,9 @@
 
 A gate validates the real Spark DataFrame against an expectation suite; a failing suite
 stops the stage with :class:`GateFailed`, whose message says which expectation failed,
-on how many rows, and shows sample values.
+on how many rows, and shows sample values. Rows a stage already holds in the driver as a
+pyarrow Table (a micro-batch's pairs read from the files its tasks wrote) are validated as a
+pandas DataFrame by the same suite, with no Spark job: Spark's type names become pandas dtypes.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def _context_locked() -> Any:
         _ctx = gx.get_context(mode="ephemeral")
         _ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         _ctx.data_sources.add_spark(name="simjoin_spark", persist=False)
+        _ctx.data_sources.add_pandas(name="simjoin_pandas")
     return _ctx
 
 
@@ -83,25 +86,42 @@ def _uniqueness_key(e: Any) -> list[str] | None:
     return None
 
 
-def _check_unique(df: DataFrame, e: Any, key: list[str]) -> dict[str, Any] | None:
-    """A uniqueness expectation, checked by ``unique.duplicates``; its failure entry, or None."""
-    from simjoin.quality.unique import duplicates
+#: Spark's type names (as the expectations write them) -> pandas dtypes, for a suite run on pandas.
+_PANDAS_TYPES = {"LongType": "int64", "IntegerType": "int32", "ShortType": "int16", "ByteType": "int8",
+                 "DoubleType": "float64", "FloatType": "float32", "BooleanType": "bool", "StringType": "object"}
+
+
+def _on_pandas(e: Any) -> Any:
+    """Expectation ``e`` as it reads on a pandas DataFrame (a type named as Spark's -> its dtype)."""
+    import great_expectations.expectations as gxe
+
+    if isinstance(e, gxe.ExpectColumnValuesToBeOfType) and e.type_ in _PANDAS_TYPES:
+        return gxe.ExpectColumnValuesToBeOfType(column=e.column, type_=_PANDAS_TYPES[e.type_])
+    return e
+
+
+def _check_unique(df: Any, e: Any, key: list[str]) -> dict[str, Any] | None:
+    """A uniqueness expectation, checked by ``unique.duplicates`` (``duplicates_table`` on a
+    pandas DataFrame); its failure entry, or None."""
+    from simjoin.quality.unique import duplicates, duplicates_table
 
     one = len(key) == 1 and not hasattr(e, "column_list")
     entry = {"expectation": e.expectation_type, "kwargs": {"column": key[0]} if one else {"column_list": key}}
-    missing = [c for c in key if c not in df.columns]
+    columns = list(df.columns)
+    missing = [c for c in key if c not in columns]
     if missing:
         return {**entry, "unexpected_count": None, "samples": [],
-                "exception": f"columns {missing} are not in the DataFrame columns {df.columns}"}
-    d = duplicates(df, key)
+                "exception": f"columns {missing} are not in the DataFrame columns {columns}"}
+    d = duplicates(df, key) if isinstance(df, DataFrame) else duplicates_table(df, key)
     if not d.rows:
         return None
     return {**entry, "unexpected_count": d.rows,
             "samples": [s[key[0]] for s in d.samples] if one else d.samples, "exception": None}
 
 
-def run_suite(df: DataFrame, suite: str, expectations: list[Any], raise_on_failure: bool = True) -> GateResult:
-    """Validate ``df`` with the given GX expectations; raise :class:`GateFailed` on failure.
+def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bool = True) -> GateResult:
+    """Validate ``df`` - a Spark DataFrame, or a pyarrow Table the stage holds in the driver
+    (validated as pandas) - with the given GX expectations; raise :class:`GateFailed` on failure.
 
     Uniqueness expectations (``ExpectCompoundColumnsToBeUnique``, ``ExpectColumnValuesToBeUnique``)
     are checked exactly by ``simjoin.quality.unique`` - hashes sorted with numpy, then only the
@@ -109,13 +129,17 @@ def run_suite(df: DataFrame, suite: str, expectations: list[Any], raise_on_failu
     as long on millions of pairs; a failure is reported in the same form."""
     import great_expectations as gx
 
+    local = not isinstance(df, DataFrame)
+    if local:
+        df = df.to_pandas() if hasattr(df, "to_pandas") else df
+        expectations = [_on_pandas(e) for e in expectations]
     ours = [(e, key) for e in expectations if (key := _uniqueness_key(e)) is not None]
     theirs = [e for e in expectations if _uniqueness_key(e) is None]
     own_failures = [f for e, key in ours if (f := _check_unique(df, e, key)) is not None]
     if not theirs:
         return _result(suite, len(expectations), own_failures, raise_on_failure)
     ctx = _context()
-    ds = ctx.data_sources.get("simjoin_spark")
+    ds = ctx.data_sources.get("simjoin_pandas" if local else "simjoin_spark")
     asset = ds.add_dataframe_asset(name=f"{suite}_{next(_counter)}")
     batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": df})
     gx_suite = gx.ExpectationSuite(name=f"{suite}_{next(_counter)}", expectations=list(theirs))

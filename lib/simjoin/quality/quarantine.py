@@ -102,11 +102,12 @@ def split_quarantine(df: DataFrame, rules: list[Rule], id_col: str | None = None
     tagged = df.withColumn("reason", F.concat_ws("; ", F.array(*reasons)) if reasons else F.lit("")).cache()
     good = tagged.filter(F.col("reason") == "").drop("reason")
     bad = tagged.filter(F.col("reason") != "")
+    # one job: good, bad, and rows neither filter keeps (a null reason) - which would be lost
     counts = {r["ok"]: r["n"] for r in tagged.groupBy((F.col("reason") == "").alias("ok"))
               .agg(F.count("*").alias("n")).collect()}
-    n_good, n_bad = int(counts.get(True, 0)), int(counts.get(False, 0))
-    n_in = df.count()
-    if n_good + n_bad != n_in:
+    n_good, n_bad, n_lost = int(counts.get(True, 0)), int(counts.get(False, 0)), int(counts.get(None, 0))
+    n_in = n_good + n_bad + n_lost
+    if n_lost:
         raise AssertionError(f"quarantine split of {table} lost rows: {n_good} good + {n_bad} bad != {n_in}")
     log.info("quality %s: %d rows in, %d good, %d quarantined", table, n_in, n_good, n_bad)
     return QuarantineResult(good, bad, n_in, n_good, n_bad)

@@ -7,6 +7,9 @@ with numpy on the driver, or - above ``DRIVER_ROWS`` rows - in the tasks after a
 hashes alone. Only rows whose hash occurs twice are then grouped by their real key, so the answer
 is exact: a hash collision is a candidate, never a verdict. 7.9M pairs take about 2 s.
 
+``duplicates_table`` does the same on a pyarrow Table in the driver (a gate's small unit): the
+rows' keys hashed by pandas, sorted with numpy, colliding rows grouped by their real key.
+
 Nulls follow Great Expectations: a row whose key columns are all null is ignored.
 """
 
@@ -79,3 +82,31 @@ def duplicates(df: DataFrame, cols: Sequence[str], samples: int = 5, rows: int |
         return Duplicates(int(total), [{c: r[c] for c in cols} for r in groups.limit(samples).collect()])
     finally:
         groups.unpersist()
+
+
+def duplicates_table(table: Any, cols: Sequence[str], samples: int = 5) -> Duplicates:
+    """``duplicates`` for a pyarrow Table (or pandas DataFrame) in this process."""
+    import numpy as np
+    import pandas as pd
+
+    cols = list(cols)
+    pdf = table if isinstance(table, pd.DataFrame) else table.select(cols).to_pandas()
+    keyed = pdf[cols][pdf[cols].notna().any(axis=1)]
+    if len(keyed) < 2:
+        return Duplicates()
+    h = pd.util.hash_pandas_object(keyed, index=False).to_numpy()
+    cand = keyed[np.isin(h, _repeated(h))]
+    if cand.empty:
+        return Duplicates()
+    dup = cand[cand.duplicated(keep=False)]  # exact: a hash collision is a candidate, never a verdict
+    if dup.empty:
+        return Duplicates()
+    first = dup.drop_duplicates().head(samples)
+    return Duplicates(len(dup), [{c: _py(v) for c, v in row.items()} for row in first.to_dict("records")])
+
+
+def _py(v: Any) -> Any:
+    """A pandas/numpy scalar as the Python value Spark's ``collect`` gives."""
+    if hasattr(v, "to_pydatetime"):  # naive UTC, as Spark's session time zone (UTC) collects it
+        return (v.tz_convert("UTC").tz_localize(None) if v.tzinfo is not None else v).to_pydatetime()
+    return v.item() if hasattr(v, "item") else v

@@ -432,6 +432,15 @@ def files_frame(spark: SparkSession, files: Files) -> DataFrame:
     return spark.read.schema(struct).parquet(*paths)
 
 
+def files_table(files: Files) -> Any:
+    """The rows of ``files`` as one pyarrow Table, read in this process."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = [pq.read_table(p, schema=files.schema) for p in files.paths]
+    return pa.concat_tables(parts) if parts else files.schema.empty_table()
+
+
 def append_files(spark: SparkSession, files: Files, ref: str, app_id: str, version: int) -> None:
     """Append ``files`` to ``ref`` once per (app_id, version): one deltalake commit that names them
     (nothing is copied); where deltalake cannot commit, Spark appends their rows."""

@@ -109,6 +109,8 @@ class Unit:
     unit: int
     records: DataFrame
     checkpoint_id: str
+    #: the metadata ingest staged with the unit's first rows (JSON), read by the same job
+    meta: str | None = None
 
 
 def read_state(spark: SparkSession, path: str, before_unit: int) -> DataFrame | None:
@@ -352,7 +354,7 @@ class MicroBatchEngine:
         recs = delta.read_table(self.spark, self.tables.records).where(F.col("unit") > prog.last_unit)
         row = recs.agg(F.min("unit").alias("u"), F.max("unit").alias("v"),
                        F.collect_set("fingerprint").alias("fp"),
-                       F.collect_set("checkpoint_id").alias("ck")).first()
+                       F.collect_set("checkpoint_id").alias("ck"), F.first("meta").alias("meta")).first()
         if row is None or row["u"] is None:
             return None
         if row["u"] != row["v"]:
@@ -364,7 +366,7 @@ class MicroBatchEngine:
                 f"({self.fingerprint}): rerun with the same settings, or {self._reset_hint()}")
         if list(row["ck"]) != [ident]:
             raise CheckpointMismatch(f"unit {row['u']} was staged under another checkpoint: {self._reset_hint()}")
-        return Unit(int(row["u"]), recs.drop("fingerprint", "checkpoint_id"), ident)
+        return Unit(int(row["u"]), recs.drop("fingerprint", "checkpoint_id"), ident, row["meta"])
 
     def write_work(self, df: DataFrame, name: str, unit: int) -> str:
         path = self.tables.work(name)
@@ -627,17 +629,19 @@ class MicroBatchEngine:
         for extra in quarantine[1:]:
             qdf = qdf.unionByName(to_q(extra))
         qdf = qdf.cache()
-        n_bad = qdf.count()
-        if n_bad:
-            delta.overwrite_partition(qdf, self.tables.quarantine, {"batch": batch_key})
-        elif delta.table_exists(self.spark, self.tables.quarantine):  # a replay's earlier rows go
-            delta.overwrite_rows(self.spark, [], QUARANTINE_SCHEMA, self.tables.quarantine, {"batch": batch_key})
         staged = (prep.staged.withColumn("unit", F.lit(info.unit).cast("long"))
                   .withColumn("batch_id", F.lit(batch_id).cast("long"))
                   .withColumn("meta", F.lit(json.dumps(prep.meta, sort_keys=True)))
                   .withColumn("fingerprint", F.lit(self.fingerprint))
                   .withColumn("checkpoint_id", F.lit(info.checkpoint_id))).cache()
-        n_staged = staged.count()
+        # one job counts both (and fills both caches)
+        n = {r["k"]: r["count"] for r in qdf.select(F.lit(0).alias("k")).unionByName(
+            staged.select(F.lit(1).alias("k"))).groupBy("k").count().collect()}
+        n_bad, n_staged = int(n.get(0, 0)), int(n.get(1, 0))
+        if n_bad:
+            delta.overwrite_partition(qdf, self.tables.quarantine, {"batch": batch_key})
+        elif delta.table_exists(self.spark, self.tables.quarantine):  # a replay's earlier rows go
+            delta.overwrite_rows(self.spark, [], QUARANTINE_SCHEMA, self.tables.quarantine, {"batch": batch_key})
         # an empty (or all-quarantined) batch still creates the records table: the checkpoint has
         # consumed it, and verify() must not take a missing table for lost input
         if n_staged or not delta.table_exists(self.spark, self.tables.records):

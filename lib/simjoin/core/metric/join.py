@@ -54,6 +54,7 @@ window's earlier rows, so the bound stays exact when a window spans micro-batche
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -105,6 +106,22 @@ _ROLE_PAIRS = np.array(
 )
 
 
+#: Margin of ``_cos_floor`` in cosine units: far above the few ulps of rounding in a dot
+#: product, its division by the norms, ``acos`` and the division by pi.
+_COS_MARGIN = 1e-9
+
+
+def _cos_floor(metric: str, t: float) -> float:
+    """A cosine below which the angular or cosine distance is surely above t (-2: no such
+    shortcut, euclidean). acos is decreasing with |acos'| >= 1, so cos < cos(pi t) - margin
+    gives acos(cos) / pi > t + margin / pi; for cosine, 1 - cos > t + margin."""
+    if metric == "angular":
+        return math.cos(math.pi * t) - _COS_MARGIN
+    if metric == "cosine":
+        return 1.0 - t - _COS_MARGIN
+    return -2.0
+
+
 @njit(cache=True)
 def _grow(L: IntArray, R: IntArray, D: FloatArray, n: int) -> tuple[IntArray, IntArray, FloatArray]:
     cap = 2 * L.shape[0]
@@ -137,17 +154,29 @@ def _block(
     R: IntArray,
     D: FloatArray,
     n_out: int,
+    c_low: float,
 ) -> tuple[IntArray, IntArray, FloatArray, int, int, int, int]:
-    """Pairs rows [a0, a1) x [b0, b1) (tri: one block, a < b). a-rows are the left side."""
+    """Pairs rows [a0, a1) x [b0, b1) (tri: one block, a < b). a-rows are the left side.
+
+    Angular and cosine: a pair whose cosine is below ``c_low`` (``_cos_floor``) is surely
+    farther than t and is rejected on its dot product, without the arc cosine; every other
+    pair is decided on ``_dist``'s own value, so the result is exact at the boundary."""
     comps = 0
     res = 0
     viol = 0
+    d = X.shape[1]
     for a in range(a0, a1):
         start = a + 1 if tri else b0
         for b in range(start, b1):
             if compute:
-                dd = _dist(code, X, a, X, b, nrm[a], nrm[b])
                 comps += 1
+                if c_low > -1.0:
+                    dot = 0.0
+                    for k in range(d):
+                        dot += X[a, k] * X[b, k]
+                    if dot < c_low * (nrm[a] * nrm[b]):
+                        continue
+                dd = _dist(code, X, a, X, b, nrm[a], nrm[b])
                 ok = dd <= t if inclusive else dd < t
                 if not ok:
                     continue
@@ -186,6 +215,7 @@ def _join_segments(
     inclusive: bool,
     self_join: bool,
     exact: bool,
+    c_low: float,
 ) -> tuple[IntArray, IntArray, FloatArray, IntArray, IntArray, IntArray, int]:
     """Join every workset segment; rows are sorted by (workset, role, side)."""
     nseg = seg.shape[0] - 1
@@ -247,6 +277,7 @@ def _join_segments(
                     R,
                     D,
                     n_out,
+                    c_low,
                 )
                 comps[g] += c
                 res[g] += p
@@ -352,6 +383,7 @@ def join_worksets(
         bool(inclusive),
         self_join,
         bool(exact_distances),
+        _cos_floor(metric, t),
     )
     seg_of_row = np.repeat(np.arange(starts.shape[0]), np.diff(seg))
     counts = np.zeros((starts.shape[0], 3), dtype=np.int64)
