@@ -170,6 +170,13 @@ def _dist(code: int, X: FloatArray, i: int, Y: FloatArray, j: int, nx: float, ny
     dot = 0.0
     for k in range(d):
         dot += X[i, k] * Y[j, k]
+    return _dot_dist(code, dot, nx, ny)
+
+
+@njit(cache=True)
+def _dot_dist(code: int, dot: float, nx: float, ny: float) -> float:
+    """Angular (code 1) or cosine (code 2) distance from a dot product and the two norms: the
+    rest of ``_dist``, for a kernel that already has the dot product."""
     c = dot / (nx * ny)
     if c > 1.0:
         c = 1.0

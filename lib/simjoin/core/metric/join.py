@@ -65,7 +65,7 @@ from numba import njit
 from simjoin.contracts import orient_pairs
 
 from ..hashing import splitmix64
-from .distance import METRIC_CODES, _dist, check_threshold, check_vectors, matches, pairwise, row_norms
+from .distance import METRIC_CODES, _dist, _dot_dist, check_threshold, check_vectors, matches, pairwise, row_norms
 from .load import WindowStats, workset_load
 from .partitioning import SpacePartitioning, random_centroids, space_partition
 from .worksets import (
@@ -170,13 +170,15 @@ def _block(
         for b in range(start, b1):
             if compute:
                 comps += 1
-                if c_low > -1.0:
+                if code == 0:
+                    dd = _dist(code, X, a, X, b, nrm[a], nrm[b])
+                else:  # the dot product as _dist takes it, then the rest of _dist
                     dot = 0.0
                     for k in range(d):
                         dot += X[a, k] * X[b, k]
                     if dot < c_low * (nrm[a] * nrm[b]):
                         continue
-                dd = _dist(code, X, a, X, b, nrm[a], nrm[b])
+                    dd = _dot_dist(code, dot, nrm[a], nrm[b])
                 ok = dd <= t if inclusive else dd < t
                 if not ok:
                     continue
@@ -202,6 +204,35 @@ def _block(
 
 
 @njit(cache=True)
+def _segment_bounds(seg: IntArray, role: npt.NDArray[np.int8], side: npt.NDArray[np.int8], g: int,
+                    bnd: IntArray) -> None:
+    """bnd[role, side] = (start, end) of segment g's rows of that role and side."""
+    s1 = seg[g + 1]
+    i = seg[g]
+    for r in range(3):
+        for sd in range(2):
+            st = i
+            while i < s1 and role[i] == r and side[i] == sd:
+                i += 1
+            bnd[r, sd, 0] = st
+            bnd[r, sd, 1] = i
+
+
+@njit(cache=True)
+def _role_block(bnd: IntArray, ra: int, rb: int, h: int, self_join: bool) -> tuple[int, int, int, int, bool]:
+    """Rows (a0, a1, b0, b1, tri) of role pair (ra, rb), half h of a two-stream pair (a: left)."""
+    if self_join:
+        return bnd[ra, 0, 0], bnd[ra, 0, 1], bnd[rb, 0, 0], bnd[rb, 0, 1], ra == rb
+    if h == 0:
+        return bnd[ra, 0, 0], bnd[ra, 0, 1], bnd[rb, 1, 0], bnd[rb, 1, 1], False
+    return bnd[rb, 0, 0], bnd[rb, 0, 1], bnd[ra, 1, 0], bnd[ra, 1, 1], False
+
+
+#: The most pairs ``_join_segments`` reserves room for before it starts (then it grows).
+_MAX_RESERVE = 1 << 24
+
+
+@njit(cache=True)
 def _join_segments(
     code: int,
     X: FloatArray,
@@ -217,74 +248,48 @@ def _join_segments(
     exact: bool,
     c_low: float,
 ) -> tuple[IntArray, IntArray, FloatArray, IntArray, IntArray, IntArray, int]:
-    """Join every workset segment; rows are sorted by (workset, role, side)."""
+    """Join every workset segment; rows are sorted by (workset, role, side). The output buffers
+    are reserved once for every candidate pair (at most ``_MAX_RESERVE``): pages never written
+    cost nothing, and no pair is copied by a growth. The pairs come back as views of them."""
     nseg = seg.shape[0] - 1
     comps = np.zeros(nseg, dtype=np.int64)
     short = np.zeros(nseg, dtype=np.int64)
     res = np.zeros(nseg, dtype=np.int64)
-    cap = 1024
+    bnd = np.zeros((3, 2, 2), dtype=np.int64)  # role, side, (start, end)
+    cap = 0
+    for g in range(nseg):
+        _segment_bounds(seg, role, side, g, bnd)
+        for q in range(role_pairs.shape[0]):
+            ra = role_pairs[q, 0]
+            rb = role_pairs[q, 1]
+            for h in range(1 if (self_join or ra == rb) else 2):
+                a0, a1, b0, b1, tri = _role_block(bnd, ra, rb, h, self_join)
+                na, nb = a1 - a0, b1 - b0
+                cap += na * (na - 1) // 2 if tri else na * nb
+    cap = max(1024, min(cap, _MAX_RESERVE))
     L = np.empty(cap, dtype=np.int64)
     R = np.empty(cap, dtype=np.int64)
     D = np.empty(cap, dtype=np.float64)
     n_out = 0
     viol = 0
-    bnd = np.zeros((3, 2, 2), dtype=np.int64)  # role, side, (start, end)
     for g in range(nseg):
-        s1 = seg[g + 1]
-        i = seg[g]
-        for r in range(3):
-            for sd in range(2):
-                st = i
-                while i < s1 and role[i] == r and side[i] == sd:
-                    i += 1
-                bnd[r, sd, 0] = st
-                bnd[r, sd, 1] = i
+        _segment_bounds(seg, role, side, g, bnd)
         for q in range(role_pairs.shape[0]):
             ra = role_pairs[q, 0]
             rb = role_pairs[q, 1]
             compute = not (ra == INNER and rb == INNER)
             # two-stream, mixed roles: left ra x right rb and left rb x right ra.
-            nblk = 1 if (self_join or ra == rb) else 2
-            for h in range(nblk):
-                if self_join:
-                    a0, a1 = bnd[ra, 0, 0], bnd[ra, 0, 1]
-                    b0, b1 = bnd[rb, 0, 0], bnd[rb, 0, 1]
-                    tri = ra == rb
-                elif h == 0:
-                    a0, a1 = bnd[ra, 0, 0], bnd[ra, 0, 1]
-                    b0, b1 = bnd[rb, 1, 0], bnd[rb, 1, 1]
-                    tri = False
-                else:
-                    a0, a1 = bnd[rb, 0, 0], bnd[rb, 0, 1]
-                    b0, b1 = bnd[ra, 1, 0], bnd[ra, 1, 1]
-                    tri = False
+            for h in range(1 if (self_join or ra == rb) else 2):
+                a0, a1, b0, b1, tri = _role_block(bnd, ra, rb, h, self_join)
                 L, R, D, n_out, c, p, v = _block(
-                    code,
-                    X,
-                    nrm,
-                    ids,
-                    a0,
-                    a1,
-                    b0,
-                    b1,
-                    tri,
-                    compute,
-                    t,
-                    inclusive,
-                    self_join,
-                    exact,
-                    L,
-                    R,
-                    D,
-                    n_out,
-                    c_low,
-                )
+                    code, X, nrm, ids, a0, a1, b0, b1, tri, compute, t, inclusive, self_join, exact, L, R, D,
+                    n_out, c_low)
                 comps[g] += c
                 res[g] += p
                 viol += v
                 if not compute:
                     short[g] += p
-    return L[:n_out].copy(), R[:n_out].copy(), D[:n_out].copy(), comps, short, res, viol
+    return L[:n_out], R[:n_out], D[:n_out], comps, short, res, viol
 
 
 def check_ids_side(
@@ -639,9 +644,12 @@ def join_worker_window(
         side_old=None if sd is None else sd[o],
         exact_distances=exact_distances,
     )
-    L = np.concatenate([jr.left_id, cr.left_id])
-    R = np.concatenate([jr.right_id, cr.right_id])
-    D = np.concatenate([jr.distance, cr.distance])
+    if cr.left_id.size:
+        L = np.concatenate([jr.left_id, cr.left_id])
+        R = np.concatenate([jr.right_id, cr.right_id])
+        D = np.concatenate([jr.distance, cr.distance])
+    else:  # no earlier rows met: the new pairs as they are (no copy of millions of pairs)
+        L, R, D = jr.left_id, jr.right_id, jr.distance
     # Load (Definition 5) per workset: new counts this micro-batch, state counts before it.
     jkey = workset_key(jr.partition, jr.workset_id)
     uk, inv = np.unique(key, return_inverse=True)
