@@ -204,28 +204,37 @@ def _block(
 
 
 @njit(cache=True)
-def _segment_bounds(seg: IntArray, role: npt.NDArray[np.int8], side: npt.NDArray[np.int8], g: int,
-                    bnd: IntArray) -> None:
-    """bnd[role, side] = (start, end) of segment g's rows of that role and side."""
-    s1 = seg[g + 1]
-    i = seg[g]
-    for r in range(3):
-        for sd in range(2):
-            st = i
-            while i < s1 and role[i] == r and side[i] == sd:
-                i += 1
-            bnd[r, sd, 0] = st
-            bnd[r, sd, 1] = i
-
-
-@njit(cache=True)
-def _role_block(bnd: IntArray, ra: int, rb: int, h: int, self_join: bool) -> tuple[int, int, int, int, bool]:
-    """Rows (a0, a1, b0, b1, tri) of role pair (ra, rb), half h of a two-stream pair (a: left)."""
-    if self_join:
-        return bnd[ra, 0, 0], bnd[ra, 0, 1], bnd[rb, 0, 0], bnd[rb, 0, 1], ra == rb
-    if h == 0:
-        return bnd[ra, 0, 0], bnd[ra, 0, 1], bnd[rb, 1, 0], bnd[rb, 1, 1], False
-    return bnd[rb, 0, 0], bnd[rb, 0, 1], bnd[ra, 1, 0], bnd[ra, 1, 1], False
+def _role_blocks(seg: IntArray, role: npt.NDArray[np.int8], side: npt.NDArray[np.int8], role_pairs: IntArray,
+                 self_join: bool) -> IntArray:
+    """Every block the join visits, one row ``(segment, role pair, a0, a1, b0, b1, tri)``: rows
+    [a0, a1) x [b0, b1) of a workset segment (tri: one block, a < b), a-rows the left side. Two
+    streams with mixed roles make two blocks: left ra x right rb and left rb x right ra."""
+    nseg = seg.shape[0] - 1
+    out = np.zeros((nseg * role_pairs.shape[0] * 2, 7), dtype=np.int64)
+    bnd = np.zeros((3, 2, 2), dtype=np.int64)  # role, side, (start, end)
+    n = 0
+    for g in range(nseg):
+        s1 = seg[g + 1]
+        i = seg[g]
+        for r in range(3):
+            for sd in range(2):
+                st = i
+                while i < s1 and role[i] == r and side[i] == sd:
+                    i += 1
+                bnd[r, sd, 0] = st
+                bnd[r, sd, 1] = i
+        for q in range(role_pairs.shape[0]):
+            ra = role_pairs[q, 0]
+            rb = role_pairs[q, 1]
+            for h in range(1 if (self_join or ra == rb) else 2):
+                la, lb = (ra, rb) if h == 0 else (rb, ra)
+                out[n, 0], out[n, 1] = g, q
+                out[n, 2], out[n, 3] = bnd[la, 0, 0], bnd[la, 0, 1]
+                sb = 0 if self_join else 1
+                out[n, 4], out[n, 5] = bnd[lb, sb, 0], bnd[lb, sb, 1]
+                out[n, 6] = 1 if (self_join and ra == rb) else 0
+                n += 1
+    return out[:n]
 
 
 #: The most pairs ``_join_segments`` reserves room for before it starts (then it grows).
@@ -255,40 +264,28 @@ def _join_segments(
     comps = np.zeros(nseg, dtype=np.int64)
     short = np.zeros(nseg, dtype=np.int64)
     res = np.zeros(nseg, dtype=np.int64)
-    bnd = np.zeros((3, 2, 2), dtype=np.int64)  # role, side, (start, end)
+    blocks = _role_blocks(seg, role, side, role_pairs, self_join)
     cap = 0
-    for g in range(nseg):
-        _segment_bounds(seg, role, side, g, bnd)
-        for q in range(role_pairs.shape[0]):
-            ra = role_pairs[q, 0]
-            rb = role_pairs[q, 1]
-            for h in range(1 if (self_join or ra == rb) else 2):
-                a0, a1, b0, b1, tri = _role_block(bnd, ra, rb, h, self_join)
-                na, nb = a1 - a0, b1 - b0
-                cap += na * (na - 1) // 2 if tri else na * nb
+    for k in range(blocks.shape[0]):
+        na, nb = blocks[k, 3] - blocks[k, 2], blocks[k, 5] - blocks[k, 4]
+        cap += na * (na - 1) // 2 if blocks[k, 6] else na * nb
     cap = max(1024, min(cap, _MAX_RESERVE))
     L = np.empty(cap, dtype=np.int64)
     R = np.empty(cap, dtype=np.int64)
     D = np.empty(cap, dtype=np.float64)
     n_out = 0
     viol = 0
-    for g in range(nseg):
-        _segment_bounds(seg, role, side, g, bnd)
-        for q in range(role_pairs.shape[0]):
-            ra = role_pairs[q, 0]
-            rb = role_pairs[q, 1]
-            compute = not (ra == INNER and rb == INNER)
-            # two-stream, mixed roles: left ra x right rb and left rb x right ra.
-            for h in range(1 if (self_join or ra == rb) else 2):
-                a0, a1, b0, b1, tri = _role_block(bnd, ra, rb, h, self_join)
-                L, R, D, n_out, c, p, v = _block(
-                    code, X, nrm, ids, a0, a1, b0, b1, tri, compute, t, inclusive, self_join, exact, L, R, D,
-                    n_out, c_low)
-                comps[g] += c
-                res[g] += p
-                viol += v
-                if not compute:
-                    short[g] += p
+    for k in range(blocks.shape[0]):
+        g, q = blocks[k, 0], blocks[k, 1]
+        compute = not (role_pairs[q, 0] == INNER and role_pairs[q, 1] == INNER)
+        L, R, D, n_out, c, p, v = _block(
+            code, X, nrm, ids, blocks[k, 2], blocks[k, 3], blocks[k, 4], blocks[k, 5], blocks[k, 6] == 1, compute,
+            t, inclusive, self_join, exact, L, R, D, n_out, c_low)
+        comps[g] += c
+        res[g] += p
+        viol += v
+        if not compute:
+            short[g] += p
     return L[:n_out], R[:n_out], D[:n_out], comps, short, res, viol
 
 
