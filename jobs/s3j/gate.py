@@ -38,9 +38,10 @@ def staged_files(run_: S3JRun, u: Any) -> delta.Files | None:
     return delta.Files(target[0], target[1], tuple(json.loads(r["file"]) for r in rows))
 
 
-def staged_pairs(run_: S3JRun, u: Any) -> Any:
-    """The unit's pairs in the output's columns: read from the join tasks' files, or the rows."""
-    files = staged_files(run_, u)
+def staged_pairs(run_: S3JRun, u: Any, files: delta.Files | None = None) -> Any:
+    """The unit's pairs in the output's columns: read from the join tasks' files (``files`` when
+    the caller has listed them already), or the rows."""
+    files = staged_files(run_, u) if files is None else files
     if files is not None and files.rows:
         return delta.files_frame(u.engine.spark, files)
     return (u.work("joined").where(F.col("kind") == int(RowKind.PAIR))
@@ -105,5 +106,5 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     if files is not None and files.n <= DRIVER_ROWS:  # the pairs' files, read here: no Spark job
         res = check(delta.files_table(files), recs.toArrow(), run_.cfg.threshold, run_.self_join)
     else:
-        res = check(staged_pairs(run_, u), recs, run_.cfg.threshold, run_.self_join)
+        res = check(staged_pairs(run_, u, files), recs, run_.cfg.threshold, run_.self_join)
     return {"unit": u.id, "expectations": res.evaluated, "success": res.success}
