@@ -39,7 +39,6 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     cfg = run_.cfg
     if cfg.algorithm != "s3j" or cfg.rebalance == "off":
         return {"unit": u.id, "rebalance": "off"}
-    P = int(cfg.workers)
     ws = (u.work("counters").where(F.col("kind") == int(RowKind.WORKSET))
           .groupBy("partition", "workset_id")
           .agg(F.sum("load").alias("load"), F.max("n_inner").alias("rows"), F.min("worker").alias("worker"))
@@ -48,46 +47,58 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
         return {"unit": u.id, "rebalance": u.write_work(small_frame(spark, [], STATS_SCHEMA), "rebalance"),
                 "fired": False}
     prev_df = read_assignment(spark, run_, u.id)
-    prev = Assignment.empty() if prev_df is None else _assignment(prev_df.collect())
-    # the worker a workset runs on when the assignment does not name it: its centroid state's
-    homes: dict[tuple[int, int], int] = {}
+    prev = None if prev_df is None else prev_df.collect()
     cent = read_state(spark, run_.centroids, u.id)
     new_c = u.work("members").where(F.col("kind") == int(RowKind.CENTROID)).select("partition", "workset_id", "worker")
+    homes = [*(cent.select("partition", "workset_id", "worker").collect() if cent is not None else []),
+             *new_c.collect()]
+    res, assignment, out = decide(cfg, u.id, u.dim, ws, prev, homes)
+    if assignment:
+        delta.append_idempotent(small_frame(spark, assignment, ASSIGNMENT_SCHEMA), run_.assignment,
+                                u.engine.write_id("assignment", u.unit.checkpoint_id), u.id)
+    return {**res, "rebalance": u.write_work(small_frame(spark, out, STATS_SCHEMA), "rebalance")}
+
+
+def decide(cfg: Any, unit: int, dim: int, ws: list[Any], prev_rows: list[Any] | None, home_rows: list[Any]
+           ) -> tuple[dict[str, Any], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Algorithm 1 for one unit: ``ws`` its per-workset loads (``partition, workset_id, load,
+    rows, worker``, ordered), ``prev_rows`` the assignment in force (or None), ``home_rows`` the
+    centroid state's ``partition, workset_id, worker`` (a workset's worker when the assignment
+    does not name it). Returns the result, the new assignment's rows (``ASSIGNMENT_SCHEMA``;
+    none unless it fired) and the stats rows."""
+    P = int(cfg.workers)
+    prev = Assignment.empty() if prev_rows is None else _assignment(prev_rows)
+    homes: dict[tuple[int, int], int] = {}
     keys = {(int(r["partition"]), int(r["workset_id"])) for r in ws}
-    for src in (cent.select("partition", "workset_id", "worker") if cent is not None else None, new_c):
-        if src is None:
-            continue
-        for r in src.collect():
-            k = (int(r["partition"]), int(r["workset_id"]))
-            if k in keys:
-                homes[k] = int(r["worker"])
+    for r in home_rows:
+        k = (int(r["partition"]), int(r["workset_id"]))
+        if k in keys:
+            homes[k] = int(r["worker"])
     p = np.array([int(r["partition"]) for r in ws], np.int64)
     g = np.array([int(r["workset_id"]) for r in ws], np.int64)
     load = np.array([float(r["load"]) for r in ws])
-    size = np.array([int(r["rows"]) * (8 * u.dim + ROW_BYTES) for r in ws], np.float64)
+    size = np.array([int(r["rows"]) * (8 * dim + ROW_BYTES) for r in ws], np.float64)
     home = np.array([homes.get((int(a), int(b)), int(r["worker"])) for a, b, r in zip(p, g, ws)], np.int64)
     res = rebalance(p, g, load, size, home, P, previous=prev, trigger=float(cfg.rebalance_trigger),
                     migration_factor=float(cfg.migration_cost), split=cfg.rebalance == "split")
+    rows: list[tuple[Any, ...]] = []
     if res.fired:
         a = res.assignment
-        rows = [(int(a.partition[i]), int(a.workset_id[i]), int(a.part[i]), int(a.parts[i]), int(a.worker[i]), u.id)
+        rows = [(int(a.partition[i]), int(a.workset_id[i]), int(a.part[i]), int(a.parts[i]), int(a.worker[i]), unit)
                 for i in range(len(a))]
-        delta.append_idempotent(small_frame(spark, rows, ASSIGNMENT_SCHEMA), run_.assignment,
-                                u.engine.write_id("assignment", u.unit.checkpoint_id), u.id)
     L0, L1 = res.load_before, res.load_after
     avg = float(L0.mean()) if L0.size else 0.0
     out = [stats_row(
-        pipeline="s3j", seconds=0.0, level="rebalance", algorithm=cfg.algorithm, unit=u.id, load=float(L0.sum()),
+        pipeline="s3j", seconds=0.0, level="rebalance", algorithm=cfg.algorithm, unit=unit, load=float(L0.sum()),
         load_imbalance=res.imbalance_before, imbalance_after=res.imbalance_after, max_worker_load=float(L0.max()),
         max_worker_load_after=float(L1.max()), moved=res.moved, split=res.split, bytes_migrated=res.bytes_migrated,
         worksets=int(p.shape[0]), load_after=float(L1.sum()))]
-    out += [stats_row(pipeline="s3j", seconds=0.0, level="rebalance_worker", algorithm=cfg.algorithm, unit=u.id,
+    out += [stats_row(pipeline="s3j", seconds=0.0, level="rebalance_worker", algorithm=cfg.algorithm, unit=unit,
                       worker=k, load=float(L0[k]), load_after=float(L1[k])) for k in range(P)]
-    path = u.write_work(small_frame(spark, out, STATS_SCHEMA), "rebalance")
     ratio = (float(L1.max()) / avg) if avg > 0 else 1.0
-    return {"unit": u.id, "rebalance": path, "fired": res.fired, "imbalance_before": res.imbalance_before,
-            "imbalance_after": res.imbalance_after, "max_over_avg_after": ratio, "moved": res.moved,
-            "split": res.split, "bytes_migrated": res.bytes_migrated}
+    return ({"unit": unit, "fired": res.fired, "imbalance_before": res.imbalance_before,
+             "imbalance_after": res.imbalance_after, "max_over_avg_after": ratio, "moved": res.moved,
+             "split": res.split, "bytes_migrated": res.bytes_migrated}, rows, out)
 
 
 def _assignment(rows: list[Any]) -> Assignment:

@@ -52,22 +52,7 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     u = open_unit(spark, run_)
     if u is None:
         return {"unit": None}
-    b = u.id
-    unit = u
-    cfg = run_.cfg
-    P = int(cfg.workers)
     counters = u.work("counters").collect()  # a few rows per (window, worker) and per workset
-    joined = [r for r in counters if int(r["kind"]) == int(RowKind.STATS)]
-    # per-workset load statistics (the rebalance stage's input): rows, load, seconds, bytes
-    row_bytes = 8 * u.dim + ROW_BYTES
-    wsets: dict[int, list[Any]] = {}
-    wbytes: dict[int, dict[int, int]] = {}
-    for r in (r for r in counters if int(r["kind"]) == int(RowKind.WORKSET)):
-        wsets.setdefault(int(r["w"]), []).append(r)
-        wb = wbytes.setdefault(int(r["w"]), {})
-        nb = int(r["n_inner"]) * row_bytes
-        wb[int(r["worker"])] = wb.get(int(r["worker"]), 0) + nb
-        wb[-1] = wb.get(-1, 0) + nb
     members = u.work("members")
     copies = u.work("copies")
     # new worksets (CENTROID rows) and centroid distance computations (COUNTER rows) per window
@@ -76,8 +61,31 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
                                       .otherwise(F.sum("n")).alias("n")).collect()}
     cp = {r["w"]: (r["n"], r["o"]) for r in copies.groupBy("w").agg(
         F.count("*").alias("n"), F.sum(F.col("is_outer").cast("long")).alias("o")).collect()}
-    recs = {r["w"]: r["n"] for r in unit.records.groupBy(micros("window_start").alias("w")).count()
+    recs = {r["w"]: r["n"] for r in u.records.groupBy(micros("window_start").alias("w")).count()
             .withColumnRenamed("count", "n").collect()}
+    rows, res = stats_rows(run_.cfg, u.id, u.dim, counters, form, cp, recs)
+    path = u.write_work(small_frame(spark, rows, STATS_SCHEMA), "stats")
+    return {**res, "stats": path}
+
+
+def stats_rows(cfg: Any, b: int, dim: int, counters: list[Any], form: dict[tuple[int, int], int],
+               cp: dict[int, tuple[int, int]], recs: dict[int, int]) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+    """The unit's stats rows (``STATS_SCHEMA``) and totals, from the join's counter rows
+    (``COUNTERS`` with ``kind, w, worker``), the formulation's per-window counts ``form``
+    ((w, kind) -> new worksets or centroid distances), the space copies per window ``cp`` (w ->
+    (copies, outer copies)) and the unit's records per window ``recs``."""
+    P = int(cfg.workers)
+    joined = [r for r in counters if int(r["kind"]) == int(RowKind.STATS)]
+    # per-workset load statistics (the rebalance stage's input): rows, load, seconds, bytes
+    row_bytes = 8 * dim + ROW_BYTES
+    wsets: dict[int, list[Any]] = {}
+    wbytes: dict[int, dict[int, int]] = {}
+    for r in (r for r in counters if int(r["kind"]) == int(RowKind.WORKSET)):
+        wsets.setdefault(int(r["w"]), []).append(r)
+        wb = wbytes.setdefault(int(r["w"]), {})
+        nb = int(r["n_inner"]) * row_bytes
+        wb[int(r["worker"])] = wb.get(int(r["worker"]), 0) + nb
+        wb[-1] = wb.get(-1, 0) + nb
     by_w: dict[int, list[Any]] = {}
     for r in joined:
         by_w.setdefault(int(r["w"]), []).append(r)
@@ -131,5 +139,4 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
         tot["records"] += n_rec
         tot["copies"] += copies_n
         tot["computations"] += s["computations"]
-    path = u.write_work(small_frame(spark, rows, STATS_SCHEMA), "stats")
-    return {"unit": b, "windows": sorted(by_w), "stats": path, **tot}
+    return rows, {"unit": b, "windows": sorted(by_w), **tot}

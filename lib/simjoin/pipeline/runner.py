@@ -31,7 +31,7 @@ from simjoin.log import get_logger
 from simjoin.log import stage as log_stage
 from simjoin.pipeline.lock import OutputLocked, output_lock, output_of
 from simjoin.pipeline.registry import get_spec
-from simjoin.pipeline.spec import TRIGGERS, NothingNew, PipelineSpec, Run
+from simjoin.pipeline.spec import TRIGGERS, NothingNew, PipelineSpec, Run, resolve
 
 __all__ = ["run_stage", "run_task", "run_pipeline", "follow_pipeline", "Follow", "guard_outputs", "InjectedFault",
            "one_line", "VALIDATION_ERRORS"]
@@ -265,7 +265,15 @@ def _run_stages(spark: Any, run: Run, stages: Any, timed: list[Any]) -> dict[str
         writes = delta.background_writes() if spec.run_type == "batch" else nullcontext()
         with writes, ThreadPoolExecutor(1, thread_name_prefix="gate") as pool:
             pending: list[tuple[str, Future[Any]]] = []
+            local = resolve(spec.local) if spec.local and getattr(run, "in_process", False) else None
             for st in stages:
+                if local is not None and len(spec.stages) > 1 and st is spec.stages[1]:
+                    # a small unit: every later stage in this process (``PipelineSpec.local``)
+                    got = _timed(spec, "driver", local, spark, run, timed)
+                    if got is not None:
+                        done.update(got)
+                        break
+                    timed.pop()
                 fn = st.function()
                 if st.publishes:
                     for name, fut in pending:

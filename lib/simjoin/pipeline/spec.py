@@ -77,6 +77,10 @@ class PipelineSpec:
     section: str = ""
     #: The run object stages receive; a subclass of :class:`Run` with the pipeline's helpers.
     run_class: str = "simjoin.pipeline.spec:Run"
+    #: ``fn(spark, run) -> results by stage name, or None``: every stage after the first for a
+    #: small unit in this process (a run that holds all its stages: the CLI, follow mode); None
+    #: hands the unit to the stages.
+    local: str = ""
     #: ``fn(run, results) -> str``: the CLI's one-line summary.
     summary: str = ""
     #: Tables (``Run.tables`` keys) -> expected column names, checked by the overwrite guard.

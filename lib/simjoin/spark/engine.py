@@ -40,6 +40,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -107,7 +108,8 @@ class Progress:
 @dataclass(frozen=True)
 class Unit:
     unit: int
-    records: DataFrame
+    #: the staged rows: a DataFrame, or a pyarrow Table (``open_unit_table``)
+    records: Any
     checkpoint_id: str
     #: the metadata ingest staged with the unit's first rows (JSON), read by the same job
     meta: str | None = None
@@ -121,6 +123,26 @@ def read_state(spark: SparkSession, path: str, before_unit: int) -> DataFrame | 
     if small is not None:
         return small
     return delta.read_table(spark, path).where(F.col("unit") < before_unit)
+
+
+def _records_summary(records: Any) -> list[dict[str, Any]]:
+    """Per side of a unit's staged records (a DataFrame or a pyarrow Table): the largest ts ``m``,
+    the staged ``meta``, the last micro-batch ``b``, the smallest ts ``lo`` and the count ``n``."""
+    if not isinstance(records, pa.Table):
+        return [r.asDict() for r in records.groupBy("side").agg(
+            F.max("ts").alias("m"), F.first("meta").alias("meta"), F.max("batch_id").alias("b"),
+            F.min("ts").alias("lo"), F.count("*").alias("n")).collect()]
+    import pyarrow.compute as pc
+
+    out = []
+    sides = records.column("side")
+    for s in pc.unique(sides).to_pylist():
+        t = records.filter(pc.equal(sides, s))
+        ts = t.column("ts").cast(pa.timestamp("us", tz="UTC"))
+        lo, hi = (v.as_py().astimezone(UTC).replace(tzinfo=None) for v in pc.min_max(ts).values())
+        out.append({"side": s, "m": hi, "meta": t.column("meta")[0].as_py(),
+                    "b": pc.max(t.column("batch_id")).as_py(), "lo": lo, "n": t.num_rows})
+    return out
 
 
 def _aware(t: dt.datetime) -> dt.datetime:
@@ -367,6 +389,42 @@ class MicroBatchEngine:
         if list(row["ck"]) != [ident]:
             raise CheckpointMismatch(f"unit {row['u']} was staged under another checkpoint: {self._reset_hint()}")
         return Unit(int(row["u"]), recs.drop("fingerprint", "checkpoint_id"), ident, row["meta"])
+
+    def open_unit_table(self, columns: Sequence[str] | None = None) -> Unit | None:
+        """:meth:`open_unit` read in this process with ``deltalake`` (no Spark job): the unit's
+        records as a pyarrow Table. Raises ``LookupError`` when the records table is not local or
+        deltalake cannot read it (the caller then uses :meth:`open_unit`)."""
+        prog = self.progress()
+        ident = self.verify(prog)
+        local = _local(self.tables.records)
+        if local is None or not os.path.isdir(os.path.join(local, "_delta_log")):
+            if local is not None and not os.path.exists(local):
+                return None
+            raise LookupError(f"{self.tables.records} is not a local Delta table")
+        try:
+            from deltalake import DeltaTable
+
+            t = DeltaTable(local).to_pyarrow_table(columns=None if columns is None else [
+                *columns, "unit", "fingerprint", "checkpoint_id", "meta"],
+                filters=[("unit", ">", int(prog.last_unit))])
+        except Exception as e:  # a reader feature deltalake lacks
+            raise LookupError(f"deltalake cannot read {self.tables.records}: {e}") from e
+        if t.num_rows == 0:
+            return None
+        import pyarrow.compute as pc
+
+        lo, hi = pc.min_max(t.column("unit")).values()
+        if lo.as_py() != hi.as_py():
+            raise RuntimeError(f"{self.tables.records} holds several open units {lo}..{hi}: {self._reset_hint()}")
+        fps = pc.unique(t.column("fingerprint")).to_pylist()
+        if fps != [self.fingerprint]:
+            raise CheckpointMismatch(
+                f"unit {lo} was staged with another configuration ({', '.join(map(str, fps))}); this run is "
+                f"({self.fingerprint}): rerun with the same settings, or {self._reset_hint()}")
+        if pc.unique(t.column("checkpoint_id")).to_pylist() != [ident]:
+            raise CheckpointMismatch(f"unit {lo} was staged under another checkpoint: {self._reset_hint()}")
+        meta = t.column("meta")[0].as_py()
+        return Unit(int(lo.as_py()), t.drop_columns(["fingerprint", "checkpoint_id"]), ident, meta)
 
     def write_work(self, df: DataFrame, name: str, unit: int) -> str:
         path = self.tables.work(name)
@@ -665,12 +723,14 @@ class MicroBatchEngine:
         """Whether publishing of ``unit`` began (its gate passed before)."""
         return os.path.exists(self._marker(unit))
 
-    def publish(self, unit: Unit, pieces: Sequence[tuple[str, DataFrame | delta.Files, str]],
+    def publish(self, unit: Unit, pieces: Sequence[tuple[str, DataFrame | delta.Files | Any, str]],
                 meta: dict[str, Any] | None = None,
                 options: Mapping[str, Mapping[str, str]] | None = None,
                 small: Collection[str] = ("stats",)) -> dict[str, Any]:
         """Append each ``(piece, df, path)`` once per (checkpoint, unit), then commit the unit. ``df``
         may be ``delta.Files``: Parquet files tasks already wrote into ``path``, committed as they are.
+        ``df`` may also be a pyarrow Table (rows computed in this process, e.g. by a unit run in the
+        driver): one ``delta.append_rows`` commit.
         ``options``: extra Delta write options per piece (e.g. a commit's ``userMetadata``).
         ``small``: pieces of a few rows (stats), collected and committed with ``delta.append_rows``.
         Only called after the unit's gate passed."""
@@ -680,8 +740,15 @@ class MicroBatchEngine:
         # the pieces go to different tables: append them as concurrent Spark jobs
         from concurrent.futures import ThreadPoolExecutor
 
-        def append(piece: str, df: DataFrame | delta.Files, path: str) -> None:
+        def append(piece: str, df: DataFrame | delta.Files | Any, path: str) -> None:
             app, opts = self.write_id(piece, unit.checkpoint_id), dict((options or {}).get(piece) or {})
+            if isinstance(df, pa.Table):  # rows computed in this process: one deltalake commit
+                metadata = opts.pop("userMetadata", None)
+                merge = str(opts.pop("mergeSchema", "false")).lower() == "true"
+                if opts:
+                    raise ValueError(f"publish: options {sorted(opts)} of the piece {piece} are not supported")
+                delta.append_rows(self.spark, df, "", path, app, unit.unit, metadata=metadata, merge_schema=merge)
+                return
             if isinstance(df, delta.Files):  # files the tasks wrote into the table's directory: one commit
                 if opts:
                     raise ValueError(f"publish: options {sorted(opts)} of the files piece {piece} are not supported")
@@ -701,9 +768,7 @@ class MicroBatchEngine:
         with ThreadPoolExecutor(max(1, min(8, len(pieces) + 1)), thread_name_prefix="publish") as pool:
             futures = [pool.submit(append, piece, df, path) for piece, df, path in pieces]
             # what the progress row needs is read beside the appends (the lock keeps it unchanged)
-            summary = pool.submit(lambda: unit.records.groupBy("side").agg(
-                F.max("ts").alias("m"), F.first("meta").alias("meta"), F.max("batch_id").alias("b"),
-                F.min("ts").alias("lo"), F.count("*").alias("n")).collect())
+            summary = pool.submit(_records_summary, unit.records)
             prog = self.progress()
         for f in futures:
             f.result()

@@ -68,6 +68,11 @@ __all__ = [
     "JoinParams",
     "clusterjoin_members_df",
     "formulate_worksets_df",
+    "formulate_partition_arrow",
+    "formulation_input_arrow",
+    "join_worker_arrow",
+    "route_by_assignment_arrow",
+    "space_partition_arrow",
     "join_counters",
     "join_worksets_df",
     "route_by_assignment",
@@ -158,27 +163,37 @@ def _np(t: pa.Table | pa.RecordBatch, name: str, dtype: type | None = None) -> n
 # --------------------------------------------------------------------------- Section 6
 
 
+_COPY_COLS = ["w", "we", "ts", "side", "id", "vector"]
+
+
+def space_partition_arrow(b: pa.RecordBatch | pa.Table, p: JoinParams,
+                          C: npt.NDArray[np.float64] | None = None) -> pa.RecordBatch | pa.Table:
+    """One Arrow batch of records (``w, we, ts, side, id, vector``) -> its space-partition copies
+    (``COPY_SCHEMA``): the body of ``space_partition_df``'s tasks, and of the driver's path."""
+    C = p.space_centroids() if C is None else C
+    X = to_matrix(b.column("vector"), p.dim)
+    sp = space_partition(X, C, p.metric, p.threshold, p.inclusive)
+    taken = b.select(_COPY_COLS).take(pa.array(sp.record))
+    arrays = [*taken.columns, pa.array(sp.partition.astype(np.int32)), pa.array(sp.is_outer)]
+    names = [*_COPY_COLS, "partition", "is_outer"]
+    if isinstance(taken, pa.Table):
+        return pa.Table.from_arrays(arrays, names=names)
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
 def space_partition_df(records: DataFrame, p: JoinParams) -> DataFrame:
     """Records (``w, we, ts, side, id, vector``) -> space-partition copies (``COPY_SCHEMA``).
 
     Space partitioning is a function of the record alone, so it runs on any Arrow batch.
     """
     C = p.space_centroids()
-    cols = ["w", "we", "ts", "side", "id", "vector"]
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            if b.num_rows == 0:
-                continue
-            X = to_matrix(b.column("vector"), p.dim)
-            sp = space_partition(X, C, p.metric, p.threshold, p.inclusive)
-            taken = b.select(cols).take(pa.array(sp.record))
-            yield pa.RecordBatch.from_arrays(
-                [*taken.columns, pa.array(sp.partition.astype(np.int32)), pa.array(sp.is_outer)],
-                names=[*cols, "partition", "is_outer"],
-            )
+            if b.num_rows:
+                yield space_partition_arrow(b, p, C)  # type: ignore[misc]
 
-    return records.select(*cols).mapInArrow(fn, COPY_SCHEMA)
+    return records.select(*_COPY_COLS).mapInArrow(fn, COPY_SCHEMA)
 
 
 def clusterjoin_members_df(copies: DataFrame, p: JoinParams) -> DataFrame:
@@ -255,53 +270,97 @@ def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, state:
     df = parts[0]
     for extra in parts[1:]:
         df = df.unionByName(extra)
+    return df.groupBy("partition").applyInArrow(lambda t: formulate_partition_arrow(t, p), FORM_SCHEMA)
+
+
+_FORM_IN_ARROW = pa.schema([
+    ("source", pa.int8()), ("w", pa.int64()), ("we", pa.int64()), ("ts", pa.int64()), ("partition", pa.int32()),
+    ("workset_id", pa.int64()), ("worker", pa.int32()), ("side", pa.int8()), ("id", pa.int64()),
+    ("vector", pa.list_(pa.float64())), ("is_outer", pa.bool_()),
+])
+
+
+def formulation_input_arrow(copies: pa.Table, centroids: pa.Table | None, state: pa.Table | None) -> pa.Table:
+    """The union ``formulate_worksets_df`` builds, for Arrow tables in the driver: copies
+    (``COPY_SCHEMA``), persisted centroids (``partition, workset_id, vector, worker``) and join-state
+    rows (``w, we, partition, workset_id, side, id, vector, role``), tagged by ``source``."""
+    def part(t: pa.Table, source: np.ndarray, **cols: Any) -> pa.Table:
+        n = t.num_rows
+        arrays = []
+        for f in _FORM_IN_ARROW:
+            v = source if f.name == "source" else cols.get(f.name, f.name)
+            if isinstance(v, str):
+                arrays.append(t.column(v).cast(f.type))
+            elif v is None:
+                arrays.append(pa.nulls(n, f.type))
+            else:
+                arrays.append(pa.array(np.asarray(v)).cast(f.type))
+        return pa.Table.from_arrays(arrays, schema=_FORM_IN_ARROW)
+
+    parts = [part(copies, np.full(copies.num_rows, _SOURCE_COPY, np.int8), workset_id=None, worker=None)]
+    if centroids is not None and centroids.num_rows:
+        n = centroids.num_rows
+        parts.append(part(centroids, np.full(n, _SOURCE_CENTROID, np.int8), w=None, we=None, ts=None, side=None,
+                          id=None, is_outer=None))
+    if state is not None and state.num_rows:
+        role = _np(state, "role", np.int8)
+        routed = role == OUTER
+        ws = np.where(role == int(BUFFER), 0, _np(state, "workset_id", np.int64))
+        vec = pc.if_else(pa.array(routed), pa.nulls(state.num_rows, pa.list_(pa.float64())),
+                         state.column("vector").cast(pa.list_(pa.float64())))
+        st = state.set_column(state.schema.get_field_index("vector"), "vector", vec)
+        parts.append(part(st, np.where(routed, _SOURCE_ROUTED, _SOURCE_STATE).astype(np.int8), ts=None,
+                          workset_id=ws, worker=None, is_outer=None))
+    return pa.concat_tables(parts)
+
+
+def formulate_partition_arrow(t: pa.Table, p: JoinParams) -> pa.Table:
+    """One space partition's formulation input (the union ``formulate_worksets_df`` builds: column
+    ``source`` tells copies, persisted centroids, state rows and routed memberships apart) -> its
+    ``FORM_SCHEMA`` rows: the body of the Spark tasks, and of the driver's path."""
     P = p.workers
     dim = p.dim
-
-    def fn(t: pa.Table) -> pa.Table:
-        if t.num_rows == 0:
-            return pa.Table.from_batches([], schema=_FORM_ARROW)
-        source = _np(t, "source", np.int8)
-        part = int(t.column("partition")[0].as_py())
-        cen = t.filter(pa.array(source == _SOURCE_CENTROID))
-        new = t.filter(pa.array(source == _SOURCE_COPY))
-        old = t.filter(pa.array(source == _SOURCE_STATE))
-        done = t.filter(pa.array(source == _SOURCE_ROUTED))
-        if new.num_rows == 0:
-            return pa.Table.from_batches([], schema=_FORM_ARROW)
-        X = to_matrix(new.column("vector"), dim)
-        w_new, we_new = _np(new, "w", np.int64), _np(new, "we", np.int64)
-        sd, rid = _np(new, "side", np.int8), _np(new, "id", np.int64)
-        st = PartitionState.from_arrays(
-            _np(old, "w", np.int64), _np(old, "side", np.int8), _np(old, "id", np.int64),
-            to_matrix(old.column("vector"), dim), _np(old, "workset_id", np.int64), _np(done, "w", np.int64),
-            _np(done, "side", np.int8), _np(done, "id", np.int64), _np(done, "workset_id", np.int64), dim=dim)
-        windows = formulate_partition_microbatch(
-            w_new, _np(new, "ts", np.int64), sd, rid, X, _np(new, "is_outer", bool),
-            p.metric, p.threshold, p.inclusive, partition=part, n_workers=P,
-            workset_id=_np(cen, "workset_id", np.int64), centroid=to_matrix(cen.column("vector"), dim),
-            worker=_np(cen, "worker", np.int64), state=st,
-            bounds=partition_bounds(p.metric, p.threshold, dim, p.inclusive), prune_outer=True)
-        out: list[pa.RecordBatch] = []
-        for w, res in windows:
-            we = int(we_new[np.flatnonzero(w_new == w)[0]])
-            r = res.record
-            out.append(_member_batch(w, we, part, res.workset_id, res.worker, sd[r], rid[r], X[r], res.role, True))
-            k_new = res.n_new_worksets
-            if k_new:
-                out.append(_member_batch(w, we, part, res.new_workset_id, res.new_worker, np.zeros(k_new),
-                                         np.zeros(k_new), res.new_centroid, np.full(k_new, -1), True,
-                                         kind=RowKind.CENTROID))
-            b = res.routed_record
-            if b.size:
-                out.append(_member_batch(w, we, part, res.routed_workset_id, res.routed_worker, st.side[b],
-                                         st.id[b], st.X[b], np.full(b.size, OUTER), False))
-            out.append(_member_batch(w, we, part, np.zeros(1), np.full(1, part % P), np.zeros(1), np.zeros(1),
-                                     np.zeros((1, dim)), np.full(1, -1), True, kind=RowKind.COUNTER,
-                                     n=res.centroid_distance_computations))
-        return pa.Table.from_batches(out, schema=_FORM_ARROW) if out else pa.Table.from_batches([], schema=_FORM_ARROW)
-
-    return df.groupBy("partition").applyInArrow(fn, FORM_SCHEMA)
+    if t.num_rows == 0:
+        return pa.Table.from_batches([], schema=_FORM_ARROW)
+    source = _np(t, "source", np.int8)
+    part = int(t.column("partition")[0].as_py())
+    cen = t.filter(pa.array(source == _SOURCE_CENTROID))
+    new = t.filter(pa.array(source == _SOURCE_COPY))
+    old = t.filter(pa.array(source == _SOURCE_STATE))
+    done = t.filter(pa.array(source == _SOURCE_ROUTED))
+    if new.num_rows == 0:
+        return pa.Table.from_batches([], schema=_FORM_ARROW)
+    X = to_matrix(new.column("vector"), dim)
+    w_new, we_new = _np(new, "w", np.int64), _np(new, "we", np.int64)
+    sd, rid = _np(new, "side", np.int8), _np(new, "id", np.int64)
+    st = PartitionState.from_arrays(
+        _np(old, "w", np.int64), _np(old, "side", np.int8), _np(old, "id", np.int64),
+        to_matrix(old.column("vector"), dim), _np(old, "workset_id", np.int64), _np(done, "w", np.int64),
+        _np(done, "side", np.int8), _np(done, "id", np.int64), _np(done, "workset_id", np.int64), dim=dim)
+    windows = formulate_partition_microbatch(
+        w_new, _np(new, "ts", np.int64), sd, rid, X, _np(new, "is_outer", bool),
+        p.metric, p.threshold, p.inclusive, partition=part, n_workers=P,
+        workset_id=_np(cen, "workset_id", np.int64), centroid=to_matrix(cen.column("vector"), dim),
+        worker=_np(cen, "worker", np.int64), state=st,
+        bounds=partition_bounds(p.metric, p.threshold, dim, p.inclusive), prune_outer=True)
+    out: list[pa.RecordBatch] = []
+    for w, res in windows:
+        we = int(we_new[np.flatnonzero(w_new == w)[0]])
+        r = res.record
+        out.append(_member_batch(w, we, part, res.workset_id, res.worker, sd[r], rid[r], X[r], res.role, True))
+        k_new = res.n_new_worksets
+        if k_new:
+            out.append(_member_batch(w, we, part, res.new_workset_id, res.new_worker, np.zeros(k_new),
+                                     np.zeros(k_new), res.new_centroid, np.full(k_new, -1), True,
+                                     kind=RowKind.CENTROID))
+        b = res.routed_record
+        if b.size:
+            out.append(_member_batch(w, we, part, res.routed_workset_id, res.routed_worker, st.side[b],
+                                     st.id[b], st.X[b], np.full(b.size, OUTER), False))
+        out.append(_member_batch(w, we, part, np.zeros(1), np.full(1, part % P), np.zeros(1), np.zeros(1),
+                                 np.zeros((1, dim)), np.full(1, -1), True, kind=RowKind.COUNTER,
+                                 n=res.centroid_distance_computations))
+    return pa.Table.from_batches(out, schema=_FORM_ARROW) if out else pa.Table.from_batches([], schema=_FORM_ARROW)
 
 
 _FORM_ARROW = pa.schema([
@@ -380,6 +439,43 @@ def join_counters(joined: DataFrame) -> DataFrame:
             .select("kind", "w", "worker", "c.*"))
 
 
+def _split_parts(b: pa.RecordBatch | pa.Table, cols: list[str], k: np.ndarray) -> pa.RecordBatch | pa.Table:
+    """Rows of worksets split into ``k`` parts, replicated per part (``core.metric.split_rows``),
+    keyed ``split_key(workset_id, part)``, with ``base_workset_id`` and ``part``."""
+    row, part, new = split_rows(_np(b, "role", np.int8), _np(b, "is_new", bool), _np(b, "side", np.int8),
+                                _np(b, "id", np.int64), k)
+    t = b.select(cols).take(pa.array(row))
+    names = t.schema.names
+    arrays = list(t.columns)
+    arrays[names.index("is_new")] = pa.array(new)
+    ws = _np(t, "workset_id", np.int64)
+    arrays[names.index("workset_id")] = pa.array(split_key(ws, part))
+    make = pa.Table.from_arrays if isinstance(t, pa.Table) else pa.RecordBatch.from_arrays
+    return make([*arrays, pa.array(ws), pa.array(part)], names=[*names, "base_workset_id", "part"])
+
+
+def route_by_assignment_arrow(members: pa.Table, assignment: pa.Table | None) -> pa.Table:
+    """``route_by_assignment`` for an Arrow table in the driver (the same split and placement)."""
+    if assignment is None or assignment.num_rows == 0 or members.num_rows == 0:
+        return members
+    cols = list(members.schema.names)
+    a_p, a_g = _np(assignment, "partition", np.int64), _np(assignment, "workset_id", np.int64)
+    a_part, a_parts, a_k = (_np(assignment, c, np.int64) for c in ("part", "parts", "worker"))
+    n_parts: dict[tuple[int, int], int] = {}
+    where: dict[tuple[int, int, int], int] = {}
+    for pp, gg, q, qs, k in zip(a_p.tolist(), a_g.tolist(), a_part.tolist(), a_parts.tolist(), a_k.tolist()):
+        n_parts[(pp, gg)] = max(n_parts.get((pp, gg), 1), qs)
+        where[(pp, gg, q)] = k
+    mp, mg = _np(members, "partition", np.int64).tolist(), _np(members, "workset_id", np.int64).tolist()
+    k = np.array([n_parts.get((a, b), 1) for a, b in zip(mp, mg)], np.int64)
+    out = _split_parts(members, cols, k)
+    op, og = _np(out, "partition", np.int64).tolist(), _np(out, "base_workset_id", np.int64).tolist()
+    oq, ow = _np(out, "part", np.int64).tolist(), _np(out, "worker", np.int64).tolist()
+    worker = np.array([where.get((a, b, q), w) for a, b, q, w in zip(op, og, oq, ow)], np.int32)
+    out = out.set_column(out.schema.get_field_index("worker"), "worker", pa.array(worker))
+    return out.select(cols)
+
+
 def route_by_assignment(members: DataFrame, assignment: DataFrame | None) -> DataFrame:
     """Rows to workers by the rebalance stage's assignment (``MEMBER_SCHEMA`` in and out).
 
@@ -396,19 +492,8 @@ def route_by_assignment(members: DataFrame, assignment: DataFrame | None) -> Dat
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            if b.num_rows == 0:
-                continue
-            k = _np(b, "parts", np.int64)
-            row, part, new = split_rows(_np(b, "role", np.int8), _np(b, "is_new", bool), _np(b, "side", np.int8),
-                                        _np(b, "id", np.int64), k)
-            t = b.select(cols).take(pa.array(row))
-            names = t.schema.names
-            arrays = list(t.columns)
-            arrays[names.index("is_new")] = pa.array(new)
-            ws = _np(t, "workset_id", np.int64)
-            arrays[names.index("workset_id")] = pa.array(split_key(ws, part))
-            yield pa.RecordBatch.from_arrays([*arrays, pa.array(ws), pa.array(part)],
-                                             names=[*names, "base_workset_id", "part"])
+            if b.num_rows:
+                yield _split_parts(b, cols, _np(b, "parts", np.int64))  # type: ignore[misc]
 
     from pyspark.sql.types import LongType, StructField, StructType
 
@@ -437,39 +522,51 @@ def join_worksets_df(members: DataFrame, p: JoinParams, pair_files: tuple[str, p
     ``RowKind.FILE`` row instead of its ``PAIR`` rows, so the pairs never pass through the JVM. The
     files are in no table until the publish commits them (``delta_files.commit_files``).
     """
-    # ClusterJoin always verifies (no inner sets, so nothing is shortcut anyway).
-    exact = p.exact_distances or p.algorithm == "clusterjoin"
     root, file_ipc = (pair_files[0], pair_files[1].serialize().to_pybytes()) if pair_files else (None, None)
 
     def fn(t: pa.Table) -> pa.Table:
-        if t.num_rows == 0:
-            return pa.Table.from_batches([], schema=_JOIN_ARROW)
-        worker = int(t.column("worker")[0].as_py())
-        out: list[pa.RecordBatch] = []
         file_schema = pa.ipc.read_schema(pa.py_buffer(file_ipc)) if file_ipc is not None else None
-        pairs: list[pa.Table] = []
-        wcol = _np(t, "w", np.int64)
-        for w in np.unique(wcol):
-            t0 = time.perf_counter()
-            sub = t.filter(pa.array(wcol == w))
-            jw = join_worker_window(
-                to_matrix(sub.column("vector"), p.dim), _np(sub, "id", np.int64), _np(sub, "role", np.int8),
-                _np(sub, "partition", np.int64), _np(sub, "workset_id", np.int64), _np(sub, "is_new", bool),
-                p.metric, p.threshold, p.inclusive,
-                side=None if p.self_join else _np(sub, "side", np.int8), exact_distances=exact)
-            secs = time.perf_counter() - t0
-            if file_schema is None:
-                out.append(_pairs_batch(int(w), worker, jw.left_id, jw.right_id, jw.distance))
-            else:
-                pairs.append(_pairs_table(file_schema, int(w), jw.left_id, jw.right_id, jw.distance))
-            out.append(_counters_batch(
-                RowKind.STATS, int(w), worker, 1, n_inner=jw.n_inner, n_outlier=jw.n_outlier, n_outer=jw.n_outer,
-                s_inner=jw.state_inner, s_outlier=jw.state_outlier, s_outer=jw.state_outer, worksets=jw.worksets,
-                computations=jw.computations, shortcut=jw.shortcut_pairs, results=jw.result_pairs, load=jw.load,
-                seconds=secs))
-            out.append(_worksets_batch(int(w), worker, jw, secs))
-        if root is not None and file_schema is not None and any(x.num_rows for x in pairs):
-            out.append(_file_batch(worker, write_file(root, pa.concat_tables(pairs))))
-        return pa.Table.from_batches(out, schema=_JOIN_ARROW)
+        out, pairs = join_worker_arrow(t, p, file_schema)
+        if root is not None and pairs is not None and pairs.num_rows:
+            out = pa.concat_tables([out, pa.Table.from_batches([_file_batch(
+                int(t.column("worker")[0].as_py()), write_file(root, pairs))], schema=_JOIN_ARROW)])
+        return out
 
     return members.groupBy("worker").applyInArrow(fn, JOIN_OUT_SCHEMA)
+
+
+def join_worker_arrow(t: pa.Table, p: JoinParams, pairs_schema: pa.Schema | None = None
+                      ) -> tuple[pa.Table, pa.Table | None]:
+    """One worker's rows (``MEMBER_SCHEMA``) -> its ``JOIN_OUT_SCHEMA`` rows, per window: the
+    body of ``join_worksets_df``'s tasks, and of the driver's path. With ``pairs_schema`` (the
+    output's columns), the pairs come back apart as one table in it (no ``PAIR`` rows)."""
+    if t.num_rows == 0:
+        return pa.Table.from_batches([], schema=_JOIN_ARROW), None
+    # ClusterJoin always verifies (no inner sets, so nothing is shortcut anyway).
+    exact = p.exact_distances or p.algorithm == "clusterjoin"
+    worker = int(t.column("worker")[0].as_py())
+    out: list[pa.RecordBatch] = []
+    pairs: list[pa.Table] = []
+    wcol = _np(t, "w", np.int64)
+    for w in np.unique(wcol):
+        t0 = time.perf_counter()
+        sub = t.filter(pa.array(wcol == w))
+        jw = join_worker_window(
+            to_matrix(sub.column("vector"), p.dim), _np(sub, "id", np.int64), _np(sub, "role", np.int8),
+            _np(sub, "partition", np.int64), _np(sub, "workset_id", np.int64), _np(sub, "is_new", bool),
+            p.metric, p.threshold, p.inclusive,
+            side=None if p.self_join else _np(sub, "side", np.int8), exact_distances=exact)
+        secs = time.perf_counter() - t0
+        if pairs_schema is None:
+            out.append(_pairs_batch(int(w), worker, jw.left_id, jw.right_id, jw.distance))
+        else:
+            pairs.append(_pairs_table(pairs_schema, int(w), jw.left_id, jw.right_id, jw.distance))
+        out.append(_counters_batch(
+            RowKind.STATS, int(w), worker, 1, n_inner=jw.n_inner, n_outlier=jw.n_outlier, n_outer=jw.n_outer,
+            s_inner=jw.state_inner, s_outlier=jw.state_outlier, s_outer=jw.state_outer, worksets=jw.worksets,
+            computations=jw.computations, shortcut=jw.shortcut_pairs, results=jw.result_pairs, load=jw.load,
+            seconds=secs))
+        out.append(_worksets_batch(int(w), worker, jw, secs))
+    table = pa.Table.from_batches(out, schema=_JOIN_ARROW)
+    return table, (pa.concat_tables(pairs) if pairs_schema is not None and pairs else None)
+
