@@ -39,7 +39,7 @@ def preparer(spark: SparkSession, run: HyperCubeRun) -> Any:
         rules += dups
         if run.window_us > 0:
             rules += late(info.progress.max_ts)
-        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}")
+        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}", lazy=info.local)
         bad = res.bad.select("id", "ts", "ts_raw", "side", *sorted({lk, rk}), "reason")
         return Prepared(res.good.select("id", "ts", "side", "k"), bad)
 

@@ -53,7 +53,7 @@ def preparer(spark: SparkSession, run: IneqRun) -> Any:
         rules += dups
         if p.window.time_us is not None:
             rules += late(info.progress.max_ts)
-        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}")
+        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}", lazy=info.local)
         keep = ["id", "ts", "side", *cols]
         bad = res.bad.select("id", "ts", "ts_raw", "side", *cols, "reason")
         return Prepared(res.good.select(*keep), bad)

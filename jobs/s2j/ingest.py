@@ -60,7 +60,7 @@ def preparer(spark: SparkSession, run: S2JRun) -> Any:
             rules.append(Rule(F.col(punct).isNull(), f"null {punct} (the punctuation column)"))
         df, dups = stream_duplicates(df, _seen(spark, run, info), ["ts", *cols])
         rules += dups + late(info.progress.max_ts)
-        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}")
+        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}", lazy=info.local)
         extra = [punct] if punct else []
         keep = ["id", "ts", "side", *cols, *extra]
         bad = res.bad.select("id", "ts", "ts_raw", "side", *cols, *extra, "reason")

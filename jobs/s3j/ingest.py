@@ -17,10 +17,13 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+import pyarrow as pa
+
 from jobs.s3j.common import S3JRun, read_state
 from simjoin.contracts import Role
 from simjoin.quality.quarantine import Rule, split_quarantine, vector_rules, zero_vector
-from simjoin.spark.engine import BatchInfo, Prepared, assign_windows
+from simjoin.spark import delta
+from simjoin.spark.engine import BatchInfo, Prepared, _aware, assign_windows
 
 PAYLOAD = {"vector": lambda t: isinstance(t, T.ArrayType) and isinstance(
     t.elementType, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType))}
@@ -29,6 +32,18 @@ PAYLOAD_TEXT = "vector array<double>"
 
 def _seen(spark: SparkSession, run: S3JRun, info: BatchInfo) -> DataFrame | None:
     """(side, id) of records in still-open windows, or staged earlier in this unit."""
+    if info.local:  # the keys only, read with deltalake (no Spark job, no vectors)
+        import pyarrow.compute as pc
+
+        js = delta.read_arrow(run.join_state, [("unit", "<", int(info.unit))], ["side", "id", "role", "window_end"])
+        if js is not None:
+            keep = pc.not_equal(js.column("role"), int(Role.BUFFER))
+            wm = info.progress.watermark
+            if wm is not None:
+                keep = pc.and_(keep, pc.greater(js.column("window_end").cast(pa.timestamp("us", tz="UTC")),
+                                                pa.scalar(_aware(wm), pa.timestamp("us", tz="UTC"))))
+            js = js.filter(keep).select(["side", "id"])
+        return run.engine(spark).seen(info, js)  # type: ignore[no-any-return]
     live = read_state(spark, run.join_state, info.unit)
     if live is not None:
         live = live.where(F.col("role") != int(Role.BUFFER))
@@ -58,7 +73,7 @@ def preparer(spark: SparkSession, run: S3JRun) -> Any:
             df = df.join(seen, ["side", "id"], "left")
             rules.append(Rule(F.col("_seen").isNotNull(),
                               F.concat(F.lit("duplicate id "), F.col("id").cast("string"), F.lit(" (seen earlier)"))))
-        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}")
+        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}", lazy=info.local)
         good = res.good.drop("_seen") if seen is not None else res.good
         win = assign_windows(good, run.window_s, run.slide_s)
         wm = info.progress.watermark

@@ -88,17 +88,17 @@ def _pairs(root: Path) -> list[tuple[int, int]]:
     return list(zip(t.column("left_id").to_pylist(), t.column("right_id").to_pylist(), strict=True))
 
 
-def _follow(root: Path, log: Path) -> subprocess.Popen:
+def _follow(root: Path, log: Path, **env: str) -> subprocess.Popen:
     return subprocess.Popen([*_args(root), "--follow", "--trigger", "500ms"], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, env={**os.environ, "SIMJOIN_LOG_LEVEL": "INFO"})
+                            stderr=subprocess.STDOUT, env={**os.environ, "SIMJOIN_LOG_LEVEL": "INFO", **env})
 
 
-def _following(root: Path, seed: int) -> tuple[Streams, Path, subprocess.Popen]:
+def _following(root: Path, seed: int, **env: str) -> tuple[Streams, Path, subprocess.Popen]:
     """Streams with one append, a follower that published it (unit 0), then a second append."""
     s = Streams(root, seed)
     s.append(0)
     log = root / "follow.log"
-    p = _follow(root, log)
+    p = _follow(root, log, **env)
     _wait(p, log, lambda: _units(root) >= 1, "unit 0")
     s.append(1)  # arrives while the query runs: its own micro-batch, its own unit
     return s, log, p
@@ -134,13 +134,39 @@ def test_follow_rejects_a_bad_trigger_in_one_line(tmp_path):
 @pytest.mark.slow
 @pytest.mark.exhaustive
 def test_follow_killed_between_staging_and_publishing_resumes_exactly(tmp_path):
-    s, log, p = _following(tmp_path, 6)
+    # the distributed stages (seconds per unit) leave time to kill between staging and publishing;
+    # the driver's path (a fraction of a second) is crashed inside its publish by the next test
+    s, log, p = _following(tmp_path, 6, SIMJOIN_LOCAL_UNIT_ROWS="0")
     _wait(p, log, lambda: "-> unit 1:" in log.read_text(), "unit 1 staged")
     p.kill()  # SIGKILL: unit 1 is staged, not published
     p.wait(60)
     assert _units(tmp_path) == 1
     s.append(2)
     p = _follow(tmp_path, log)  # finishes unit 1 first, catches up, then follows
+    _wait(p, log, lambda: set(_pairs(tmp_path)) == s.brute_force(), "the exact pairs")
+    p.send_signal(signal.SIGINT)
+    assert p.wait(120) == 0
+    got = _pairs(tmp_path)
+    assert len(got) == len(set(got)) and set(got) == s.brute_force()
+
+
+def test_follow_crashing_inside_a_driver_units_publish_resumes_exactly(tmp_path):
+    """A unit run in the driver (``jobs.s3j.local``) fails after its pieces were appended and
+    before the unit is committed: the follower exits with the fault, and the next start finishes
+    the unit (skipping the committed pieces by their txn ids), catches up and follows - exact."""
+    s = Streams(tmp_path, 11)
+    s.append(0)
+    log = tmp_path / "follow.log"
+    p = _follow(tmp_path, log)
+    _wait(p, log, lambda: _units(tmp_path) >= 1, "unit 0")
+    p.send_signal(signal.SIGINT)
+    assert p.wait(120) == 0 and "ran in the driver" in log.read_text()
+    s.append(1)
+    p = _follow(tmp_path, log, SIMJOIN_FAULTS="s3j.publish.mid")
+    assert p.wait(300) != 0 and "injected fault at s3j.publish.mid" in log.read_text()
+    assert _units(tmp_path) == 1
+    s.append(2)
+    p = _follow(tmp_path, log)
     _wait(p, log, lambda: set(_pairs(tmp_path)) == s.brute_force(), "the exact pairs")
     p.send_signal(signal.SIGINT)
     assert p.wait(120) == 0

@@ -83,11 +83,13 @@ def zero_vector(col: str, why: str) -> Rule:
 
 
 def split_quarantine(df: DataFrame, rules: list[Rule], id_col: str | None = None,
-                     order_col: str | None = None, table: str = "input") -> QuarantineResult:
+                     order_col: str | None = None, table: str = "input", lazy: bool = False) -> QuarantineResult:
     """Split ``df`` into good rows and bad rows (with ``reason``: every broken rule, '; '-joined).
 
     With ``id_col``, a repeated id is kept once (the first by ``order_col``, then by the row's
-    content) and every further copy is quarantined as a duplicate id.
+    content) and every further copy is quarantined as a duplicate id. ``lazy``: no cache and no
+    counting job (the counts are -1); for a caller that computes both sides in one job of its
+    own. ``concat_ws`` never yields a null reason, so no row falls between the two filters.
     """
     reasons = [F.when(F.coalesce(r.bad, F.lit(False)), r.reason if isinstance(r.reason, Column) else F.lit(r.reason))
                for r in rules]
@@ -99,7 +101,11 @@ def split_quarantine(df: DataFrame, rules: list[Rule], id_col: str | None = None
         dup = F.row_number().over(w) > 1
         reasons.append(F.when(F.col(id_col).isNotNull() & dup,
                               F.concat(F.lit(f"duplicate {id_col} "), F.col(id_col).cast("string"))))
-    tagged = df.withColumn("reason", F.concat_ws("; ", F.array(*reasons)) if reasons else F.lit("")).cache()
+    tagged = df.withColumn("reason", F.concat_ws("; ", F.array(*reasons)) if reasons else F.lit(""))
+    if lazy:
+        return QuarantineResult(tagged.filter(F.col("reason") == "").drop("reason"),
+                                tagged.filter(F.col("reason") != ""), -1, -1, -1)
+    tagged = tagged.cache()
     good = tagged.filter(F.col("reason") == "").drop("reason")
     bad = tagged.filter(F.col("reason") != "")
     # one job: good, bad, and rows neither filter keeps (a null reason) - which would be lost
