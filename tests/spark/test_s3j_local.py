@@ -15,7 +15,7 @@ from simjoin.core.metric import brute_force_join
 from simjoin.spark import delta
 from tests.helpers import commit_engines, run_s3j
 
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SCHEMA = "id long, ts timestamp, vector array<double>"
 VOLATILE = {"seconds", "latency_p50_s", "latency_p99_s", "latency_max_s", "started_at", "host", "run_id"}
 
@@ -79,5 +79,6 @@ def test_driver_units_write_what_the_spark_stages_write(spark, tmp_path, monkeyp
         m = (secs >= lo) & (secs < hi)
         L, R, _ = brute_force_join(X[m], ids[m], side[m].astype(np.int8) if two else None, "euclidean", t)
         ref |= {(int(a), int(b), (T0 + dt.timedelta(seconds=lo)).replace(tzinfo=None)) for a, b in zip(L, R)}
-    pairs = {(r.left_id, r.right_id, r.window_start.replace(tzinfo=None)) for r in delta.read_table(spark, out).collect()}
+    pairs = {(r.left_id, r.right_id, r.window_start.replace(tzinfo=None))
+             for r in delta.read_table(spark, out).collect()}
     assert pairs == ref and len(ref) > 0

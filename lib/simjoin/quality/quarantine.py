@@ -157,3 +157,138 @@ def stream_duplicates(df: DataFrame, seen: DataFrame | None, order: list[str]) -
         rules.append(Rule(F.col("_seen").isNotNull(), F.concat(
             F.lit("duplicate id "), F.col("id").cast("string"), F.lit(" (a live tuple has it)"))))
     return df, rules
+
+
+# --------------------------------------------------------------------------- the same rules on Arrow
+#
+# A micro-batch staged through the driver (``MicroBatchEngine`` with a pipeline's Arrow prepare
+# hook: follow mode, the CLI) is checked in this process on a pyarrow Table: the rules below
+# are the twins of the Column rules above - same rows, same reason text, joined with "; " in the
+# same order - and tests/spark/test_quarantine_arrow.py runs both on the same bad rows.
+
+
+@dataclass(frozen=True)
+class ArrowRule:
+    """``Rule`` for a pyarrow Table: ``bad(t)`` a boolean numpy mask; ``reason`` a text, or
+    ``reason(t, rows)`` the texts of the rows ``rows`` (indices where ``bad`` holds)."""
+
+    bad: Any
+    reason: Any
+
+
+def split_quarantine_arrow(t: Any, rules: Sequence[ArrowRule]) -> tuple[Any, Any]:
+    """``split_quarantine`` on a pyarrow Table: (good rows, bad rows with ``reason``)."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = t.num_rows
+    texts: list[list[str]] = [[] for _ in range(n)]
+    any_bad = np.zeros(n, bool)
+    for r in rules:
+        m = np.asarray(r.bad(t), bool)
+        idx = np.flatnonzero(m)
+        if not idx.size:
+            continue
+        any_bad |= m
+        why = [r.reason] * idx.size if isinstance(r.reason, str) else r.reason(t, idx)
+        for i, w in zip(idx.tolist(), why):
+            texts[i].append(w)
+    bad_idx = np.flatnonzero(any_bad)
+    bad = t.take(pa.array(bad_idx)).append_column("reason", pa.array(["; ".join(texts[i]) for i in bad_idx.tolist()],
+                                                                   pa.string()))
+    return t.filter(pa.array(~any_bad)), bad
+
+
+def _list_parts(t: Any, col: str) -> tuple[Any, Any, Any, Any]:
+    """(row is null, row length, flat values as float64 with NaN for null elements, element row)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    c = t.column(col)
+    c = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+    isnull = np.asarray(c.is_null().to_numpy(zero_copy_only=False), bool)
+    length = np.asarray(pc.fill_null(pc.list_value_length(c), -1).to_numpy(zero_copy_only=False), np.int64)
+    flat = pc.list_flatten(c)
+    parent = np.asarray(pc.list_parent_indices(c).to_numpy(zero_copy_only=False), np.int64)
+    elem_null = np.asarray(flat.is_null().to_numpy(zero_copy_only=False), bool)
+    vals = np.asarray(pc.fill_null(flat.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False), np.float64)
+    vals = np.where(elem_null, np.nan, vals)
+    return isnull, length, (vals, elem_null), parent
+
+
+def _per_row(n: int, parent: Any, flags: Any) -> Any:
+    import numpy as np
+
+    return np.bincount(parent[flags], minlength=n)[:n] > 0 if parent.size else np.zeros(n, bool)
+
+
+def vector_rules_arrow(col: str, dim: int | None) -> list[ArrowRule]:
+    """``vector_rules`` on Arrow: null elements, NaN/inf elements, a wrong dimension."""
+    import numpy as np
+
+    def null_elem(t: Any) -> Any:
+        _, _, (_, en), parent = _list_parts(t, col)
+        return _per_row(t.num_rows, parent, en)
+
+    def not_finite(t: Any) -> Any:
+        _, _, (v, en), parent = _list_parts(t, col)
+        return _per_row(t.num_rows, parent, ~en & ~np.isfinite(v))
+
+    rules = [ArrowRule(null_elem, f"null element in {col}"), ArrowRule(not_finite, f"NaN or inf in {col}")]
+    if dim is not None:
+        def wrong(t: Any) -> Any:
+            isnull, length, _, _ = _list_parts(t, col)
+            return ~isnull & (length != dim)
+
+        def why(t: Any, rows: Any) -> list[str]:
+            _, length, _, _ = _list_parts(t, col)
+            return [f"{col} dimension {int(length[i])}, expected {dim}" for i in rows.tolist()]
+
+        rules.append(ArrowRule(wrong, why))
+    return rules
+
+
+def zero_vector_arrow(col: str, why: str) -> ArrowRule:
+    """``zero_vector`` on Arrow: every element is 0 (an empty vector too; not one with a null)."""
+    def bad(t: Any) -> Any:
+        import numpy as np
+
+        isnull, length, (v, en), parent = _list_parts(t, col)
+        zeros = np.bincount(parent[~en & (v == 0)], minlength=t.num_rows)[: t.num_rows] if parent.size \
+            else np.zeros(t.num_rows, np.int64)
+        return ~isnull & (zeros == length)
+
+    return ArrowRule(bad, f"zero {col} ({why})")
+
+
+def first_by(keys: Sequence[Any], order: Sequence[Any], tie: Any = None) -> Any:
+    """A mask of the rows that are not the first of their key (``keys``: equal-length arrays) when
+    ordered by ``order`` (arrays, ascending) and then by ``tie(i)`` (a Python sort key of row i) -
+    ``row_number() over (partition by keys order by ...) > 1``."""
+    import numpy as np
+
+    n = len(keys[0]) if keys else 0
+    if n == 0:
+        return np.zeros(0, bool)
+    idx = np.lexsort([*reversed([np.asarray(o) for o in order]), *reversed([np.asarray(k) for k in keys])])
+    ks = [np.asarray(k)[idx] for k in keys]
+    os_ = [np.asarray(o)[idx] for o in order]
+    start = np.ones(n, bool)
+    start[1:] = ~np.all(np.stack([k[1:] == k[:-1] for k in ks]), axis=0)
+    later = ~start
+    if tie is not None:  # rows tied with their group's first on ``order``: the tie key decides
+        same = np.ones(n, bool)
+        same[1:] = np.all(np.stack([o[1:] == o[:-1] for o in os_]), axis=0) & later[1:]
+        same[0] = False
+        g = np.cumsum(start) - 1
+        for grp in np.unique(g[same]).tolist():
+            members = np.flatnonzero(g == grp)
+            first_order = [o[members[0]] for o in os_]
+            tied = [m for m in members.tolist() if all(o[m] == f for o, f in zip(os_, first_order))]
+            best = min(tied, key=lambda m: tie(int(idx[m])))
+            later[members[0]] = True
+            later[best] = False
+    out = np.zeros(n, bool)
+    out[idx] = later
+    return out
