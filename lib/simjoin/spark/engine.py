@@ -505,7 +505,14 @@ class MicroBatchEngine:
             for k, src in enumerate(self.sources):
                 self._read(k, src, per_source[k], payload_text, casts or {})
         ident = self.verify(prog)
-        open_ = self.open_unit()
+        open_ = None
+        if self._local_tables():  # read with deltalake: no Spark job
+            try:
+                open_ = self.open_unit_table(["side"])
+            except LookupError:
+                open_ = self.open_unit()
+        else:
+            open_ = self.open_unit()
         if open_ is not None:
             log.info("%s: unit %d is still open; finishing it before reading new input", self.pipeline,
                      open_.unit)

@@ -459,20 +459,26 @@ def route_by_assignment_arrow(members: pa.Table, assignment: pa.Table | None) ->
     if assignment is None or assignment.num_rows == 0 or members.num_rows == 0:
         return members
     cols = list(members.schema.names)
-    a_p, a_g = _np(assignment, "partition", np.int64), _np(assignment, "workset_id", np.int64)
-    a_part, a_parts, a_k = (_np(assignment, c, np.int64) for c in ("part", "parts", "worker"))
-    n_parts: dict[tuple[int, int], int] = {}
-    where: dict[tuple[int, int, int], int] = {}
-    for pp, gg, q, qs, k in zip(a_p.tolist(), a_g.tolist(), a_part.tolist(), a_parts.tolist(), a_k.tolist()):
-        n_parts[(pp, gg)] = max(n_parts.get((pp, gg), 1), qs)
-        where[(pp, gg, q)] = k
-    mp, mg = _np(members, "partition", np.int64).tolist(), _np(members, "workset_id", np.int64).tolist()
-    k = np.array([n_parts.get((a, b), 1) for a, b in zip(mp, mg)], np.int64)
+    a = pa.table({"partition": assignment.column("partition").cast(pa.int64()),
+                  "workset_id": assignment.column("workset_id").cast(pa.int64()),
+                  "part": assignment.column("part").cast(pa.int64()),
+                  "parts": assignment.column("parts").cast(pa.int64()),
+                  "assigned": assignment.column("worker").cast(pa.int64())})
+    parts = a.group_by(["partition", "workset_id"]).aggregate([("parts", "max")])
+    keys = pa.table({"partition": members.column("partition").cast(pa.int64()),
+                     "workset_id": members.column("workset_id").cast(pa.int64()),
+                     "_row": pa.array(np.arange(members.num_rows, dtype=np.int64))})
+    hit = keys.join(parts, ["partition", "workset_id"], join_type="left outer").sort_by("_row")
+    k = np.asarray(pc.fill_null(hit.column("parts_max"), 1).to_numpy(zero_copy_only=False), np.int64)
     out = _split_parts(members, cols, k)
-    op, og = _np(out, "partition", np.int64).tolist(), _np(out, "base_workset_id", np.int64).tolist()
-    oq, ow = _np(out, "part", np.int64).tolist(), _np(out, "worker", np.int64).tolist()
-    worker = np.array([where.get((a, b, q), w) for a, b, q, w in zip(op, og, oq, ow)], np.int32)
-    out = out.set_column(out.schema.get_field_index("worker"), "worker", pa.array(worker))
+    okeys = pa.table({"partition": out.column("partition").cast(pa.int64()),
+                      "workset_id": out.column("base_workset_id").cast(pa.int64()),
+                      "part": out.column("part").cast(pa.int64()),
+                      "_row": pa.array(np.arange(out.num_rows, dtype=np.int64))})
+    placed = okeys.join(a.select(["partition", "workset_id", "part", "assigned"]), ["partition", "workset_id", "part"],
+                        join_type="left outer").sort_by("_row")
+    worker = pc.coalesce(placed.column("assigned"), out.column("worker").cast(pa.int64())).cast(pa.int32())
+    out = out.set_column(out.schema.get_field_index("worker"), "worker", worker)
     return out.select(cols)
 
 

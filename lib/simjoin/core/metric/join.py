@@ -62,10 +62,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from simjoin.contracts import orient_pairs
-
 from ..hashing import splitmix64
-from .distance import METRIC_CODES, _dist, _dot_dist, check_threshold, check_vectors, matches, pairwise, row_norms
+from .distance import METRIC_CODES, _dist, _dot_dist, check_threshold, check_vectors, row_norms
 from .load import WindowStats, workset_load
 from .partitioning import SpacePartitioning, random_centroids, space_partition
 from .worksets import (
@@ -469,69 +467,94 @@ def cross_join(
                          ("side_old", so, Xo.shape[0])):
         if arr.shape[0] != n:
             raise ValueError(f"{name} has {arr.shape[0]} entries, expected {n} (one per row)")
-    Ls: list[IntArray] = []
-    Rs: list[IntArray] = []
-    Ds: list[FloatArray] = []
-    comps = 0
-    short = 0
     if Xn.shape[0] == 0 or Xo.shape[0] == 0:
         z = np.zeros(0, np.int64)
         return CrossJoinResult(z, z.copy(), np.zeros(0), 0, 0)
+    t = check_threshold(metric, t)
     on = np.lexsort((sn, rn, kn))
     oo = np.lexsort((so, ro, ko))
-    common = np.intersect1d(kn, ko)
-    n_lo, n_hi = np.searchsorted(kn[on], common, "left"), np.searchsorted(kn[on], common, "right")
-    o_lo, o_hi = np.searchsorted(ko[oo], common, "left"), np.searchsorted(ko[oo], common, "right")
-    side_pairs: list[tuple[int | None, int | None]] = [(None, None)] if self_join else [(0, 1), (1, 0)]
-    for g in range(common.shape[0]):
-        a_all = on[n_lo[g] : n_hi[g]]
-        b_all = oo[o_lo[g] : o_hi[g]]
-        for ra in (INNER, OUTLIER, OUTER):
-            a_r = a_all[rn[a_all] == ra]
-            if a_r.size == 0:
-                continue
-            for rb in (INNER, OUTLIER, OUTER):
+    nn = Xn.shape[0]
+    # one row array: the new rows, then the old ones, each sorted by (workset, role, side)
+    X = np.ascontiguousarray(np.concatenate([Xn.reshape(nn, -1)[on], Xo.reshape(Xo.shape[0], -1)[oo]]))
+    nrm = row_norms(X) if metric != "euclidean" else np.zeros(X.shape[0])
+    ids = np.concatenate([idn[on], ido[oo]])
+    L, R, D, comps, short = _cross_segments(
+        METRIC_CODES[metric], X, nrm, ids, kn[on], rn[on].astype(np.int8), sn[on].astype(np.int8), ko[oo],
+        ro[oo].astype(np.int8), so[oo].astype(np.int8), t, bool(inclusive), self_join, bool(exact_distances),
+        _cos_floor(metric, t))
+    return CrossJoinResult(L, R, D, int(comps), int(short))
+
+
+@njit(cache=True)
+def _bounds(k: IntArray, r: npt.NDArray[np.int8], s: npt.NDArray[np.int8], i: int, i1: int, off: int,
+            bnd: IntArray) -> None:
+    """``bnd[role, side] = (start, end)`` of rows [i, i1) (one workset, sorted by role, side), offset by ``off``."""
+    for rr in range(3):
+        for sd in range(2):
+            st = i
+            while i < i1 and r[i] == rr and s[i] == sd:
+                i += 1
+            bnd[rr, sd, 0] = st + off
+            bnd[rr, sd, 1] = i + off
+
+
+@njit(cache=True)
+def _cross_segments(code: int, X: FloatArray, nrm: FloatArray, ids: IntArray, kn: IntArray,
+                    rn: npt.NDArray[np.int8], sn: npt.NDArray[np.int8], ko: IntArray, ro: npt.NDArray[np.int8],
+                    so: npt.NDArray[np.int8], t: float, inclusive: bool, self_join: bool, exact: bool,
+                    c_low: float) -> tuple[IntArray, IntArray, FloatArray, int, int]:
+    """``cross_join``'s blocks, merged over the worksets both sides hold, each joined by ``_block``:
+    every role pair but outer x outer, left x right (two streams: new left x old right and old left
+    x new right), inner x inner without a computation. X holds the new rows then the old ones."""
+    nn, no = kn.shape[0], ko.shape[0]
+    bn = np.zeros((3, 2, 2), dtype=np.int64)
+    bo = np.zeros((3, 2, 2), dtype=np.int64)
+    L = np.empty(1024, dtype=np.int64)
+    R = np.empty(1024, dtype=np.int64)
+    D = np.empty(1024, dtype=np.float64)
+    n_out = 0
+    comps = 0
+    short = 0
+    i = 0
+    j = 0
+    while i < nn and j < no:
+        if kn[i] < ko[j]:
+            i += 1
+            continue
+        if ko[j] < kn[i]:
+            j += 1
+            continue
+        key = kn[i]
+        i1 = i
+        while i1 < nn and kn[i1] == key:
+            i1 += 1
+        j1 = j
+        while j1 < no and ko[j1] == key:
+            j1 += 1
+        _bounds(kn, rn, sn, i, i1, 0, bn)
+        _bounds(ko, ro, so, j, j1, nn, bo)
+        for ra in range(3):
+            for rb in range(3):
                 if ra == OUTER and rb == OUTER:
                     continue
-                b_r = b_all[ro[b_all] == rb]
-                if b_r.size == 0:
-                    continue
-                for sa, sb in side_pairs:
-                    a = a_r if sa is None else a_r[sn[a_r] == sa]
-                    b = b_r if sb is None else b_r[so[b_r] == sb]
-                    if a.size == 0 or b.size == 0:
+                compute = not (ra == INNER and rb == INNER)
+                for h in range(1 if self_join else 2):
+                    if self_join:
+                        a0, a1, b0, b1 = bn[ra, 0, 0], bn[ra, 0, 1], bo[rb, 0, 0], bo[rb, 0, 1]
+                    elif h == 0:  # new left x old right
+                        a0, a1, b0, b1 = bn[ra, 0, 0], bn[ra, 0, 1], bo[rb, 1, 0], bo[rb, 1, 1]
+                    else:  # old left x new right
+                        a0, a1, b0, b1 = bo[rb, 0, 0], bo[rb, 0, 1], bn[ra, 1, 0], bn[ra, 1, 1]
+                    if a1 <= a0 or b1 <= b0:
                         continue
-                    ia = np.repeat(a, b.size)
-                    ib = np.tile(b, a.size)
-                    if ra == INNER and rb == INNER:
-                        # Both within t/2 (minus a rounding margin) of one centroid: a match.
-                        if exact_distances:
-                            d = pairwise(metric, Xn[a], Xo[b]).reshape(-1)
-                        else:
-                            d = np.full(ia.size, np.nan)
-                        short += ia.size
-                        keep = np.ones(ia.size, bool)
-                    else:
-                        d = pairwise(metric, Xn[a], Xo[b]).reshape(-1)
-                        comps += d.size
-                        keep = matches(d, t, inclusive)
-                    if not keep.any():
-                        continue
-                    left, right = idn[ia[keep]], ido[ib[keep]]
-                    if not self_join and sa == 1:
-                        left, right = right, left
-                    left, right = orient_pairs(left, right, self_join)
-                    Ls.append(left)
-                    Rs.append(right)
-                    Ds.append(d[keep])
-    z = np.zeros(0, np.int64)
-    return CrossJoinResult(
-        np.concatenate(Ls) if Ls else z,
-        np.concatenate(Rs) if Rs else z.copy(),
-        np.concatenate(Ds) if Ds else np.zeros(0),
-        comps,
-        short,
-    )
+                    L, R, D, n_out, c, p, _v = _block(code, X, nrm, ids, a0, a1, b0, b1, False, compute, t, inclusive,
+                                                     self_join, exact, L, R, D, n_out, c_low)
+                    comps += c
+                    if not compute:
+                        short += p
+        i = i1
+        j = j1
+    return L[:n_out], R[:n_out], D[:n_out], comps, short
 
 
 @dataclass(frozen=True)
