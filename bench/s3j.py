@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -351,9 +352,11 @@ def follow_once(a: argparse.Namespace, sel: float) -> dict:
     p = subprocess.Popen([str(BIN / "simjoin"), "s3j", "--left", str(work / "left"), "--right", str(work / "right"),
                           "--output", str(work / "out"), "--threshold", repr(t), "--metric", "angular",
                           "--window", "60s", "--workers", str(a.workers), "--follow", "--trigger", "1s"],
-                         stdout=log, stderr=subprocess.STDOUT)
-    while not (work / "out_state" / "progress").exists():  # started and caught up
-        time.sleep(0.5)
+                         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SIMJOIN_LOG_LEVEL": "INFO"})
+    # started, caught up, and its query is running: the producer starts then (a user's follower
+    # runs before the data flows; the JVM's and the query's start-up are not a record's latency)
+    while "following" not in (work / "follow.log").read_text():
+        time.sleep(0.2)
         if p.poll() is not None:
             raise SystemExit(f"follow failed: {(work / 'follow.log').read_text()[-2000:]}")
     step = 0.5
