@@ -63,20 +63,29 @@ def with_new_record(pairs: Any, records: Any, self_join: bool) -> Any:
 
 
 def new_record_column(pairs: Any, records: Any, self_join: bool) -> Any:
-    """``with_new_record`` for pyarrow tables in the driver: the ``new_record`` column."""
+    """``with_new_record`` for pyarrow tables in the driver: the ``new_record`` column. Each
+    (window, side)'s staged ids are sorted once and every pair end is looked up by binary search
+    (``np.isin`` hashes millions of pair ids per call)."""
     import numpy as np
 
     def us(t: Any) -> Any:
-        return t.column("window_start").cast(pa.int64()).to_numpy()
+        return np.asarray(t.column("window_start").cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64)
 
-    ws, rws, rside = us(pairs), us(records), records.column("side").to_numpy()
-    rid = records.column("id").to_numpy()
+    ws, rws, rside = us(pairs), us(records), np.asarray(records.column("side").to_numpy(zero_copy_only=False))
+    rid = np.asarray(records.column("id").to_numpy(zero_copy_only=False), np.int64)
     out = np.zeros(pairs.num_rows, bool)
+    windows = np.unique(ws)
+    one = windows.size == 1
     for end, side in (("left_id", 0), ("right_id", 0 if self_join else 1)):
-        ids = pairs.column(end).to_numpy()
-        for w in np.unique(ws):
-            m = ws == w
-            out[m] |= np.isin(ids[m], rid[(rside == side) & (rws == w)])
+        ids = np.asarray(pairs.column(end).to_numpy(zero_copy_only=False), np.int64)
+        for w in windows:
+            m = slice(None) if one else ws == w
+            staged = np.sort(rid[(rside == side) & (rws == w)])
+            if staged.size == 0:
+                continue
+            x = ids[m]
+            pos = np.minimum(np.searchsorted(staged, x), staged.size - 1)
+            out[m] |= staged[pos] == x
     return pa.array(out)
 
 

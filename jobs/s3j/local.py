@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -187,9 +188,14 @@ def _run(spark: SparkSession, run_: S3JRun, eng: Any, u: Any, target: tuple[str,
     counters = [{"kind": r["kind"], "w": r["w"], "worker": r["worker"], **r["c"]}
                 for r in (pa.concat_tables(outs).to_pylist() if outs else []) if r["c"] is not None]
     lap("join")
-    # stage 5, the gate: the same suite as the distributed gate, nothing is published unless it passes
-    g = check(pairs_t, recs.select(["window_start", "side", "id"]), cfg.threshold, run_.self_join)
-    lap("gate")
+    # stage 5, the gate: the same suite as the distributed gate. It runs beside the pair file's
+    # write, the stats and the rebalance decision; nothing is committed before it passed (a failed
+    # unit's file is in no table, as the join tasks' files of a failed distributed unit)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="gate")
+    gate = pool.submit(check, pairs_t, recs.select(["window_start", "side", "id"]), cfg.threshold, run_.self_join)
+    pool.shutdown(wait=False)  # the thread finishes the check; gate.result() waits for it
+    file_row = write_file(target[0], pairs_t)
+    lap("file")
     # stage 6, stats
     form: dict[tuple[int, int], int] = {}
     mw = _np(members, "w", np.int64)
@@ -207,6 +213,7 @@ def _run(spark: SparkSession, run_: S3JRun, eng: Any, u: Any, target: tuple[str,
     # stage 7, rebalance (Algorithm 1): the next unit's assignment, one commit
     reb: dict[str, Any] = {"unit": b, "rebalance": "off"}
     rrows: list[tuple[Any, ...]] = []
+    assignment: list[tuple[Any, ...]] = []
     if cfg.rebalance != "off":
         agg: dict[tuple[int, int], dict[str, Any]] = {}
         for r in counters:
@@ -227,12 +234,14 @@ def _run(spark: SparkSession, run_: S3JRun, eng: Any, u: Any, target: tuple[str,
             homes = [*(cent.select(["partition", "workset_id", "worker"]).to_pylist() if cent is not None else []),
                      *new_c]
             reb, assignment, rrows = decide(cfg, b, dim, ws, prev, homes)
-            if assignment:
-                delta.append_rows(spark, assignment, ASSIGNMENT_SCHEMA, run_.assignment,
-                                  eng.write_id("assignment", u.checkpoint_id), b)
     lap("rebalance")
+    g = gate.result()  # raises GateFailed: nothing of the unit is committed
+    lap("gate")
+    if assignment:  # the next unit's routing (the savepoint), once the gate passed
+        delta.append_rows(spark, assignment, ASSIGNMENT_SCHEMA, run_.assignment,
+                          eng.write_id("assignment", u.checkpoint_id), b)
     # stage 8, publish: the pairs as one file in the output's directory, the rest as Arrow tables
-    files = delta.Files(target[0], target[1], (write_file(target[0], pairs_t),))
+    files = delta.Files(target[0], target[1], (file_row,))
     mem = members.filter(pa.array(kind == int(RowKind.MEMBER)))
     n_m = mem.num_rows
     state_t = pa.table({"window_start": _ts(mem.column("w")), "window_end": _ts(mem.column("we")),

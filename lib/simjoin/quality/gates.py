@@ -107,7 +107,7 @@ def _check_unique(df: Any, e: Any, key: list[str]) -> dict[str, Any] | None:
 
     one = len(key) == 1 and not hasattr(e, "column_list")
     entry = {"expectation": e.expectation_type, "kwargs": {"column": key[0]} if one else {"column_list": key}}
-    columns = list(df.columns)
+    columns = list(df.column_names if hasattr(df, "column_names") else df.columns)
     missing = [c for c in key if c not in columns]
     if missing:
         return {**entry, "unexpected_count": None, "samples": [],
@@ -131,11 +131,13 @@ def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bo
 
     local = not isinstance(df, DataFrame)
     if local:
-        df = df.to_pandas() if hasattr(df, "to_pandas") else df
         expectations = [_on_pandas(e) for e in expectations]
     ours = [(e, key) for e in expectations if (key := _uniqueness_key(e)) is not None]
     theirs = [e for e in expectations if _uniqueness_key(e) is None]
+    # uniqueness on the Arrow table itself (integer keys hash with numpy); GX gets pandas
     own_failures = [f for e, key in ours if (f := _check_unique(df, e, key)) is not None]
+    if local and hasattr(df, "to_pandas"):
+        df = df.to_pandas()
     if not theirs:
         return _result(suite, len(expectations), own_failures, raise_on_failure)
     ctx = _context()

@@ -84,12 +84,57 @@ def duplicates(df: DataFrame, cols: Sequence[str], samples: int = 5, rows: int |
         groups.unpersist()
 
 
+def _int_keys(table: Any, cols: Sequence[str]) -> list[Any] | None:
+    """The key columns of a pyarrow Table as int64 numpy arrays, when every one is an integer or a
+    timestamp column without nulls; else None."""
+    import numpy as np
+    import pyarrow as pa
+
+    if not isinstance(table, pa.Table):
+        return None
+    out = []
+    for c in cols:
+        col = table.column(c)
+        if col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_timestamp(col.type)):
+            return None
+        out.append(np.asarray(col.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64))
+    return out
+
+
+def _mix(keys: list[Any]) -> Any:
+    """A 64-bit hash per row of integer key columns (splitmix64's finalizer over a running
+    combination): numpy only, no Python per row."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        h = np.full(keys[0].shape[0], 0x9E3779B97F4A7C15, dtype=np.uint64)
+        for k in keys:
+            h = h ^ (k.view(np.uint64) + np.uint64(0x9E3779B97F4A7C15) + (h << np.uint64(6)) + (h >> np.uint64(2)))
+            h = h ^ (h >> np.uint64(30))
+            h = h * np.uint64(0xBF58476D1CE4E5B9)
+            h = h ^ (h >> np.uint64(27))
+            h = h * np.uint64(0x94D049BB133111EB)
+            h = h ^ (h >> np.uint64(31))
+    return h.view(np.int64)
+
+
 def duplicates_table(table: Any, cols: Sequence[str], samples: int = 5) -> Duplicates:
-    """``duplicates`` for a pyarrow Table (or pandas DataFrame) in this process."""
+    """``duplicates`` for a pyarrow Table (or pandas DataFrame) in this process. Integer and
+    timestamp keys without nulls (a pair key) are hashed with numpy (``_mix``); others by pandas.
+    Either way only the rows whose hash repeats are compared by their real key."""
     import numpy as np
     import pandas as pd
 
     cols = list(cols)
+    ints = _int_keys(table, cols)
+    if ints is not None:
+        if table.num_rows < 2:
+            return Duplicates()
+        h = _mix(ints)
+        rep = _repeated(h)
+        if rep.size == 0:
+            return Duplicates()
+        table = table.filter(np.isin(h, rep))  # the candidates only, then compared exactly below
     pdf = table if isinstance(table, pd.DataFrame) else table.select(cols).to_pandas()
     keyed = pdf[cols][pdf[cols].notna().any(axis=1)]
     if len(keyed) < 2:
