@@ -45,7 +45,7 @@ def _tables(spark, out):
     return q, pairs
 
 
-@pytest.mark.parametrize("slide", [None, "30s"])
+@pytest.mark.parametrize("slide", [pytest.param(None, marks=[pytest.mark.slow, pytest.mark.exhaustive]), "30s"])
 def test_driver_rules_quarantine_what_the_spark_rules_quarantine(spark, tmp_path, monkeypatch, slide):
     src = str(tmp_path / "in")
     got = {}

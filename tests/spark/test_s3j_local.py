@@ -33,7 +33,11 @@ def _rows(spark, path, drop=()):
     return sorted((tuple(r[c] for c in cols) for r in df.select(*cols).collect()), key=repr)
 
 
-@pytest.mark.parametrize("two,plan", [(False, "LLL"), (True, "LSL"), pytest.param(True, "SLS", marks=pytest.mark.slow)])
+_MORE = [pytest.mark.slow, pytest.mark.exhaustive]  # make test-exhaustive; LSL covers both paths and both switches
+
+
+@pytest.mark.parametrize("two,plan", [pytest.param(False, "LLL", marks=_MORE), (True, "LSL"),
+                                      pytest.param(True, "SLS", marks=_MORE)])
 def test_driver_units_write_what_the_spark_stages_write(spark, tmp_path, monkeypatch, two, plan):
     """Three units cut inside sliding windows, a skewed blob that makes the rebalance stage move
     and split worksets (low trigger): ``plan`` says which units run in the driver (L) or on Spark
