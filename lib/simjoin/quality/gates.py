@@ -119,6 +119,20 @@ def _check_unique(df: Any, e: Any, key: list[str]) -> dict[str, Any] | None:
             "samples": [s[key[0]] for s in d.samples] if one else d.samples, "exception": None}
 
 
+def _named_columns(expectations: list[Any]) -> set[str] | None:
+    """The columns the expectations name (``column``, ``column_A``/``column_B``, ``column_list``),
+    or None when one of them names none (a table-level expectation sees every column)."""
+    out: set[str] = set()
+    for e in expectations:
+        got = [getattr(e, a, None) for a in ("column", "column_A", "column_B")]
+        got += list(getattr(e, "column_list", None) or [])
+        got = [g for g in got if isinstance(g, str)]
+        if not got:
+            return None
+        out.update(got)
+    return out
+
+
 def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bool = True) -> GateResult:
     """Validate ``df`` - a Spark DataFrame, or a pyarrow Table the stage holds in the driver
     (validated as pandas) - with the given GX expectations; raise :class:`GateFailed` on failure.
@@ -137,6 +151,9 @@ def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bo
     # uniqueness on the Arrow table itself (integer keys hash with numpy); GX gets pandas
     own_failures = [f for e, key in ours if (f := _check_unique(df, e, key)) is not None]
     if local and hasattr(df, "to_pandas"):
+        named = _named_columns(theirs)  # GX gets the columns its expectations name (all if one names none)
+        if named is not None:
+            df = df.select([c for c in df.column_names if c in named])
         df = df.to_pandas()
     if not theirs:
         return _result(suite, len(expectations), own_failures, raise_on_failure)
