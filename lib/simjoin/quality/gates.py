@@ -124,9 +124,9 @@ def _named_columns(expectations: list[Any]) -> set[str] | None:
     or None when one of them names none (a table-level expectation sees every column)."""
     out: set[str] = set()
     for e in expectations:
-        got = [getattr(e, a, None) for a in ("column", "column_A", "column_B")]
-        got += list(getattr(e, "column_list", None) or [])
-        got = [g for g in got if isinstance(g, str)]
+        found = [getattr(e, a, None) for a in ("column", "column_A", "column_B")]
+        found += list(getattr(e, "column_list", None) or [])
+        got = [g for g in found if isinstance(g, str)]
         if not got:
             return None
         out.update(got)
