@@ -165,7 +165,7 @@ def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bo
     definition = asset.add_batch_definition_whole_dataframe("whole")
     gx_suite = gx.ExpectationSuite(name=f"{suite}_{next(_counter)}", expectations=list(theirs))
 
-    def validate(result_format: str) -> Any:
+    def validate(result_format: Any) -> Any:
         # what Batch.validate builds, without fetching the batch first: GX fingerprints a pandas
         # batch by hashing every row, once per fetch
         return Validator(batch_definition=definition, batch_parameters={"dataframe": df},
