@@ -103,7 +103,7 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any] | None:
     eng = run_.engine(spark)
     try:
         u = eng.open_unit_table()
-    except LookupError as e:
+    except delta.NotLocal as e:
         log.info("s3j: the unit runs on Spark: %s", e)
         return None
     if u is None:
@@ -114,7 +114,7 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any] | None:
         return None
     try:
         return _run(spark, run_, eng, u, target)
-    except LookupError as e:  # a state table deltalake cannot read: nothing was written yet
+    except delta.NotLocal as e:  # a state table deltalake cannot read: nothing was written yet
         log.info("s3j: unit %d runs on Spark: %s", u.unit, e)
         return None
 

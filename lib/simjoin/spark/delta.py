@@ -198,13 +198,18 @@ def read_small(spark: SparkSession, ref: str, where: Any = None) -> DataFrame | 
         return None
 
 
+class NotLocal(LookupError):
+    """A table this process cannot read with ``deltalake`` (not local, or a feature it lacks): the
+    caller reads it with Spark."""
+
+
 def read_arrow(ref: str, where: Any = None, columns: Sequence[str] | None = None) -> Any:
     """A table at a local path read in this process with ``deltalake`` (``where``: its
-    ``filters``), as a pyarrow Table; None when there is no table. Raises ``LookupError`` when the
-    table is not local or deltalake cannot read it (the caller then reads it with Spark)."""
+    ``filters``), as a pyarrow Table; None when there is no table. Raises ``NotLocal`` when the
+    table is not local or deltalake cannot read it (``NotLocal``; the caller then reads it with Spark)."""
     local = _local_dir(ref)
     if local is None:
-        raise LookupError(f"{ref} is not a local table")
+        raise NotLocal(f"{ref} is not a local table")
     if not os.path.isdir(os.path.join(local, "_delta_log")):
         return None
     try:
@@ -212,7 +217,7 @@ def read_arrow(ref: str, where: Any = None, columns: Sequence[str] | None = None
 
         return DeltaTable(local).to_pyarrow_table(columns=None if columns is None else list(columns), filters=where)
     except Exception as e:  # a reader feature deltalake lacks
-        raise LookupError(f"deltalake cannot read {ref}: {e}") from e
+        raise NotLocal(f"deltalake cannot read {ref}: {e}") from e
 
 
 def read_small_or_table(spark: SparkSession, ref: str) -> DataFrame:

@@ -422,7 +422,7 @@ class MicroBatchEngine:
 
     def open_unit_table(self, columns: Sequence[str] | None = None) -> Unit | None:
         """:meth:`open_unit` read in this process with ``deltalake`` (no Spark job): the unit's
-        records as a pyarrow Table. Raises ``LookupError`` when the records table is not local or
+        records as a pyarrow Table. Raises ``delta.NotLocal`` when the records table is not local or
         deltalake cannot read it (the caller then uses :meth:`open_unit`)."""
         prog = self.progress()
         ident = self.verify(prog)
@@ -430,7 +430,7 @@ class MicroBatchEngine:
         if local is None or not os.path.isdir(os.path.join(local, "_delta_log")):
             if local is not None and not os.path.exists(local):
                 return None
-            raise LookupError(f"{self.tables.records} is not a local Delta table")
+            raise delta.NotLocal(f"{self.tables.records} is not a local Delta table")
         try:
             from deltalake import DeltaTable
 
@@ -438,7 +438,7 @@ class MicroBatchEngine:
                 *columns, "unit", "fingerprint", "checkpoint_id", "meta"],
                 filters=[("unit", ">", int(prog.last_unit))])
         except Exception as e:  # a reader feature deltalake lacks
-            raise LookupError(f"deltalake cannot read {self.tables.records}: {e}") from e
+            raise delta.NotLocal(f"deltalake cannot read {self.tables.records}: {e}") from e
         if t.num_rows == 0:
             return None
         import pyarrow.compute as pc
@@ -509,7 +509,7 @@ class MicroBatchEngine:
         if self._local_tables():  # read with deltalake: no Spark job
             try:
                 open_ = self.open_unit_table(["side"])
-            except LookupError:
+            except delta.NotLocal:
                 open_ = self.open_unit()
         else:
             open_ = self.open_unit()
@@ -717,7 +717,7 @@ class MicroBatchEngine:
         try:
             earlier = delta.read_arrow(self.tables.records, [("unit", "=", int(info.unit)),
                                                              ("batch_id", "<", int(info.batch_id))], ["side", "id"])
-        except LookupError:
+        except delta.NotLocal:
             earlier = delta.read_table(self.spark, self.tables.records).where(
                 (F.col("unit") == info.unit) & (F.col("batch_id") < info.batch_id)).select("side", "id").toArrow()
         if earlier is not None:
