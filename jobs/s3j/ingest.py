@@ -11,7 +11,6 @@ sliding: size / slide) and are staged as the new unit.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,7 @@ from simjoin.quality.quarantine import (
     zero_vector_arrow,
 )
 from simjoin.spark import delta
-from simjoin.spark.engine import BatchInfo, Prepared, _aware, assign_windows, spark_ts_string
+from simjoin.spark.engine import BatchInfo, Prepared, _aware, _epoch_us, assign_windows, spark_ts_string
 
 PAYLOAD = {"vector": lambda t: isinstance(t, T.ArrayType) and isinstance(
     t.elementType, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType))}
@@ -158,7 +157,7 @@ def preparer_arrow(spark: SparkSession, run: S3JRun) -> Any:
         win = (win.append_column("window_start", pa.array(start).cast(US))
                .append_column("window_end", pa.array(start + size_us).cast(US)))
         wm = info.progress.watermark
-        late = np.zeros(win.num_rows, bool) if wm is None else (start + size_us) <= _epoch(wm)
+        late = np.zeros(win.num_rows, bool) if wm is None else (start + size_us) <= _epoch_us(wm)
         lt = win.filter(pa.array(late))
         if lt.num_rows:  # one row per late record (its first late window)
             first = ~first_by([lt.column("side").to_numpy(), lt.column("id").to_numpy()],
@@ -174,11 +173,6 @@ def preparer_arrow(spark: SparkSession, run: S3JRun) -> Any:
         return Prepared(staged, out_bad, meta={"dim": dim} if dim else {})
 
     return prepare
-
-
-def _epoch(t: Any) -> int:
-    d = _aware(t) - _aware(dt.datetime(1970, 1, 1))
-    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
 
 
 def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
