@@ -100,6 +100,12 @@ def _on_pandas(e: Any) -> Any:
     return e
 
 
+def _is_arrow(df: Any) -> bool:
+    import pyarrow as pa
+
+    return isinstance(df, pa.Table)
+
+
 def _check_unique(df: Any, e: Any, key: list[str]) -> dict[str, Any] | None:
     """A uniqueness expectation, checked by ``unique.duplicates`` (``duplicates_table`` on a
     pandas DataFrame); its failure entry, or None."""
@@ -107,7 +113,8 @@ def _check_unique(df: Any, e: Any, key: list[str]) -> dict[str, Any] | None:
 
     one = len(key) == 1 and not hasattr(e, "column_list")
     entry = {"expectation": e.expectation_type, "kwargs": {"column": key[0]} if one else {"column_list": key}}
-    columns = list(df.column_names if hasattr(df, "column_names") else df.columns)
+    # never hasattr on a Spark DataFrame: on Spark Connect any attribute name resolves as a column
+    columns = list(df.column_names if _is_arrow(df) else df.columns)
     missing = [c for c in key if c not in columns]
     if missing:
         return {**entry, "unexpected_count": None, "samples": [],
@@ -150,7 +157,7 @@ def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bo
     theirs = [e for e in expectations if _uniqueness_key(e) is None]
     # uniqueness on the Arrow table itself (integer keys hash with numpy); GX gets pandas
     own_failures = [f for e, key in ours if (f := _check_unique(df, e, key)) is not None]
-    if local and hasattr(df, "to_pandas"):
+    if _is_arrow(df):
         named = _named_columns(theirs)  # GX gets the columns its expectations name (all if one names none)
         if named is not None:
             df = df.select([c for c in df.column_names if c in named])
