@@ -6,7 +6,9 @@ costs more than reading one environment variable per Delta write.
 - ``<pipeline>.<stage>``: the stage raises :class:`InjectedFault` right after its body ran (its
   writes done). Other named points: ``<pipeline>.publish.mid`` inside the engine's publish, after
   the pieces (pairs, stats, state) were appended and before the unit is committed;
-  ``<pipeline>.ingest.batch`` when a micro-batch is staged; ``<pipeline>.ingest.landed``.
+  ``<pipeline>.ingest.batch`` when a micro-batch is staged; ``<pipeline>.ingest.landed``;
+  ``<pipeline>.ingest.planned`` after a direct ingest wrote a micro-batch's offsets, before staging it;
+  ``<pipeline>.ingest.staged`` after it staged the batch, before committing it.
 - ``<pipeline>.<stage>.write@N``: the stage raises right after its N-th Delta commit (counted by
   :mod:`simjoin.spark.delta`: overwrites, appends, MERGEs, DELETEs), so a stage with several
   writes leaves some committed and the rest not.

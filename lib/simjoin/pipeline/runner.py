@@ -293,7 +293,8 @@ def _run_stages(spark: Any, run: Run, stages: Any, timed: list[Any]) -> dict[str
 
 def follow_pipeline(spark: Any, run: Run, trigger_s: float, max_units: int | None = None) -> dict[str, Any]:
     """Follow mode of a stream pipeline: finish an open unit and catch up (one normal run), then
-    one long-running Structured Streaming query (``processingTime`` trigger) in this process.
+    one long-running Structured Streaming query (``processingTime`` trigger) in this process, or
+    for an output whose ingest is ``direct``, a loop that reads the inputs' new versions every trigger.
     Each micro-batch becomes one unit and runs every later stage, gate and publish at once, on
     the warm JVM, with the batch mode's tables and exactly-once rules. SIGINT or SIGTERM (or
     ``max_units`` units) stops it between units; a restart resumes where it stopped."""

@@ -1,0 +1,147 @@
+"""A local Delta table read as a stream by its log (the engine's ``direct`` ingest).
+
+What Structured Streaming's Delta source does, without a streaming query: the first read takes
+the snapshot of a version (every file in it), every later read takes the files that the commits
+after the last version read appended. Offsets are table versions. Only appends are a stream: a
+commit that removes data (a delete, an update, an overwrite) is refused, as the streaming source
+refuses it. Compaction (``dataChange: false``) adds and removes nothing of the stream.
+
+A table qualifies when ``deltalake`` reads it and it has no partition columns, no column mapping
+and no deletion vectors (:func:`unsupported`); other tables take the streaming query."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+__all__ = ["Range", "latest_version", "unsupported", "spark_schema", "files_between"]
+
+_JSON = re.compile(r"^([0-9]{20})\.json$")
+
+
+@dataclass(frozen=True)
+class Range:
+    """The versions of one source a micro-batch reads: after ``start`` (-1: none read yet, the
+    batch takes the snapshot of ``end``) up to ``end`` inclusive."""
+
+    start: int
+    end: int
+
+    def empty(self) -> bool:
+        return self.end <= self.start
+
+
+def _log_dir(path: str) -> str:
+    return os.path.join(path, "_delta_log")
+
+
+def latest_version(path: str) -> int:
+    """The newest committed version (a listing of the log; -1 when there is none). A checkpoint
+    whose JSON commits were cleaned up still names its version in ``_last_checkpoint``."""
+    best = -1
+    try:
+        names = os.listdir(_log_dir(path))
+    except FileNotFoundError:
+        return -1
+    for n in names:
+        m = _JSON.match(n)
+        if m:
+            best = max(best, int(m.group(1)))
+    if best < 0 and "_last_checkpoint" in names:
+        with open(os.path.join(_log_dir(path), "_last_checkpoint")) as fh:
+            best = int(json.load(fh)["version"])
+    return best
+
+
+def _table(path: str, version: int | None = None) -> Any:
+    from deltalake import DeltaTable
+
+    return DeltaTable(path, version=version)
+
+
+def unsupported(path: str, version: int | None = None) -> str | None:
+    """Why the table cannot be read by its log here (None: it can)."""
+    try:
+        t = _table(path, version)
+    except Exception as e:  # a reader feature deltalake lacks, or no table
+        return f"deltalake cannot read it ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    return _why(t)
+
+
+def _why(t: Any) -> str | None:
+    md = t.metadata()
+    if md.partition_columns:
+        return f"it is partitioned by {list(md.partition_columns)}"
+    if (md.configuration or {}).get("delta.columnMapping.mode", "none") not in ("none", None):
+        return "it uses column mapping"
+    features = set(t.protocol().reader_features or [])
+    if "deletionVectors" in features or "columnMapping" in features:
+        return f"it uses the reader features {sorted(features)}"
+    return None
+
+
+def spark_schema(path: str, version: int) -> Any:
+    """The table's schema at ``version`` as a Spark ``StructType`` (Delta's schema string is
+    Spark's). Raises ValueError when the table no longer qualifies (:func:`unsupported`)."""
+    from pyspark.sql import types as T
+
+    t = _table(path, version)
+    why = _why(t)
+    if why is not None:
+        raise ValueError(f"input {path} at version {version}: {why}; this output reads it by its Delta log: "
+                         "allowed: an unpartitioned append-only table without column mapping or deletion "
+                         "vectors, or --reset (then a streaming query reads it)")
+    return T.StructType.fromJson(json.loads(t.schema().to_json()))
+
+
+def files_between(path: str, r: Range) -> list[str]:
+    """The data files of the stream between the versions of ``r``: the snapshot of ``r.end``
+    when ``r.start`` is -1, else the files the commits after ``r.start`` appended. Raises
+    ValueError on a commit that changed the stream other than by appending."""
+    if r.empty():
+        return []
+    if r.start < 0:
+        t = _table(path, r.end)
+        return [_plain(u) for u in t.file_uris()]
+    out: list[str] = []
+    for v in range(r.start + 1, r.end + 1):
+        out.extend(_appended(path, v))
+    return out
+
+
+def _plain(uri: str) -> str:
+    return unquote(uri.removeprefix("file://")) if uri.startswith("file://") else uri
+
+
+def _appended(path: str, version: int) -> Sequence[str]:
+    f = os.path.join(_log_dir(path), f"{version:020d}.json")
+    if not os.path.exists(f):
+        raise ValueError(f"input {path}: the log of version {version} is gone (cleaned up before this output "
+                         "read it): allowed: keep the input's log until every output read it, or --reset")
+    added: list[str] = []
+    with open(f) as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "add" in action:
+                a = action["add"]
+                if a.get("deletionVector"):
+                    raise ValueError(f"input {path}: version {version} adds a file with a deletion vector: "
+                                     "allowed: an append-only stream input without deletion vectors")
+                if a.get("dataChange", True):
+                    added.append(os.path.join(path, unquote(a["path"])) if "://" not in a["path"]
+                                 else _plain(a["path"]))
+            elif "remove" in action and action["remove"].get("dataChange", True):
+                raise ValueError(f"input {path}: version {version} removed data (a delete, an update or an "
+                                 "overwrite): a stream input is append-only: allowed: append new rows only, or "
+                                 "--reset to join the input as it is now")
+            elif "metaData" in action and action["metaData"].get("partitionColumns"):
+                raise ValueError(f"input {path}: version {version} made it partitioned: allowed: an unpartitioned "
+                                 "stream input, or --reset")
+    return added
