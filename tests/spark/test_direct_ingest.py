@@ -83,7 +83,7 @@ def _pairs(spark, out):
 def _quarantine(spark, out):
     if not delta.table_exists(spark, out + "_quarantine"):
         return []
-    return sorted((r.side, r.id, r.reason) for r in delta.read_table(spark, out + "_quarantine").collect())
+    return sorted((r.side, r.id, r.reason, r.ts_raw, r.row) for r in delta.read_table(spark, out + "_quarantine").collect())
 
 
 def test_direct_ingest_stages_what_the_streaming_query_stages(spark, tmp_path, monkeypatch):
@@ -115,7 +115,7 @@ def test_direct_ingest_stages_what_the_streaming_query_stages(spark, tmp_path, m
         assert got == _pairs(spark, outs["query"]), f"run {k}: direct and streaming ingest differ"
         assert set(got) == _brute(X, secs, ids, side, cuts[k + 1])
         assert _quarantine(spark, outs["direct"]) == _quarantine(spark, outs["query"])
-    reasons = [r for _, _, r in _quarantine(spark, outs["direct"])]
+    reasons = [r for _, _, r, _, _ in _quarantine(spark, outs["direct"])]
     assert len(reasons) == 12 and sum("NaN" in r or "nan" in r for r in reasons) == 6, reasons
 
 
@@ -152,3 +152,16 @@ def test_an_input_that_is_not_append_only_is_refused(spark, tmp_path):
     spark.sql(f"DELETE FROM delta.`{src}` WHERE id < 50")
     with pytest.raises(ValueError, match=r"version 1 removed data .* append-only"):
         run_s3j(spark, src, out, **CFG)
+
+
+def test_ts_strings_are_sparks_cast_of_a_timestamp_to_a_string():
+    """The vectorized ``ts_raw`` of a direct batch equals the per-value rule (Spark's cast, UTC)."""
+    import pyarrow as pa
+
+    from simjoin.spark.engine import _ts_strings, spark_ts_string
+
+    v = [0, 1, 500_000, 1_767_225_650_700_000, 1_767_225_650_000_000, 1_767_225_650_123_456,
+         253_402_300_799_999_999, -5, -1_500_000]
+    got = _ts_strings(pa.array([*v, None], pa.int64())).to_pylist()
+    assert got == [spark_ts_string(x) for x in v] + [None]
+    assert got[3] == "2026-01-01 00:00:50.7" and got[4] == "2026-01-01 00:00:50"

@@ -42,10 +42,11 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -137,7 +138,6 @@ def _records_summary(records: Any) -> list[dict[str, Any]]:
         return [r.asDict() for r in records.groupBy("side").agg(
             F.max("ts").alias("m"), F.first("meta").alias("meta"), F.max("batch_id").alias("b"),
             F.min("ts").alias("lo"), F.count("*").alias("n")).collect()]
-    import pyarrow.compute as pc
 
     out = []
     sides = records.column("side")
@@ -156,6 +156,26 @@ def spark_ts_string(us: int) -> str:
     t = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=int(us))
     frac = f"{t.microsecond:06d}".rstrip("0")
     return t.strftime("%Y-%m-%d %H:%M:%S") + (f".{frac}" if frac else "")
+
+
+def _ts_strings(us: Any) -> Any:
+    """:func:`spark_ts_string` over an Arrow int64 column of epoch microseconds (nulls stay null):
+    vectorized for 1970-9999, per value elsewhere."""
+    n = len(us)
+    valid = np.asarray(us.is_valid().to_numpy(zero_copy_only=False), bool)
+    v = np.asarray(us.fill_null(0).to_numpy(), np.int64)
+    out = np.empty(n, object)
+    fast = valid & (v >= 0) & (v < 253402300800_000000)
+    if fast.any():
+        vf = v[fast]
+        secs = pc.strftime(pa.array(vf // 1_000_000, pa.timestamp("s", tz="UTC")),
+                           format="%Y-%m-%d %H:%M:%S").to_numpy(zero_copy_only=False).astype(str)
+        frac = np.char.rstrip(np.char.zfill((vf % 1_000_000).astype(str), 6), "0")
+        dot = np.where(np.char.str_len(frac) > 0, ".", "")
+        out[fast] = np.char.add(np.char.add(secs, dot), frac)
+    for i in np.flatnonzero(valid & ~fast).tolist():
+        out[i] = spark_ts_string(int(v[i]))
+    return pa.array(out, pa.string(), mask=~valid)
 
 
 def json_row(values: dict[str, Any]) -> str:
@@ -466,8 +486,6 @@ class MicroBatchEngine:
             raise delta.NotLocal(f"deltalake cannot read {self.tables.records}: {e}") from e
         if t.num_rows == 0:
             return None
-        import pyarrow.compute as pc
-
         lo, hi = pc.min_max(t.column("unit")).values()
         if lo.as_py() != hi.as_py():
             raise RuntimeError(f"{self.tables.records} holds several open units {lo}..{hi}: {self._reset_hint()}")
@@ -771,13 +789,63 @@ class MicroBatchEngine:
             assert loc is not None
             schema = delta_source.spark_schema(loc, max(r.end, 0))
             files = delta_source.files_between(loc, r)
+            got = self._shape_arrow(k, src, files, schema, per_source[k], payload_text, casts)
+            if got is not None:
+                parts.append(got)
+                continue
             df = (self.spark.read.schema(schema).parquet(*files) if files
                   else self.spark.createDataFrame([], schema))
             parts.append(self._shape(k, src, df, schema, per_source[k], payload_text, casts))
+        if all(isinstance(p, pa.Table) for p in parts):
+            return pa.concat_tables(parts, promote_options="default")  # type: ignore[return-value]
+        from simjoin.spark.session import arrow_frame
+
+        parts = [arrow_frame(self.spark, p) if isinstance(p, pa.Table) else p for p in parts]
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p, allowMissingColumns=True)
         return out
+
+    #: payload casts that Arrow makes as Spark does (``_shape_arrow``)
+    _ARROW_CASTS: ClassVar[dict[str, Any]] = {
+        "array<double>": pa.list_(pa.float64()), "double": pa.float64(), "bigint": pa.int64(), "long": pa.int64()}
+
+    def _shape_arrow(self, k: int, path: str, files: Sequence[str], schema: T.StructType,
+                     payload: dict[str, Callable[[T.DataType], bool]], payload_text: str,
+                     casts: dict[str, str]) -> Any:
+        """:meth:`_shape` on the files read with pyarrow in this process (no Spark job), as a
+        pyarrow Table in the schema Spark's ``toArrow`` gives; None when Spark must shape them:
+        the tables are not staged through the driver, ``ts`` is not a timestamp (a string or a
+        number is parsed by Spark's rules), or a payload cast is not one Arrow makes the same way."""
+        import pyarrow.parquet as pq
+
+        stream_schema_check(schema, path, self.ts_unit, payload, payload_text)
+        if not self._local_tables() or not isinstance(schema["ts"].dataType, (T.TimestampType, T.TimestampNTZType)):
+            return None
+        want: dict[str, Any] = {"id": pa.int64(), "ts": pa.timestamp("us", tz="UTC")}
+        for c in payload:
+            if c in casts:
+                if casts[c] not in self._ARROW_CASTS:
+                    return None
+                want[c] = self._ARROW_CASTS[casts[c]]
+            else:
+                return None
+        pieces = []
+        for f in files:
+            t = pq.read_table(f, columns=list(want))
+            ts = t.column("ts")
+            if pa.types.is_timestamp(ts.type) and ts.type.tz is None:  # NTZ or INT96: UTC wall time
+                t = t.set_column(t.schema.get_field_index("ts"), "ts", ts.cast(pa.timestamp("us")).cast(
+                    pa.timestamp("us", tz="UTC")))
+            pieces.append(pa.Table.from_arrays([t.column(c).cast(typ) for c, typ in want.items()],
+                                               names=list(want)))
+        t = (pa.concat_tables(pieces) if pieces
+             else pa.Table.from_pylist([], schema=pa.schema(list(want.items()))))
+        us = t.column("ts").cast(pa.int64())
+        cols = {"id": t.column("id"), "ts": t.column("ts"), "ts_raw": _ts_strings(us)}
+        cols.update({c: t.column(c) for c in payload})
+        cols["side"] = pa.array(np.full(t.num_rows, k, np.int8))
+        return pa.Table.from_arrays(list(cols.values()), names=list(cols))
 
     def _direct_dir(self, kind: str) -> str:
         base = _local(self.tables.checkpoint)
@@ -904,7 +972,7 @@ class MicroBatchEngine:
         ``deltalake`` under the same txn ids - no cache, count or write jobs (a second each on 2 cores)."""
         maybe_fail(f"{self.pipeline}.ingest.batch")
         t0 = time.perf_counter()
-        raw = batch.toArrow()
+        raw = batch if isinstance(batch, pa.Table) else batch.toArrow()  # a direct batch is read already
         t_job = time.perf_counter() - t0
         now = dt.datetime.now(UTC)
         reason = self._engine_reasons(raw, now)
