@@ -21,7 +21,9 @@ def staged_pairs(u: Any) -> DataFrame:
 
 
 def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
-    import great_expectations.expectations as gxe
+    from simjoin.quality.gates import expectations
+
+    gxe = expectations()
 
     u = run_.open_unit(spark)
     if u is None:

@@ -26,7 +26,9 @@ def staged_pairs(run: S2JRun, u: Any) -> DataFrame:
 
 
 def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
-    import great_expectations.expectations as gxe
+    from simjoin.quality.gates import expectations
+
+    gxe = expectations()
 
     u = run_.open_unit(spark)
     if u is None:

@@ -92,7 +92,9 @@ def new_record_column(pairs: Any, records: Any, self_join: bool) -> Any:
 def check(pairs: Any, records: Any, threshold: float, self_join: bool) -> Any:
     """The gate's suite on a unit's ``pairs`` and its staged ``records`` (``window_start, side,
     id``), both Spark DataFrames or both pyarrow Tables (raises ``GateFailed``)."""
-    import great_expectations.expectations as gxe
+    from simjoin.quality.gates import expectations
+
+    gxe = expectations()
 
     ex = pairs_expectations("distance", 0.0, float(threshold), self_join, "window_start")
     ex.append(gxe.ExpectColumnValuesToBeInSet(column="new_record", value_set=[True]))

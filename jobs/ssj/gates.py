@@ -14,7 +14,9 @@ from simjoin.spark import delta
 
 
 def tokens(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
-    import great_expectations.expectations as gxe
+    from simjoin.quality.gates import expectations
+
+    gxe = expectations()
 
     df = job.frame("records", lambda: delta.read_table(spark, job.tables.tokens)
                    .filter(F.col("run_id") == job.run_id))

@@ -165,3 +165,33 @@ def test_ts_strings_are_sparks_cast_of_a_timestamp_to_a_string():
     got = _ts_strings(pa.array([*v, None], pa.int64())).to_pylist()
     assert got == [spark_ts_string(x) for x in v] + [None]
     assert got[3] == "2026-01-01 00:00:50.7" and got[4] == "2026-01-01 00:00:50"
+
+
+def test_a_small_cli_run_never_starts_the_jvm_and_a_large_one_does(spark, tmp_path):
+    """``simjoin s3j`` as a user runs it: a unit the driver runs, read by its Delta logs, needs no
+    Spark (the session is lazy: no ``starting Spark`` line); a unit that takes the distributed
+    stages starts it on first use. Both are exact."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    X, secs, ids, side = _data(seed=9, n=200)
+    chunks = _chunks(X, secs, ids, side, k_chunks=2)
+    src = {s: str(tmp_path / f"in{s}") for s in (0, 1)}
+    out = str(tmp_path / "out")
+    args = [str(Path(sys.executable).parent / "simjoin"), "s3j", "--left", src[0], "--right", src[1],
+            "--output", out, "--threshold", str(CFG["threshold"]), "--metric", CFG["metric"],
+            "--window", CFG["window"], "--slide", CFG["slide"], "--workers", str(CFG["workers"])]
+    env = {k: v for k, v in os.environ.items() if k not in ("SIMJOIN_SPARK_REMOTE", "SIMJOIN_LOCAL_UNIT_ROWS")}
+    env["SIMJOIN_SPARK_REMOTE"] = "off"
+    for k, unit_rows in ((0, None), (1, "0")):
+        for s in (0, 1):
+            _append(spark, src[s], chunks[k][s][0] + chunks[k][s][1])
+        e = dict(env, **({"SIMJOIN_LOCAL_UNIT_ROWS": unit_rows} if unit_rows else {}))
+        p = subprocess.run(args, capture_output=True, text=True, env=e, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        started = "starting Spark" in p.stderr
+        assert started == (unit_rows is not None), p.stderr[-3000:]
+        got = _pairs(spark, out)
+        assert len(got) == len(set(got)) and set(got) == _brute(X, secs, ids, side, len(ids) if k else 100)

@@ -105,13 +105,13 @@ def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
         _fail(str(e))
     try:
         from simjoin.config import SparkConfig, load_config
-        from simjoin.spark.session import get_spark
+        from simjoin.spark.session import lazy_spark
 
         if any(st.gate for st in spec.stages):  # Great Expectations imports (seconds) while the JVM starts
             from simjoin.quality.gates import preload
 
             preload()
-        spark = get_spark(load_config(SparkConfig, "spark", {"master": master}))
+        spark = lazy_spark(load_config(SparkConfig, "spark", {"master": master}))
         if follow:
             from simjoin.pipeline.runner import follow_pipeline
 

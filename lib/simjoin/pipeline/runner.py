@@ -287,7 +287,8 @@ def _run_stages(spark: Any, run: Run, stages: Any, timed: list[Any]) -> dict[str
                 done[name] = fut.result()
     finally:
         run.frames.clear()
-        spark.catalog.clearCache()
+        if getattr(spark, "started", True):  # a lazy session never started caches nothing
+            spark.catalog.clearCache()
     return done
 
 
@@ -356,17 +357,22 @@ def heartbeat(spark: Any, label: str, every: float = HEARTBEAT_S) -> Iterator[No
     status tracker, the tasks done in each active Spark stage (a long ssj join: its units)."""
     import threading
 
-    try:
-        tracker = spark.sparkContext.statusTracker() if every > 0 else None
-    except Exception:  # Spark Connect has no SparkContext: time only
-        tracker = None
     stop = threading.Event()
+
+    def status_tracker() -> Any:
+        if not getattr(spark, "started", True):  # a lazy session not started: no Spark stage runs
+            return None
+        try:
+            return spark.sparkContext.statusTracker()
+        except Exception:  # Spark Connect has no SparkContext: time only
+            return None
 
     def beat() -> None:
         t0 = time.perf_counter()
         while not stop.wait(every):
             parts = []
             try:
+                tracker = status_tracker()
                 for sid in sorted(tracker.getActiveStageIds()) if tracker is not None else []:
                     info = tracker.getStageInfo(sid)  # type: ignore[union-attr]
                     if info is not None:

@@ -65,19 +65,49 @@ def _context_locked() -> Any:
 
         _ctx = gx.get_context(mode="ephemeral")
         _ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-        _ctx.data_sources.add_spark(name="simjoin_spark", persist=False)
         _ctx.data_sources.add_pandas(name="simjoin_pandas")
     return _ctx
 
 
+def _spark_source(ctx: Any) -> Any:
+    """GX's Spark datasource, added on the first Spark DataFrame: adding it gets or creates a
+    SparkSession, which a run whose gates all validate Arrow tables never needs."""
+    with _ctx_lock:
+        try:
+            return ctx.data_sources.get("simjoin_spark")
+        except KeyError:  # not added yet
+            return ctx.data_sources.add_spark(name="simjoin_spark", persist=False)
+
+
+_preload: threading.Thread | None = None
+
+
 def preload() -> None:
-    """Import Great Expectations in a background thread (it takes seconds) while Spark works."""
-    threading.Thread(target=_context, name="gx-preload", daemon=True).start()
+    """Import Great Expectations in a background thread (it takes seconds) while Spark works.
+    Every other import of it waits for this one (:func:`expectations`): two threads importing
+    its modules at once can see one of them half initialized."""
+    global _preload
+    _preload = threading.Thread(target=_context, name="gx-preload", daemon=True)
+    _preload.start()
+
+
+def _wait_preload() -> None:
+    t = _preload
+    if t is not None and t is not threading.current_thread():
+        t.join()
+
+
+def expectations() -> Any:
+    """``great_expectations.expectations``, once a background :func:`preload` has imported it."""
+    _wait_preload()
+    import great_expectations.expectations as gxe
+
+    return gxe
 
 
 def _uniqueness_key(e: Any) -> list[str] | None:
     """The key columns of a uniqueness expectation (compound or one column), else None."""
-    import great_expectations.expectations as gxe
+    gxe = expectations()
 
     if isinstance(e, gxe.ExpectCompoundColumnsToBeUnique) and e.ignore_row_if == "all_values_are_missing":
         return list(e.column_list)
@@ -93,7 +123,7 @@ _PANDAS_TYPES = {"LongType": "int64", "IntegerType": "int32", "ShortType": "int1
 
 def _on_pandas(e: Any) -> Any:
     """Expectation ``e`` as it reads on a pandas DataFrame (a type named as Spark's -> its dtype)."""
-    import great_expectations.expectations as gxe
+    gxe = expectations()
 
     if isinstance(e, gxe.ExpectColumnValuesToBeOfType) and e.type_ in _PANDAS_TYPES:
         return gxe.ExpectColumnValuesToBeOfType(column=e.column, type_=_PANDAS_TYPES[e.type_])
@@ -148,6 +178,7 @@ def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bo
     are checked exactly by ``simjoin.quality.unique`` - hashes sorted with numpy, then only the
     colliding rows grouped - instead of Great Expectations' window over every row, which costs 5x
     as long on millions of pairs; a failure is reported in the same form."""
+    _wait_preload()
     import great_expectations as gx
 
     local = not isinstance(df, DataFrame)
@@ -165,7 +196,7 @@ def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bo
     if not theirs:
         return _result(suite, len(expectations), own_failures, raise_on_failure)
     ctx = _context()
-    ds = ctx.data_sources.get("simjoin_pandas" if local else "simjoin_spark")
+    ds = ctx.data_sources.get("simjoin_pandas") if local else _spark_source(ctx)
     from great_expectations.validator.v1_validator import Validator
 
     asset = ds.add_dataframe_asset(name=f"{suite}_{next(_counter)}")
@@ -210,7 +241,7 @@ def _result(suite: str, evaluated: int, failures: list[dict[str, Any]], raise_on
 
 def columns_expectations(columns: dict[str, str], not_null: list[str] | None = None) -> list[Any]:
     """Columns exist with the given Spark type names (e.g. ``{"id": "LongType"}``); some are not null."""
-    import great_expectations.expectations as gxe
+    gxe = expectations()
 
     ex: list[Any] = []
     for c, t in columns.items():  # a missing column fails its type expectation too
@@ -223,7 +254,7 @@ def columns_expectations(columns: dict[str, str], not_null: list[str] | None = N
 def pairs_expectations(score_col: str | None, low: float | None, high: float | None,
                        self_join: bool, window_col: str | None = None) -> list[Any]:
     """The pair-output contract: schema, score range, left_id < right_id (self-join), no pair twice."""
-    import great_expectations.expectations as gxe
+    gxe = expectations()
 
     cols = {"left_id": "LongType", "right_id": "LongType"}
     if score_col:

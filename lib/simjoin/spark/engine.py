@@ -976,8 +976,11 @@ class MicroBatchEngine:
         maybe_fail(f"{self.pipeline}.ingest.batch")
         t0 = time.perf_counter()
         raw = batch if isinstance(batch, pa.Table) else batch.toArrow()
-        # a direct batch was read with pyarrow already: its read time is that one
-        t_job = self._direct_read_s if isinstance(batch, pa.Table) else time.perf_counter() - t0
+        if isinstance(batch, pa.Table):  # a direct batch, read with pyarrow already: that read's time
+            t_job = self._direct_read_s
+            t0 -= t_job
+        else:
+            t_job = time.perf_counter() - t0
         now = dt.datetime.now(UTC)
         reason = self._engine_reasons(raw, now)
         ok = np.array([r == "" for r in reason], bool)

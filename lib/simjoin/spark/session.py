@@ -177,6 +177,55 @@ def get_spark(cfg: SparkConfig | None = None, extra: dict[str, Any] | None = Non
     return spark
 
 
+class LazySpark:
+    """A local SparkSession that starts on first use (:func:`lazy_spark`). A CLI run whose every
+    step runs in the driver with ``deltalake`` and Arrow (a small S3J unit read by its Delta
+    logs) never needs the JVM; any attribute of the session - ``read``, ``sql``, ``conf``,
+    ``sparkContext`` - starts it, so code written for a SparkSession is unchanged."""
+
+    def __init__(self, cfg: SparkConfig) -> None:
+        object.__setattr__(self, "_cfg", cfg)
+        object.__setattr__(self, "_real", None)
+        object.__setattr__(self, "_lock", threading.Lock())
+
+    @property
+    def started(self) -> bool:
+        return self._real is not None
+
+    def session(self) -> SparkSession:
+        with self._lock:
+            if self._real is None:
+                import traceback
+
+                frames = [f for f in traceback.extract_stack()[:-2] if "/simjoin/" in f.filename
+                          or "/jobs/" in f.filename]
+                where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else "?"
+                log.info("Spark needed by %s", where)
+                object.__setattr__(self, "_real", get_spark(self._cfg))
+            return self._real  # type: ignore[return-value]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.session(), name, value)
+
+
+def lazy_spark(cfg: SparkConfig) -> Any:
+    """The session a CLI run uses: a :class:`LazySpark` on a local Spark (``SIMJOIN_LAZY_SPARK``
+    not 0), else :func:`get_spark` at once (the warm Spark: connecting is fast and checks the
+    token before any work)."""
+    if remote_url() is not None or os.environ.get("SIMJOIN_LAZY_SPARK", "1") == "0":
+        return get_spark(cfg)
+    active = SparkSession.getActiveSession()
+    return active if active is not None else LazySpark(cfg)
+
+
+def real_session(spark: Any) -> Any:
+    """The SparkSession behind ``spark`` (a :class:`LazySpark` is started)."""
+    return spark.session() if isinstance(spark, LazySpark) else spark
+
+
 def _connect(url: str, cfg: SparkConfig) -> SparkSession:
     t0 = time.perf_counter()
     if os.environ.get(TOKEN_ENV):  # gRPC sends a token only over a local (or TLS) channel: "localhost"
