@@ -136,7 +136,7 @@ def check_vectors(X: npt.ArrayLike, metric: str, name: str = "X") -> FloatArray:
     return A
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _row_norms(X: FloatArray) -> FloatArray:
     n, d = X.shape
     out = np.empty(n)
@@ -153,7 +153,7 @@ def row_norms(X: FloatArray) -> FloatArray:
     return _row_norms(np.ascontiguousarray(X, dtype=np.float64))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dist(code: int, X: FloatArray, i: int, Y: FloatArray, j: int, nx: float, ny: float) -> float:
     """The one scalar distance kernel: d(X[i], Y[j]); nx, ny are the row norms.
 
@@ -173,7 +173,7 @@ def _dist(code: int, X: FloatArray, i: int, Y: FloatArray, j: int, nx: float, ny
     return _dot_dist(code, dot, nx, ny)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dot_dist(code: int, dot: float, nx: float, ny: float) -> float:
     """Angular (code 1) or cosine (code 2) distance from a dot product and the two norms: the
     rest of ``_dist``, for a kernel that already has the dot product."""
@@ -187,7 +187,7 @@ def _dot_dist(code: int, dot: float, nx: float, ny: float) -> float:
     return 1.0 - c
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pairwise(code: int, A: FloatArray, na: FloatArray, B: FloatArray, nb: FloatArray) -> FloatArray:
     m = A.shape[0]
     n = B.shape[0]
@@ -198,7 +198,7 @@ def _pairwise(code: int, A: FloatArray, na: FloatArray, B: FloatArray, nb: Float
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _paired(code: int, A: FloatArray, na: FloatArray, B: FloatArray, nb: FloatArray) -> FloatArray:
     n = A.shape[0]
     out = np.empty(n)

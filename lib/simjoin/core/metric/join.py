@@ -120,7 +120,7 @@ def _cos_floor(metric: str, t: float) -> float:
     return -2.0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _grow(L: IntArray, R: IntArray, D: FloatArray, n: int) -> tuple[IntArray, IntArray, FloatArray]:
     cap = 2 * L.shape[0]
     L2 = np.empty(cap, dtype=np.int64)
@@ -132,7 +132,7 @@ def _grow(L: IntArray, R: IntArray, D: FloatArray, n: int) -> tuple[IntArray, In
     return L2, R2, D2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _block(
     code: int,
     X: FloatArray,
@@ -201,7 +201,7 @@ def _block(
     return L, R, D, n_out, comps, res, viol
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _role_blocks(seg: IntArray, role: npt.NDArray[np.int8], side: npt.NDArray[np.int8], role_pairs: IntArray,
                  self_join: bool) -> IntArray:
     """Every block the join visits, one row ``(segment, role pair, a0, a1, b0, b1, tri)``: rows
@@ -239,7 +239,7 @@ def _role_blocks(seg: IntArray, role: npt.NDArray[np.int8], side: npt.NDArray[np
 _MAX_RESERVE = 1 << 24
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _join_segments(
     code: int,
     X: FloatArray,
@@ -485,7 +485,7 @@ def cross_join(
     return CrossJoinResult(L, R, D, int(comps), int(short))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _bounds(k: IntArray, r: npt.NDArray[np.int8], s: npt.NDArray[np.int8], i: int, i1: int, off: int,
             bnd: IntArray) -> None:
     """``bnd[role, side] = (start, end)`` of rows [i, i1) (one workset, sorted by role, side), offset by ``off``."""
@@ -498,7 +498,7 @@ def _bounds(k: IntArray, r: npt.NDArray[np.int8], s: npt.NDArray[np.int8], i: in
             bnd[rr, sd, 1] = i + off
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _cross_segments(code: int, X: FloatArray, nrm: FloatArray, ids: IntArray, kn: IntArray,
                     rn: npt.NDArray[np.int8], sn: npt.NDArray[np.int8], ko: IntArray, ro: npt.NDArray[np.int8],
                     so: npt.NDArray[np.int8], t: float, inclusive: bool, self_join: bool, exact: bool,

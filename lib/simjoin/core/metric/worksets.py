@@ -259,7 +259,7 @@ def _scan_max(space: str, n_pivots: int, *norms: FloatArray) -> int:
     return 2 * n_pivots
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _slack(a: float, r: float, rel: float, ab: float) -> float:
     """Rounding slack of the pivot bound for a record at computed pivot distance ``a``, radius r.
 
@@ -271,14 +271,14 @@ def _slack(a: float, r: float, rel: float, ab: float) -> float:
     return 8.0 * (rel * (abs(a) + r) + ab)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pivot_row(code: int, X: FloatArray, i: int, norm: float, P: FloatArray, out: FloatArray) -> None:
     """out[i, q] = d(X[i], P[q]) (the pivots have norm 1)."""
     for q in range(P.shape[0]):
         out[i, q] = _dist(code, X, i, P, q, norm, 1.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pivots_ok(
     PX: FloatArray, i: int, PC: FloatArray, c: int, r: float, rel: float, ab: float, q0: int
 ) -> bool:
@@ -290,14 +290,14 @@ def _pivots_ok(
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _key_range(skey: FloatArray, k: int, lo_v: float, hi_v: float) -> tuple[int, int]:
     """[lo, hi): the positions of skey[:k] (ascending) with lo_v <= key <= hi_v."""
     lo = lower_bound(skey, 0, k, lo_v)
     return lo, upper_bound(skey, lo, k, hi_v)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _open_worksets(
     code: int,
     X: FloatArray,
@@ -441,7 +441,7 @@ def _open_worksets(
     return home, d_home, new_rows[:n_new], comps
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _outer_sets(
     code: int,
     X: FloatArray,
