@@ -18,7 +18,8 @@ t calibrated on a sample).
    process (JVM start-up included) joins them. Anchor in the same run, per window: scikit-learn
    ``BallTree`` on the window's right records, ``query_radius`` for every left record, the pairs
    written to Delta with ``deltalake`` - the single-node tool plus the same output. Kernel: the
-   join tasks' time per window (``seconds`` of the stats table's ``worker`` rows: the numba join
+   join tasks' CPU time per window (``seconds`` of the stats table's ``worker`` rows, the join
+   thread's CPU time: the numba join
    inside the worksets, from Arrow columns in to pair arrays out), summed over tasks, against
    BallTree's query time on the same window.
 4. Follow mode latency: ``simjoin s3j --follow --trigger 1s`` while a producer appends
@@ -558,7 +559,7 @@ def render(res: dict) -> str:
                  f"{n * W:,} records each ({W} tumbling 60 s windows of {n:,} + {n:,}), P = {P}, angular, strict "
                  f"`<`. *BallTree + Delta*: scikit-learn BallTree per window (build, query_radius for every left "
                  f"record) plus writing the same pairs to Delta with `deltalake`, summed over the windows. "
-                 f"*Kernel*: the join tasks' seconds per window, summed over tasks (stats table, `worker` rows), "
+                 f"*Kernel*: the join tasks' seconds per window (their join thread's CPU time), summed over tasks (stats table, `worker` rows), "
                  f"against BallTree's query time per window. *Path*: `driver` is the default - a unit of up to "
                  f"`SIMJOIN_LOCAL_UNIT_ROWS` (200,000) records runs its stages in the driver with the Spark tasks' "
                  f"own functions; `spark` forces the distributed stages (`SIMJOIN_LOCAL_UNIT_ROWS=0`), as a larger "
