@@ -201,7 +201,13 @@ class LazySpark:
                           or "/jobs/" in f.filename]
                 where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else "?"
                 log.info("Spark needed by %s", where)
+                main = threading.current_thread() is threading.main_thread()
+                before = signal.getsignal(signal.SIGINT) if main else None
                 object.__setattr__(self, "_real", get_spark(self._cfg))
+                if main and before not in (None, signal.default_int_handler, signal.SIG_DFL):
+                    # PySpark's context installs its own SIGINT handler; one the process set
+                    # before (follow mode's clean stop) stays
+                    signal.signal(signal.SIGINT, before)
             return self._real  # type: ignore[return-value]
 
     def __getattr__(self, name: str) -> Any:
