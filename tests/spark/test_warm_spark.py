@@ -106,17 +106,27 @@ def test_stream_two_units_and_a_kill_after_landing_are_exact(spark, warm, tmp_pa
     assert _naive(got) == _brute_force(400)
 
 
-def test_an_output_created_with_a_local_spark_is_refused_on_the_warm_one(spark, warm, tmp_path):
+def test_an_output_created_with_a_local_spark_is_refused_on_the_warm_one(spark, warm, tmp_path, monkeypatch):
+    """An output whose ingest is a local streaming query (``foreach``) is refused on the warm
+    Spark; one that reads its inputs by their Delta logs (``direct``) runs there too, exactly."""
     from tests.helpers import run_s3j
 
     src, out = str(tmp_path / "src"), str(tmp_path / "pairs")
     _stream(spark, src, 0, 100)
+    monkeypatch.setenv("SIMJOIN_DIRECT_INGEST", "0")
     run_s3j(spark, src, out, **CONF)
     _stream(spark, src, 100, 150)
     p = _cli(warm, *_s3j_args(src, out), ok=False)
     assert p.returncode == 2
     err = p.stderr.strip().splitlines()[-1]
     assert err.startswith("error:") and "SIMJOIN_SPARK_REMOTE=off" in err
+    monkeypatch.delenv("SIMJOIN_DIRECT_INGEST")
+    out = str(tmp_path / "direct")
+    run_s3j(spark, src, out, **CONF)
+    _stream(spark, src, 150, 250)
+    _cli(warm, *_s3j_args(src, out))
+    got = _pairs(out)
+    assert len(got) == len(set(got)) and _naive(got) == _brute_force(250)
 
 
 def test_a_client_without_the_token_is_refused_with_one_line(warm, tmp_path):
