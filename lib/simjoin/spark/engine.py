@@ -748,6 +748,8 @@ class MicroBatchEngine:
         done, planned = self._direct_last("commits"), self._direct_last("offsets")
         if planned > done:
             b, ranges, kind = planned, self._direct_ranges(planned), "replayed"
+            files = [delta_source.files_between(_local(src) or src, r) for src, r in zip(self.sources, ranges,
+                                                                                          strict=True)]
         else:
             prev = self._direct_ranges(done) if done >= 0 else [delta_source.Range(-1, -1)] * len(self.sources)
             ranges = []
@@ -768,7 +770,7 @@ class MicroBatchEngine:
         else:
             maybe_fail(f"{self.pipeline}.ingest.planned")
             unit = prog.last_unit + 1
-            batch = self._direct_batch(ranges, per_source, payload_text, casts)
+            batch = self._direct_batch(ranges, files, per_source, payload_text, casts)
             info = self._stage(batch, b, BatchInfo(unit, b, prog, ident), prepare, follow=self.follow is not None)
             totals["batches"].append(b)
             for k in ("rows", "staged", "quarantined"):
@@ -780,17 +782,18 @@ class MicroBatchEngine:
         self._direct_write("commits", b, {})
         return kind
 
-    def _direct_batch(self, ranges: Sequence[delta_source.Range],
+    def _direct_batch(self, ranges: Sequence[delta_source.Range], files_of: Sequence[Sequence[str]],
                       per_source: Sequence[dict[str, Callable[[T.DataType], bool]]], payload_text: str,
                       casts: dict[str, str]) -> DataFrame:
-        """The rows the versions of ``ranges`` appended, shaped as the streaming query shapes them."""
+        """The rows the versions of ``ranges`` appended (``files_of``: their files, per source),
+        shaped as the streaming query shapes them."""
         t0 = time.perf_counter()
         parts = []
         for k, (src, r) in enumerate(zip(self.sources, ranges, strict=True)):
             loc = _local(src)
             assert loc is not None
             schema = delta_source.spark_schema(loc, max(r.end, 0))
-            files = delta_source.files_between(loc, r)
+            files = files_of[k]
             got = self._shape_arrow(k, src, files, schema, per_source[k], payload_text, casts)
             if got is not None:
                 parts.append(got)
