@@ -39,6 +39,7 @@ from jobs.s3j.gate import PAIR_ARROW, check
 from jobs.s3j.rebalance import ASSIGNMENT_SCHEMA, decide
 from jobs.s3j.stats import STATS_SCHEMA, stats_rows
 from simjoin.contracts import Role, RowKind
+from simjoin.faults import maybe_fail
 from simjoin.log import get_logger
 from simjoin.spark import delta
 from simjoin.spark.delta_files import write_file
@@ -52,8 +53,29 @@ from simjoin.spark.metric import (
 
 log = get_logger("simjoin.s3j")
 
-#: Units of up to this many staged records run in the driver (0: never).
-LOCAL_ROWS = int(os.environ.get("SIMJOIN_LOCAL_UNIT_ROWS", "200000"))
+
+
+def local_rows() -> int:
+    """Units of up to this many staged records run in the driver (``SIMJOIN_LOCAL_UNIT_ROWS``,
+    default 200,000; 0: never)."""
+    raw = os.environ.get("SIMJOIN_LOCAL_UNIT_ROWS", "200000")
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"SIMJOIN_LOCAL_UNIT_ROWS={raw!r}: allowed an integer >= 0") from None
+    if n < 0:
+        raise ValueError(f"SIMJOIN_LOCAL_UNIT_ROWS={n}: allowed an integer >= 0 (0: never in the driver)")
+    return n
+
+
+def fits(run_: S3JRun, ingested: dict[str, Any]) -> bool:
+    """Whether the unit ingest staged (``ingested``, its result) may run in the driver: the
+    Airflow DAG then runs stages 2-8 in one task (``driver``), as the CLI does. :func:`run`
+    decides again there, on the tables themselves."""
+    rows = ingested.get("unit_rows")
+    n = local_rows()
+    return (n > 0 and run_.cfg.algorithm == "s3j" and ingested.get("unit") is not None
+            and isinstance(rows, int) and rows <= n)
 STAGES = ("partition", "worksets", "join", "gate", "stats", "rebalance", "publish")
 MEMBER_COLS = ["w", "we", "partition", "workset_id", "worker", "side", "id", "vector", "role", "is_new"]
 UTC_US = pa.timestamp("us", tz="UTC")
@@ -94,8 +116,8 @@ CENTROID_DDL = "partition int, workset_id long, vector array<double>, worker int
 def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any] | None:
     """Stages 2-8 of the open unit in the driver; their results by stage name, or None when the
     unit takes the distributed stages (too large, ClusterJoin, or a table that is not local)."""
-    cfg = run_.cfg
-    if LOCAL_ROWS <= 0 or cfg.algorithm != "s3j":
+    cfg, limit = run_.cfg, local_rows()
+    if limit <= 0 or cfg.algorithm != "s3j":
         return None
     target = delta.file_target(run_.output, PAIR_ARROW)
     if target is None:
@@ -108,9 +130,9 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any] | None:
         return None
     if u is None:
         return {s: {"unit": None} for s in STAGES}
-    if u.records.num_rows > LOCAL_ROWS:
+    if u.records.num_rows > limit:
         log.info("s3j: unit %d has %d records (> SIMJOIN_LOCAL_UNIT_ROWS=%d): distributed stages", u.unit,
-                 u.records.num_rows, LOCAL_ROWS)
+                 u.records.num_rows, limit)
         return None
     try:
         return _run(spark, run_, eng, u, target)
@@ -133,6 +155,8 @@ def _run(spark: SparkSession, run_: S3JRun, eng: Any, u: Any, target: tuple[str,
         now = time.perf_counter()
         times[name] = now - clock[0]
         clock[0] = now
+        if name in STAGES:  # the stage's fault point, as its own task has it (simjoin.faults)
+            maybe_fail(f"s3j.{name}")
 
     recs = u.records
     # stage 2, partition (Section 6)

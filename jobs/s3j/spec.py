@@ -68,6 +68,7 @@ SPEC = PipelineSpec(
     ),
     run_class="jobs.s3j.common:S3JRun",
     local="jobs.s3j.local:run",
+    local_fits="jobs.s3j.local:fits",
     summary="jobs.s3j.spec:summary",
     output_columns={"output": ("left_id", "right_id", "distance", "window_start")},
     tags=("streaming",),

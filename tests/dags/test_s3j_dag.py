@@ -19,26 +19,35 @@ def test_tasks_params_and_outlets(dag):
     from airflow.sdk.exceptions import ParamValidationError
 
     assert [t.task_id for t in dag.topological_sort()] == ["ingest", "partition", "worksets", "join", "gate", "stats",
-                                                                 "rebalance", "publish"]
+                                                                 "rebalance", "publish", "driver"]
+    # ingest chooses: the per-stage tasks, or one driver task for a small unit
+    assert dag.get_task("ingest").downstream_task_ids == {"partition", "driver"}
+    assert type(dag.get_task("ingest")).__name__ == "_BranchPythonDecoratedOperator"
     assert all(t.retries >= 2 for t in dag.tasks) and "simjoin" in dag.tags and dag.doc_md
     for key, bad in (("threshold", 0), ("metric", "manhattan"), ("workers", 0), ("algorithm", "x"),
                      ("window", "soon"), ("rebalance", "always"), ("rebalance_trigger", 0)):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)
     outs = {t: {u.rsplit("/", 2)[-2] + "/" + u.rsplit("/", 1)[-1] for u in us} for t, us in outlet_uris(dag).items()}
-    # Assets are announced only after the gate, by publish
-    assert {"s3j/pairs", "s3j/pairs_stats"} <= outs["publish"]
+    # Assets are announced only after the gate, by publish (or the driver task, which publishes)
+    assert {"s3j/pairs", "s3j/pairs_stats"} <= outs["publish"] and outs["publish"] <= outs["driver"]
     assert not any(outs[t] for t in ("ingest", "partition", "worksets", "join", "gate", "stats", "rebalance"))
 
 
-def test_dag_run_matches_brute_force(dag, spark, tmp_path):
+@pytest.mark.parametrize("path", ["driver", "stages"])
+def test_dag_run_matches_brute_force(dag, spark, tmp_path, monkeypatch, path):
+    """A unit of 300 records runs in the one ``driver`` task (the default), or, with
+    SIMJOIN_LOCAL_UNIT_ROWS=0, task by task; both runs are exact, and the other path is skipped."""
     from deltalake import DeltaTable
 
     from simjoin.core.metric import brute_force_join
 
+    if path == "stages":
+        monkeypatch.setenv("SIMJOIN_LOCAL_UNIT_ROWS", "0")
+
     rng = np.random.default_rng(3)
     X = rng.uniform(-1, 1, (300, 2))
-    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     secs = np.sort(rng.uniform(0, 20, 300))
     rows = [(i, t0 + dt.timedelta(seconds=float(s)), x.tolist()) for i, (s, x) in enumerate(zip(secs, X))]
     src, out = str(tmp_path / "in"), str(tmp_path / "pairs")
@@ -46,6 +55,12 @@ def test_dag_run_matches_brute_force(dag, spark, tmp_path):
     run = dag.test(run_conf={"left": src, "output": out, "threshold": 0.05, "metric": "euclidean",
                              "window": "10s", "workers": 3})
     assert str(run.state) in ("success", "DagRunState.SUCCESS")
+    states = {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
+    stages = ("partition", "worksets", "join", "gate", "stats", "rebalance", "publish")
+    if path == "driver":
+        assert states == {"ingest": "success", "driver": "success", **{s: "skipped" for s in stages}}, states
+    else:
+        assert states == {"ingest": "success", "driver": "skipped", **{s: "success" for s in stages}}, states
     t = DeltaTable(out).to_pyarrow_table()
     got = set(zip(t.column("left_id").to_pylist(), t.column("right_id").to_pylist(),
                   [w.timestamp() for w in t.column("window_start").to_pylist()]))

@@ -10,7 +10,6 @@ import datetime as dt
 import numpy as np
 import pytest
 
-import jobs.s3j.local as local
 from simjoin.core.metric import brute_force_join
 from simjoin.spark import delta
 from tests.helpers import commit_engines, run_s3j
@@ -63,7 +62,7 @@ def test_driver_units_write_what_the_spark_stages_write(spark, tmp_path, monkeyp
                 m[cuts[k]:cuts[k + 1]] = True
                 m &= side == s
                 _write(spark, src[s], ids[m], secs[m], X[m], "overwrite" if k == 0 else "append")
-            monkeypatch.setattr(local, "LOCAL_ROWS", 10**6 if units[k] == "L" else 0)
+            monkeypatch.setenv("SIMJOIN_LOCAL_UNIT_ROWS", "1000000" if units[k] == "L" else "0")
             run_s3j(spark, src[0], out, right=src[1] if two else None, **cfg)
         outs[name] = out
     ref_out, out = outs["spark"], outs["mixed"]

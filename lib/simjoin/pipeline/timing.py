@@ -6,7 +6,8 @@ that ``simjoin report`` can show where a run's time went:
 
 - ``process_s``: from the task process's start to the stage's start (Airflow's task runner,
   imports; 0 for the second and later stages of a CLI run);
-- ``startup_s``: getting a Spark session (a cold JVM, or a connection to the warm Spark);
+- ``startup_s``: getting a Spark session (a cold JVM, or a connection to the warm Spark; 0 for
+  a task that needed none: ``spark`` is then ``none``);
 - ``work_s``: the stage itself;
 - ``rows_in``, ``rows_out``, ``quarantined``: the counts the stage reported (:func:`row_counts`);
 - ``output``: the run's output table, and ``invocation``: one id per run of a CLI command or per
@@ -72,7 +73,7 @@ class TaskTiming:
     pipeline: str
     stage: str
     mode: str  # "airflow" or "cli"
-    spark: str = "local"  # "warm" (Spark Connect) or "local" (a JVM of this process)
+    spark: str = "local"  # "warm" (Spark Connect), "local" (a JVM of this process) or "none" (no Spark used)
     attempt: int = 1
     process_s: float = 0.0
     startup_s: float = 0.0

@@ -320,16 +320,17 @@ class MicroBatchEngine:
         (the query appends to a Delta landing table that this process then stages commit by
         commit; the mode of outputs created on the warm Spark over Spark Connect) or ``direct``
         (no query: this process reads the inputs' new versions by their Delta logs,
-        :meth:`_ingest_direct`; local tables and a pipeline that stages through the driver)."""
+        :meth:`_ingest_direct`; local tables and a pipeline that stages through the driver, on a
+        local or the warm Spark)."""
         p = _local(self.tables.checkpoint)
         f = os.path.join(p or "", IDENTITY_FILE)
         if os.path.exists(f):
             return str(json.loads(open(f).read()).get("ingest", "foreach"))
         from simjoin.spark.session import is_remote
 
-        if is_remote(self.spark):
-            return "landing"
-        return "direct" if self._direct_possible() else "foreach"
+        if self._direct_possible():  # on either Spark: the warm one's server reads the same local files
+            return "direct"
+        return "landing" if is_remote(self.spark) else "foreach"
 
     def _direct_possible(self) -> bool:
         """Whether a new output may read its inputs by their Delta logs (``direct``): the pipeline
@@ -574,7 +575,10 @@ class MicroBatchEngine:
         if open_ is not None:
             log.info("%s: unit %d is still open; finishing it before reading new input", self.pipeline,
                      open_.unit)
-            return {"unit": open_.unit, "resumed": True, "batches": [], "rows": 0, "staged": 0, "quarantined": 0}
+            res = {"unit": open_.unit, "resumed": True, "batches": [], "rows": 0, "staged": 0, "quarantined": 0}
+            if getattr(open_, "records", None) is not None:  # the open unit's size, read with deltalake
+                res["unit_rows"] = int(open_.records.num_rows)
+            return res
         unit = prog.last_unit + 1
         if self.ingest_mode() == "direct":
             if max_files_per_trigger:
@@ -607,7 +611,7 @@ class MicroBatchEngine:
         else:
             self._ingest_foreach(stream, stage, ident, max_files_per_trigger)
         staged = totals["staged"]
-        return {"unit": unit if staged else None, "resumed": False, **totals}
+        return {"unit": unit if staged else None, "resumed": False, **totals, "unit_rows": staged}
 
     def _ingest_foreach(self, stream: DataFrame, stage: Callable[[DataFrame, int], None], ident: str,
                         max_files_per_trigger: int | None) -> None:
@@ -730,7 +734,8 @@ class MicroBatchEngine:
         if follow is None:
             if self._direct_step(*args) == "replayed":  # then what arrived since it was planned
                 self._direct_step(*args)
-            return {"unit": prog.last_unit + 1 if totals["staged"] else None, "resumed": False, **totals}
+            return {"unit": prog.last_unit + 1 if totals["staged"] else None, "resumed": False, **totals,
+                    "unit_rows": totals["staged"]}
         totals["units"] = []
         log.info("%s: following %s every %gs (Ctrl-C stops)", self.pipeline, ", ".join(self.sources),
                  follow.trigger_s)

@@ -137,7 +137,10 @@ def _answers(url: str, timeout: float = 1.0) -> bool:
 
 
 def is_remote(spark: Any) -> bool:
-    """True for a Spark Connect session (no SparkContext, no JVM in this process)."""
+    """True for a Spark Connect session (no SparkContext, no JVM in this process). A
+    :class:`LazySpark` not started yet is remote when it will connect to the warm Spark."""
+    if isinstance(spark, LazySpark):
+        return is_remote(spark._real) if spark.started else remote_url() is not None
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
@@ -178,15 +181,17 @@ def get_spark(cfg: SparkConfig | None = None, extra: dict[str, Any] | None = Non
 
 
 class LazySpark:
-    """A local SparkSession that starts on first use (:func:`lazy_spark`). A CLI run whose every
-    step runs in the driver with ``deltalake`` and Arrow (a small S3J unit read by its Delta
-    logs) never needs the JVM; any attribute of the session - ``read``, ``sql``, ``conf``,
-    ``sparkContext`` - starts it, so code written for a SparkSession is unchanged."""
+    """A SparkSession that starts (or connects to the warm Spark) on first use
+    (:func:`lazy_spark`). A CLI run or an Airflow task whose every step runs in the driver with
+    ``deltalake`` and Arrow (a small S3J unit read by its Delta logs) never needs the JVM; any
+    attribute of the session - ``read``, ``sql``, ``conf``, ``sparkContext`` - starts it, so
+    code written for a SparkSession is unchanged."""
 
     def __init__(self, cfg: SparkConfig) -> None:
         object.__setattr__(self, "_cfg", cfg)
         object.__setattr__(self, "_real", None)
         object.__setattr__(self, "_lock", threading.Lock())
+        object.__setattr__(self, "startup_s", 0.0)  # seconds its first use spent starting Spark
 
     @property
     def started(self) -> bool:
@@ -203,7 +208,9 @@ class LazySpark:
                 log.info("Spark needed by %s", where)
                 main = threading.current_thread() is threading.main_thread()
                 before = signal.getsignal(signal.SIGINT) if main else None
+                t0 = time.perf_counter()
                 object.__setattr__(self, "_real", get_spark(self._cfg))
+                object.__setattr__(self, "startup_s", time.perf_counter() - t0)
                 if main and before not in (None, signal.default_int_handler, signal.SIG_DFL):
                     # PySpark's context installs its own SIGINT handler; one the process set
                     # before (follow mode's clean stop) stays
@@ -217,14 +224,15 @@ class LazySpark:
         setattr(self.session(), name, value)
 
 
-def lazy_spark(cfg: SparkConfig) -> Any:
-    """The session a CLI run uses: a :class:`LazySpark` on a local Spark (``SIMJOIN_LAZY_SPARK``
-    not 0), else :func:`get_spark` at once (the warm Spark: connecting is fast and checks the
-    token before any work)."""
-    if remote_url() is not None or os.environ.get("SIMJOIN_LAZY_SPARK", "1") == "0":
+def lazy_spark(cfg: SparkConfig | None = None, connect_now: bool = True) -> Any:
+    """The session a run uses: a :class:`LazySpark` (``SIMJOIN_LAZY_SPARK`` not 0), else
+    :func:`get_spark` at once. With ``connect_now`` (a CLI run), the warm Spark is connected at
+    once (about 0.5-1 s, and the token is checked before any work); an Airflow task passes
+    False: a task whose work needs no Spark job does not open a session on the warm Spark."""
+    if os.environ.get("SIMJOIN_LAZY_SPARK", "1") == "0" or (connect_now and remote_url() is not None):
         return get_spark(cfg)
     active = SparkSession.getActiveSession()
-    return active if active is not None else LazySpark(cfg)
+    return active if active is not None else LazySpark(cfg or load_config(SparkConfig, "spark"))
 
 
 def real_session(spark: Any) -> Any:
