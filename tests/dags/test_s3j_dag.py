@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 
 import numpy as np
 import pytest
@@ -71,3 +72,35 @@ def test_dag_run_matches_brute_force(dag, spark, tmp_path, monkeypatch, path):
         ref |= {(int(a), int(b), (t0 + dt.timedelta(seconds=10 * k)).timestamp()) for a, b in zip(L, R)}
     assert got == ref and t.num_rows == len(ref) > 0
     assert DeltaTable(out + "_stats").to_pyarrow_table().num_rows > 0
+
+
+def test_the_driver_task_fails_and_reruns_exactly(airflow_db, spark, tmp_path, monkeypatch):
+    """The one driver task killed inside publish (pairs appended, unit not committed), then after
+    its gate: nothing is committed twice, and the next run finishes the same unit exactly."""
+    from deltalake import DeltaTable
+
+    from simjoin.core.metric import brute_force_join
+
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-1, 1, (200, 2))
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    rows = [(i, t0 + dt.timedelta(seconds=float(s)), x.tolist()) for i, (s, x) in
+            enumerate(zip(np.sort(rng.uniform(0, 9, 200)), X))]
+    src, out = str(tmp_path / "in"), str(tmp_path / "pairs")
+    spark.createDataFrame(rows, "id long, ts timestamp, vector array<double>").write.format("delta").save(src)
+    conf = {"left": src, "output": out, "threshold": 0.1, "metric": "euclidean", "window": "10s"}
+    dag = load_dag("s3j", fail_fast=True)
+    for fault in ("s3j.publish.mid", "s3j.gate"):
+        monkeypatch.setenv("SIMJOIN_FAULTS", fault)
+        run = dag.test(run_conf=conf)
+        assert str(run.state).rsplit(".", 1)[-1].lower() == "failed", fault
+        states = {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
+        assert states["driver"] == "failed" and states["partition"] == "skipped", states
+        assert not os.path.isdir(out + "_state/progress/_delta_log"), f"the unit was committed although {fault}"
+    monkeypatch.delenv("SIMJOIN_FAULTS")
+    run = dag.test(run_conf=conf)
+    assert str(run.state).rsplit(".", 1)[-1].lower() == "success"
+    t = DeltaTable(out).to_pyarrow_table()
+    got = list(zip(t.column("left_id").to_pylist(), t.column("right_id").to_pylist()))
+    L, R, _ = brute_force_join(X, np.arange(200), None, "euclidean", 0.1)
+    assert len(got) == len(set(got)) and set(got) == set(zip(L.tolist(), R.tolist())) and got

@@ -36,7 +36,7 @@ def stack(tmp_path_factory):
     s = Stack(home=str(root / "home"), api_port=port, warm=True, connect_port=free_port(),
               warehouse=str(root / "warehouse"), env={"SIMJOIN_SSJ_SCHEDULE": "asset"})
     try:
-        s.start(timeout=300, wait_for_dags=("simjoin_ssj", "simjoin_generate"))
+        s.start(timeout=300, wait_for_dags=("simjoin_ssj", "simjoin_generate", "simjoin_s3j"))
         yield s
     finally:
         s.stop()
@@ -142,3 +142,58 @@ def test_a_generate_run_writing_the_input_starts_the_join_through_its_asset(stac
     _cli(stack, "ssj", "--input", sets, "--output", ref)
     got = _pairs(out)
     assert got and got == _pairs(ref)
+
+
+def _append_later(path: str, seconds: float) -> None:
+    """Append a copy of a stream's rows with new ids, ``seconds`` later: the next micro-batch."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable, write_deltalake
+
+    t = DeltaTable(path).to_pyarrow_table()
+    i_id, i_ts = t.schema.get_field_index("id"), t.schema.get_field_index("ts")
+    ids, ts = t.column("id"), t.column("ts")
+    t = t.set_column(i_id, t.schema.field(i_id), pc.add(ids, pa.scalar(pc.max(ids).as_py() + 1, ids.type)))
+    shift = pa.scalar(dt.timedelta(seconds=seconds), pa.duration(ts.type.unit))
+    t = t.set_column(i_ts, t.schema.field(i_ts), pc.add(ts, shift).cast(ts.type))
+    write_deltalake(path, t, mode="append")
+
+
+@pytest.mark.airflow
+def test_an_s3j_micro_batch_runs_in_one_driver_task_on_no_spark_session(stack):
+    """simjoin_s3j through REST over a few hundred new rows: ingest reads the inputs by their
+    Delta logs and hands the small unit to the one ``driver`` task (the per-stage tasks are
+    skipped); neither opens a Spark session; the driver announces the pairs' Asset; two
+    micro-batches equal the CLI's pairs, pair for pair."""
+    from deltalake import DeltaTable
+
+    wh = stack.env["SIMJOIN_WAREHOUSE"]
+    left, right, out, ref = f"{wh}/s3j_l", f"{wh}/s3j_r", f"{wh}/s3j_dag", f"{wh}/s3j_cli"
+    _cli(stack, "generate", "vectors", "--out", left, "--rows", "250", "--dim", "2", "--seed", "1")
+    _cli(stack, "generate", "vectors", "--out", right, "--rows", "250", "--dim", "2", "--seed", "2")
+    conf = {"left": left, "right": right, "threshold": 0.02, "metric": "angular"}
+    args = ["s3j", "--left", left, "--right", right, "--threshold", "0.02", "--metric", "angular"]
+    stages = {"partition", "worksets", "join", "gate", "stats", "rebalance", "publish"}
+    for k in range(2):
+        if k:  # the next micro-batch: as many new rows, a minute later
+            for path in (left, right):
+                _append_later(path, 60.0)
+        run_id = stack.trigger("simjoin_s3j", {**conf, "output": out})
+        run = stack.wait("simjoin_s3j", run_id, timeout=600)
+        tis = {t["task_id"]: t for t in stack.task_instances("simjoin_s3j", run_id)}
+        assert run["state"] == "success", {t: ti["state"] for t, ti in tis.items()}
+        assert {t for t, ti in tis.items() if ti["state"] == "success"} == {"ingest", "driver"}, tis
+        assert {t for t, ti in tis.items() if ti["state"] == "skipped"} == stages
+        _cli(stack, *args, "--output", ref)
+        got = _pairs(out)
+        assert got and got == _pairs(ref), f"micro-batch {k}: the DAG's pairs differ from the CLI's"
+        timing = DeltaTable(f"{wh}/_simjoin/task_timing").to_pandas()
+        mine = timing[(timing["run_id"] == run_id) & (timing["mode"] == "airflow")]
+        assert set(mine["stage"]) == {"ingest", "driver"} and (mine["spark"] == "none").all(), mine
+    assert "runs its later stages in one task, driver" in stack.task_log("simjoin_s3j", run_id, "ingest")
+    assert "ran in the driver" in stack.task_log("simjoin_s3j", run_id, "driver")
+    _, body = stack.request("GET", "/api/v2/assets/events?source_dag_id=simjoin_s3j&source_task_id=driver")
+    uris = {e.get("uri") or (e.get("asset") or {}).get("uri", "") for e in body["asset_events"]}
+    assert any(u.endswith("/s3j_dag") for u in uris), body

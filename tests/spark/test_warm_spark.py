@@ -2,9 +2,10 @@
 local Spark: the CLI runs in a subprocess with SIMJOIN_SPARK_REMOTE, as an Airflow task does.
 
 - a set-similarity join equals the in-process run on a local Spark, pair for pair;
-- a stream output created on the warm Spark ingests through its landing table: two units
-  (input appended between runs) equal brute force, and a run killed after its input landed but
-  before it was staged loses and repeats nothing on the rerun;
+- a new S3J output created on the warm Spark reads its inputs by their Delta logs (``direct``):
+  two units equal brute force; with SIMJOIN_DIRECT_INGEST=0 it ingests through its landing
+  table: two units (input appended between runs) equal brute force, and a run killed after its
+  input landed but before it was staged loses and repeats nothing on the rerun;
 - an output created with a local Spark is refused on the warm one with one line;
 - a client without the server's token is refused with one line."""
 
@@ -49,9 +50,9 @@ def warm(tmp_path_factory):
     log.close()
 
 
-def _cli(url: str, *args: str, faults: str = "", ok: bool = True, token: str | None = TOKEN
-         ) -> subprocess.CompletedProcess:
-    env = dict(os.environ, SIMJOIN_SPARK_REMOTE=url, SIMJOIN_FAULTS=faults)
+def _cli(url: str, *args: str, faults: str = "", ok: bool = True, token: str | None = TOKEN,
+         **extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, SIMJOIN_SPARK_REMOTE=url, SIMJOIN_FAULTS=faults, **extra)
     env.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
     if token:
         env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
@@ -92,13 +93,13 @@ def test_ssj_on_the_warm_spark_equals_a_local_run(spark, warm, tmp_path):
 def test_stream_two_units_and_a_kill_after_landing_are_exact(spark, warm, tmp_path):
     src, out = str(tmp_path / "src"), str(tmp_path / "pairs")
     _stream(spark, src, 0, 200)
-    _cli(warm, *_s3j_args(src, out))
+    _cli(warm, *_s3j_args(src, out), SIMJOIN_DIRECT_INGEST="0")  # the streaming query, through landing
     assert os.path.isdir(f"{out}_work/landing/_delta_log")
     assert _naive(_pairs(out)) == _brute_force(200)
     _stream(spark, src, 200, 300)
     p = _cli(warm, *_s3j_args(src, out), faults="s3j.ingest.landed", ok=False)
     assert p.returncode != 0 and "injected fault" in (p.stderr + p.stdout).lower()
-    _cli(warm, *_s3j_args(src, out))  # stages what landed before the kill
+    _cli(warm, *_s3j_args(src, out))  # stages what landed before the kill (the mode stays landing)
     _stream(spark, src, 300, 400)
     _cli(warm, *_s3j_args(src, out))
     got = _pairs(out)
@@ -123,6 +124,22 @@ def test_an_output_created_with_a_local_spark_is_refused_on_the_warm_one(spark, 
     monkeypatch.delenv("SIMJOIN_DIRECT_INGEST")
     out = str(tmp_path / "direct")
     run_s3j(spark, src, out, **CONF)
+    _stream(spark, src, 150, 250)
+    _cli(warm, *_s3j_args(src, out))
+    got = _pairs(out)
+    assert len(got) == len(set(got)) and _naive(got) == _brute_force(250)
+
+
+def test_a_stream_output_created_on_the_warm_spark_reads_its_inputs_by_their_logs(spark, warm, tmp_path):
+    """A new S3J output on local tables is ``direct`` on the warm Spark too (no landing table):
+    two units, the input appended between runs, equal brute force."""
+    import json
+
+    src, out = str(tmp_path / "src"), str(tmp_path / "pairs")
+    _stream(spark, src, 0, 150)
+    _cli(warm, *_s3j_args(src, out))
+    ident = json.loads(open(f"{out}_checkpoint/simjoin.json").read())
+    assert ident["ingest"] == "direct" and not os.path.exists(f"{out}_work/landing")
     _stream(spark, src, 150, 250)
     _cli(warm, *_s3j_args(src, out))
     got = _pairs(out)

@@ -65,7 +65,7 @@ def guard_outputs(spark: Any, run: Run) -> None:
             raise ValueError(f"output {path} is also an input of this run: allowed an output path that is "
                              "not an input (it would be overwritten)")
         if delta.table_exists(spark, path):
-            have = delta.read_table(spark, path).columns
+            have = delta.columns(spark, path)
             if set(have) != set(cols):
                 raise ValueError(f"{path} holds a Delta table with columns {have}, not a simjoin {run.pipeline} "
                                  f"{key} table ({', '.join(cols)}): allowed a new path or one written by "
@@ -150,11 +150,13 @@ def run_driver(pipeline: str | PipelineSpec, params: dict[str, Any], run_id: str
     ``local`` runs them (or, when it declines the unit, each stage runs here in turn, as in a
     CLI run). Holds the output's lock; returns the results by stage name."""
     from simjoin.pipeline.timing import TaskTiming, process_age
+    from simjoin.quality.gates import preload
 
     spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
     if not spec.local:
         raise ValueError(f"pipeline {spec.name} has no driver path (its spec sets no local): allowed only for "
                          "pipelines with one")
+    preload()  # Great Expectations imports (2-3 s) while the stages before the gate run
     timing = TaskTiming(run_id, spec.name, DRIVER_TASK, mode, attempt=attempt, process_s=process_age())
     run = spec.make_run(params, run_id, trigger=trigger, as_of=as_of)
     run.in_process = True  # the stages hand each other their frames, as in one CLI process

@@ -33,6 +33,7 @@ __all__ = [
     "table_exists",
     "read_table",
     "read_small_or_table",
+    "columns",
     "overwrite",
     "overwrite_partition",
     "append_idempotent",
@@ -218,6 +219,20 @@ def read_arrow(ref: str, where: Any = None, columns: Sequence[str] | None = None
         return DeltaTable(local).to_pyarrow_table(columns=None if columns is None else list(columns), filters=where)
     except Exception as e:  # a reader feature deltalake lacks
         raise NotLocal(f"deltalake cannot read {ref}: {e}") from e
+
+
+def columns(spark: SparkSession, ref: str) -> list[str]:
+    """The column names of an existing table: from its Delta log with ``deltalake`` when local
+    (no Spark), else from Spark."""
+    local = _local_dir(ref)
+    if local is not None:
+        try:
+            from deltalake import DeltaTable
+
+            return [f.name for f in DeltaTable(local).schema().fields]
+        except Exception:  # a reader feature deltalake lacks: Spark reads it
+            pass
+    return list(read_table(spark, ref).columns)
 
 
 def read_small_or_table(spark: SparkSession, ref: str) -> DataFrame:
