@@ -64,8 +64,9 @@ def with_new_record(pairs: Any, records: Any, self_join: bool) -> Any:
 
 def new_record_column(pairs: Any, records: Any, self_join: bool) -> Any:
     """``with_new_record`` for pyarrow tables in the driver: the ``new_record`` column. Each
-    (window, side)'s staged ids are sorted once and every pair end is looked up by binary search
-    (``np.isin`` hashes millions of pair ids per call)."""
+    (window, side)'s staged ids become a bitmap over their range when it is compact (a stream's
+    ids usually are: one lookup per pair end), else are sorted once and every pair end is looked
+    up by binary search (``np.isin`` hashes millions of pair ids per call)."""
     import numpy as np
 
     def us(t: Any) -> Any:
@@ -84,8 +85,17 @@ def new_record_column(pairs: Any, records: Any, self_join: bool) -> Any:
             if staged.size == 0:
                 continue
             x = ids[m]
-            pos = np.minimum(np.searchsorted(staged, x), staged.size - 1)
-            out[m] |= staged[pos] == x
+            lo, hi = int(staged[0]), int(staged[-1])
+            if hi - lo < 8 * (x.size + staged.size) + (1 << 16):  # a bitmap of at most a few bytes per row
+                bitmap = np.zeros(hi - lo + 1, bool)
+                bitmap[staged - lo] = True
+                inside = (x >= lo) & (x <= hi)
+                hit = np.zeros(x.size, bool)
+                hit[inside] = bitmap[x[inside] - lo]
+                out[m] |= hit
+            else:
+                pos = np.minimum(np.searchsorted(staged, x), staged.size - 1)
+                out[m] |= staged[pos] == x
     return pa.array(out)
 
 

