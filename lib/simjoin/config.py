@@ -163,11 +163,13 @@ def check_fields(cfg: Any, section: str) -> None:
         if m["choices"] is not None:
             _check(v in m["choices"], section, f.name, v, _choices_text(m["choices"]))
         if m["duration"]:
+            zero = m["ge"] == 0  # a duration that may be 0s (e.g. allowed lateness)
             try:
-                ok = parse_duration(v) > 0
+                ok = parse_duration(v) >= 0 if zero else parse_duration(v) > 0
             except ValueError:
                 ok = False
-            _check(ok, section, f.name, v, "a positive duration such as 60s, 5m, 1h")
+            _check(ok, section, f.name, v, ("a duration >= 0 such as 0s, 30s, 5m" if zero
+                                            else "a positive duration such as 60s, 5m, 1h"))
         if m["pattern"] is not None:
             _check(isinstance(v, str) and re.fullmatch(m["pattern"], v) is not None, section, f.name, v,
                    m["allowed"] or f"a value matching {m['pattern']}")
@@ -250,10 +252,20 @@ class StreamConfig:
                                 choices=("s", "ms", "us"), state=True)
     max_future: str = param("1h", "Records dated more than this past the current time are quarantined as "
                                   "future.", duration=True, state=False)
+    allowed_lateness: str = param("0s", "A row up to this far behind the latest ts its stream committed is still "
+                                        "joined exactly (state is kept that much longer); rows further behind are "
+                                        "quarantined as late.", duration=True, ge=0, state=True)
+    ts_zone: str = param("UTC", "Time zone of a TIMESTAMP_NTZ ts column or of ts strings without a zone "
+                                "(an IANA name such as Europe/Berlin).", pattern=r"[A-Za-z0-9_+\-/]+",
+                         allowed="an IANA time zone name such as UTC or Europe/Berlin", state=True)
 
     @property
     def max_future_s(self) -> float:
         return parse_duration(self.max_future)
+
+    @property
+    def allowed_lateness_s(self) -> float:
+        return parse_duration(self.allowed_lateness)
 
 
 @dataclass(frozen=True)

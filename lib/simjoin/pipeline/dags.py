@@ -66,7 +66,7 @@ def dag_params(spec: PipelineSpec) -> dict[str, Any]:
             kw["enum"] = list(m["choices"]) + ([None] if optional else [])
         for key, js_key in (("gt", "exclusiveMinimum"), ("ge", "minimum"), ("le", "maximum"),
                             ("lt", "exclusiveMaximum")):
-            if m.get(key) is not None:
+            if m.get(key) is not None and tp is not str:  # a duration's ge=0 is checked by its pattern
                 kw[js_key] = m[key]
         if m.get("duration"):
             kw["pattern"] = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h)?$"

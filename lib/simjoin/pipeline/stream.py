@@ -65,7 +65,8 @@ class StreamRun(Run):
 
         return MicroBatchEngine(spark, self.pipeline, self.tables, self.sources, self.state_fingerprint(),
                                 ts_unit=self.cfg.ts_unit, max_future_s=self.cfg.max_future_s,
-                                follow=self.follow)
+                                follow=self.follow, allowed_lateness_s=self.cfg.allowed_lateness_s,
+                                ts_zone=self.cfg.ts_zone)
 
     def reset_tables(self, spark: Any) -> list[str]:
         return self.engine(spark).reset()  # type: ignore[no-any-return]

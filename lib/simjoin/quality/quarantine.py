@@ -127,12 +127,17 @@ def write_quarantine(res: QuarantineResult, table: str, run_id: str, stage: str)
     return path
 
 
-def late(max_ts: dict[int, Any]) -> list[Rule]:
-    """Rows of a stream side dated before the largest ``ts`` that side already committed: with an
-    arrival-based window they could meet tuples the window has already expired."""
-    return [Rule((F.col("side") == s) & (F.col("ts") < F.lit(mark)), F.concat(
+def late(max_ts: dict[int, Any], lateness: Any = None) -> list[Rule]:
+    """Rows of a stream side dated more than the allowed ``lateness`` (a ``timedelta``; none by
+    default) before the largest ``ts`` that side already committed: the state they would need may
+    be expired (docs/operations.md, "Lateness")."""
+    import datetime as dt
+
+    lag = lateness if lateness is not None else dt.timedelta(0)
+    behind = f"more than {lag.total_seconds():g}s before" if lag else "before"
+    return [Rule((F.col("side") == s) & (F.col("ts") < F.lit(mark - lag)), F.concat(
         F.lit("late: ts "), F.col("ts").cast("string"),
-        F.lit(f" is before {mark.isoformat()}, the latest ts its stream already committed")))
+        F.lit(f" is {behind} {mark.isoformat()}, the latest ts its stream already committed")))
         for s, mark in sorted(max_ts.items())]
 
 

@@ -109,6 +109,29 @@ class Progress:
     checkpoint_id: str | None
     fingerprint: str | None
     meta: dict[str, Any]
+    #: the pipeline's ``--allowed-lateness`` in seconds (docs/operations.md, "Lateness")
+    lateness_s: float = 0.0
+
+    @property
+    def lateness(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.lateness_s)
+
+    def late_marks(self) -> dict[int, dt.datetime]:
+        """Per side, the earliest ts still on time: a row of side ``s`` dated before
+        ``late_marks()[s]`` (its stream's committed max ts minus the allowed lateness) is late."""
+        return {s: m - self.lateness for s, m in self.max_ts.items()}
+
+    @property
+    def closed_watermark(self) -> dt.datetime | None:
+        """The watermark less the allowed lateness: a window that ended at or before it can get
+        no more rows (S3J closes and expires windows by it)."""
+        return None if self.watermark is None else self.watermark - self.lateness
+
+
+#: A row dated more than this past its unit's publish time never advances its stream's committed
+#: max ts beyond publish time + this skew, so a lone outlier (inside ``--max-future``) cannot make
+#: the next micro-batch's ordinary rows late (docs/operations.md, "Lateness").
+WATERMARK_SKEW = dt.timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -191,6 +214,10 @@ def json_row(values: dict[str, Any]) -> str:
         return v
 
     return json.dumps({k: fix(v) for k, v in values.items() if v is not None}, separators=(",", ":"))
+
+
+def _naive_utc(t: dt.datetime) -> dt.datetime:
+    return t if t.tzinfo is None else t.astimezone(UTC).replace(tzinfo=None)
 
 
 def _aware(t: dt.datetime) -> dt.datetime:
@@ -285,7 +312,7 @@ class MicroBatchEngine:
 
     def __init__(self, spark: SparkSession, pipeline: str, tables: StreamTables, sources: Sequence[str],
                  fingerprint: str, ts_unit: str | None = None, max_future_s: float = 3600.0,
-                 follow: Any = None) -> None:
+                 follow: Any = None, allowed_lateness_s: float = 0.0, ts_zone: str = "UTC") -> None:
         self.spark = spark
         self.pipeline = pipeline
         self.tables = tables
@@ -293,6 +320,9 @@ class MicroBatchEngine:
         self.fingerprint = fingerprint
         self.ts_unit = ts_unit
         self.max_future_s = float(max_future_s)
+        self.allowed_lateness_s = float(allowed_lateness_s)
+        #: the zone of a TIMESTAMP_NTZ ts column or of ts strings without a zone
+        self.ts_zone = ts_zone
         #: follow mode (``simjoin.pipeline.runner.Follow``): ingest runs a processingTime query
         self.follow = follow
         self._progress: Progress | None = None
@@ -380,7 +410,7 @@ class MicroBatchEngine:
             if r["max_ts"] is not None and r["max_ts"].tzinfo is not None:
                 r["max_ts"] = r["max_ts"].astimezone(UTC).replace(tzinfo=None)
         if not rows:
-            return Progress(-1, None, {}, None, None, {})
+            return Progress(-1, None, {}, None, None, {}, self.allowed_lateness_s)
         last = max(rows, key=lambda r: r["unit"])
         marks: dict[int, dt.datetime] = {}
         for r in rows:
@@ -389,7 +419,7 @@ class MicroBatchEngine:
                 marks[s] = max(marks[s], r["max_ts"]) if s in marks else r["max_ts"]
         wm = min(marks.values()) if len(marks) == len(self.sources) else None
         return Progress(int(last["unit"]), wm, marks, last["checkpoint_id"], last["fingerprint"],
-                        json.loads(last["meta"] or "{}"))
+                        json.loads(last["meta"] or "{}"), self.allowed_lateness_s)
 
     def verify(self, prog: Progress | None = None) -> str:
         """The checkpoint's identity, after checking it and the config against the state.
@@ -1213,7 +1243,10 @@ class MicroBatchEngine:
             f.result()
         got = summary.result()
         maybe_fail(f"{self.pipeline}.publish.mid")
-        marks = {int(r["side"]): r["m"] for r in got}
+        # a lone outlier does not move the watermark: a stream's committed max ts advances to at most
+        # the publish time + WATERMARK_SKEW (the outlier itself is joined and kept like any row)
+        cap = dt.datetime.now(UTC).replace(tzinfo=None) + WATERMARK_SKEW
+        marks = {int(r["side"]): min(_naive_utc(r["m"]), cap) for r in got}
         for s, mt in prog.max_ts.items():
             marks[s] = max(marks[s], mt) if s in marks else mt
         staged_meta = json.loads(got[0]["meta"]) if got and got[0]["meta"] else {}
