@@ -294,12 +294,25 @@ def stream_schema_check(schema: T.StructType, path: str, ts_unit: str | None,
             raise ValueError(f"input {path}: {c} is {types[c].simpleString()}: {want}")
 
 
-def _ts_expr(dtype: T.DataType, ts_unit: str | None) -> Column:
+#: a ts string that names its own zone or offset (``Z``, ``+02:00``, ``UTC``, ``Europe/Berlin``) after its time
+_ZONED_TS = (r"(?i)\d{1,2}:\d{2}(:\d{2}(\.\d*)?)?\s*(z|[+-]\d{1,2}(:?\d{2}){0,2}|(ut|utc|gmt)([+-]\S+)?"
+             r"|[a-z_]+/[a-z0-9_/+-]+)\s*$")
+
+
+def _ts_expr(dtype: T.DataType, ts_unit: str | None, ts_zone: str = "UTC") -> Column:
+    """``ts`` as an instant. A zone-less value (``TIMESTAMP_NTZ``, a date, a string without a zone
+    or offset) is wall time in ``ts_zone``; a ``TIMESTAMP`` or a string with a zone is already an
+    instant. The session's zone is UTC (``simjoin.spark.session``), so ``to_utc_timestamp`` of the
+    value read in UTC is the wall time read in ``ts_zone``."""
     c = F.col("ts")
-    if isinstance(dtype, (T.TimestampType, T.TimestampNTZType, T.DateType)):
-        return c.cast("timestamp")
+    utc = ts_zone.upper() in ("UTC", "Z", "GMT", "ETC/UTC")
+    if isinstance(dtype, T.TimestampType):
+        return c
+    if isinstance(dtype, (T.TimestampNTZType, T.DateType)):
+        return c.cast("timestamp") if utc else F.to_utc_timestamp(c.cast("timestamp"), ts_zone)
     if isinstance(dtype, T.StringType):
-        return F.try_to_timestamp(c)
+        parsed = F.try_to_timestamp(c)
+        return parsed if utc else F.when(c.rlike(_ZONED_TS), parsed).otherwise(F.to_utc_timestamp(parsed, ts_zone))
     # a number with a unit; beyond ±3e11 s (year ~11,000) it is unreadable rather than an overflow
     scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6}[ts_unit or "s"]
     secs = c.cast("double") * F.lit(scale)
@@ -565,7 +578,7 @@ class MicroBatchEngine:
         ``side``), after checking its schema before any cast."""
         stream_schema_check(schema, path, self.ts_unit, payload, payload_text)
         ts_type = schema["ts"].dataType
-        cols = [F.col("id").cast("long").alias("id"), _ts_expr(ts_type, self.ts_unit).alias("ts"),
+        cols = [F.col("id").cast("long").alias("id"), _ts_expr(ts_type, self.ts_unit, self.ts_zone).alias("ts"),
                 F.col("ts").cast("string").alias("ts_raw")]
         cols += [F.col(c).cast(casts[c]).alias(c) if c in casts else F.col(c) for c in payload]
         return src.select(*cols, F.lit(k).cast("byte").alias("side"))
@@ -863,6 +876,9 @@ class MicroBatchEngine:
         stream_schema_check(schema, path, self.ts_unit, payload, payload_text)
         if not self._local_tables() or not isinstance(schema["ts"].dataType, (T.TimestampType, T.TimestampNTZType)):
             return None
+        if isinstance(schema["ts"].dataType, T.TimestampNTZType) and self.ts_zone.upper() not in ("UTC", "Z", "GMT",
+                                                                                                   "ETC/UTC"):
+            return None  # wall time in another zone: Spark's rules for DST gaps and overlaps decide
         want: dict[str, Any] = {"id": pa.int64(), "ts": pa.timestamp("us", tz="UTC")}
         for c in payload:
             if c in casts:
