@@ -29,6 +29,18 @@ def test_every_dag_has_docs_tags_retries(dagbag):
             assert t.retries >= 2, (dag_id, t.task_id)
 
 
+def test_every_task_has_an_execution_timeout(dagbag):
+    """A hung task is failed after its ``execution_timeout`` (its output's lock, whose process is
+    then gone, is stale): no task may run forever (simjoin.pipeline.dags.task_timeout)."""
+    import datetime as dt
+
+    assert dagbag.dags
+    for dag_id, dag in dagbag.dags.items():
+        for t in dag.tasks:
+            assert t.execution_timeout is not None, (dag_id, t.task_id)
+            assert dt.timedelta(minutes=1) <= t.execution_timeout <= dt.timedelta(days=1), (dag_id, t.task_id)
+
+
 def test_dag_files_are_thin():
     for f in DAGS.glob("*.py"):
         text = f.read_text()

@@ -1,6 +1,8 @@
 """One run per output at a time (``simjoin.pipeline.lock``): a second run on the same output is
 refused with one line while the first one writes, and the tables stay those of one clean run; a
-lock left by a process that is gone is taken over."""
+lock left by a process that is gone is taken over. A crash never locks an output for good
+(issue 37, item 8): an empty or unreadable lock file is stale, a symlinked path takes the lock
+of its real path, and every DAG task has an execution timeout (tests/dags/test_dagbag.py)."""
 
 from __future__ import annotations
 
@@ -97,6 +99,87 @@ def test_a_stale_lock_is_taken_over_with_a_warning(tmp_path, caplog):
     Path(out + "_lock").write_text(json.dumps({"run_id": "far", "pid": pid, "host": "elsewhere.invalid"}))
     with pytest.raises(OutputLocked, match="run far"), output_lock(out, "new"):
         pass
+
+
+@pytest.mark.parametrize("content", ["", "{\"run_id\": \"cut", "\x00\x00garbage", "[1, 2]"],
+                         ids=["empty", "cut", "garbage", "not-an-object"])
+def test_an_empty_or_unreadable_lock_is_stale(tmp_path, caplog, content):
+    """A crash while writing the lock file (or a full disk) left it empty or unreadable: it is
+    taken over with a warning, not "being written" forever."""
+    from simjoin.pipeline import lock as lock_mod
+
+    out = str(tmp_path / "pairs")
+    Path(out + "_lock").write_text(content)
+    old = time.time() - 3600
+    os.utime(out + "_lock", (old, old))
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="simjoin.lock"), output_lock(out, "new") as path:
+        assert read_lock(path)["run_id"] == "new"
+    assert time.monotonic() - t0 < lock_mod._EMPTY_STALE_S, "an old empty lock is stale at once"
+    assert any("took over the stale lock" in r.getMessage() and "empty or unreadable" in r.getMessage()
+               for r in caplog.records)
+    assert not os.path.exists(out + "_lock")
+    # one written just now may be a writer's in place (no hard links): taken over once older
+    Path(out + "_lock").write_text(content)
+    with output_lock(out, "newer") as path:
+        assert read_lock(path)["run_id"] == "newer"
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")], "a temporary lock file was left"
+
+
+def test_a_lock_file_is_never_seen_half_written(tmp_path):
+    """The lock appears with its whole content (written first, then linked), so a reader never
+    sees it empty: a run that finds an empty lock may trust that a crash left it."""
+    out = str(tmp_path / "pairs")
+    with output_lock(out, "r1") as path:
+        st = os.stat(path)
+        assert st.st_size > 0 and read_lock(path)["run_id"] == "r1"
+        assert st.st_nlink == 1, "the temporary name was not removed"
+
+
+def test_a_symlinked_output_takes_the_same_lock(tmp_path):
+    """The lock is named after the real path: an output reached through a symlinked folder, or a
+    symlink to the output itself, cannot take a second lock while the real path is held."""
+    real = tmp_path / "real"
+    (real / "pairs").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real, target_is_directory=True)
+    (tmp_path / "pairs_alias").symlink_to(real / "pairs", target_is_directory=True)
+    out = str(real / "pairs")
+    for other in (str(tmp_path / "link" / "pairs"), str(tmp_path / "pairs_alias"), str(tmp_path / "link/pairs/")):
+        assert lock_path(other) == lock_path(out) == out + "_lock"
+        with output_lock(out, "r1"):
+            with pytest.raises(OutputLocked, match="being written by run r1"), output_lock(other, "r2"):
+                pass
+        with output_lock(other, "r2"):
+            with pytest.raises(OutputLocked, match="being written by run r2"), output_lock(out, "r1"):
+                pass
+    assert not os.path.exists(out + "_lock")
+
+
+def test_task_timeout_default_and_overrides(monkeypatch):
+    """Every DAG task's ``execution_timeout``: one default, the spec's, then the environment; a
+    bad value fails with one line naming the variable."""
+    import dataclasses
+    import datetime as dt
+
+    from simjoin.pipeline import get_spec
+    from simjoin.pipeline.dags import TASK_TIMEOUT, task_timeout
+
+    for var in ("SIMJOIN_TASK_TIMEOUT", "SIMJOIN_S3J_TASK_TIMEOUT"):
+        monkeypatch.delenv(var, raising=False)
+    spec = get_spec("s3j")
+    assert TASK_TIMEOUT == "4h" and task_timeout(spec) == dt.timedelta(hours=4)
+    assert task_timeout(dataclasses.replace(spec, task_timeout="90m")) == dt.timedelta(minutes=90)
+    monkeypatch.setenv("SIMJOIN_TASK_TIMEOUT", "2h")
+    assert task_timeout(spec) == dt.timedelta(hours=2)
+    monkeypatch.setenv("SIMJOIN_S3J_TASK_TIMEOUT", "600s")
+    assert task_timeout(spec) == dt.timedelta(seconds=600)
+    assert task_timeout(get_spec("ssj")) == dt.timedelta(hours=2)
+    for bad in ("0s", "soon", "-5m"):
+        monkeypatch.setenv("SIMJOIN_S3J_TASK_TIMEOUT", bad)
+        with pytest.raises(ValueError) as e:
+            task_timeout(spec)
+        assert str(e.value) == (f"SIMJOIN_S3J_TASK_TIMEOUT={bad!r}: allowed a duration above 0 such as 4h, 90m "
+                                "or 600s")
 
 
 def test_a_task_is_refused_while_another_run_holds_the_output_and_airflow_may_retry(tmp_path):

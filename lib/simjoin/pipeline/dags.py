@@ -7,7 +7,9 @@
   task through the same ``load_config`` as the CLI; a violation fails the task at once with one
   line and is not retried.
 - **Tasks:** one per stage, in the spec's order, each one call of
-  :func:`simjoin.pipeline.runner.run_task`; retries from the spec. A ``background`` gate runs
+  :func:`simjoin.pipeline.runner.run_task`; retries from the spec, and an ``execution_timeout``
+  (:func:`task_timeout`, 4 h by default) so that a hung task is failed and its output's lock
+  freed (the lock of a process that is gone is stale). A ``background`` gate runs
   beside the stages after it, as in one process, and every publishing stage waits for it. A
   pipeline with ``local_fits`` (S3J) also has a ``driver`` task: its first task is a branch
   that, for a unit small enough for one process, runs ``driver`` (every later stage in one task,
@@ -36,7 +38,12 @@ from typing import Any
 from simjoin.pipeline.registry import get_spec
 from simjoin.pipeline.spec import DRIVER_TASK, PipelineSpec
 
-__all__ = ["build_dag", "dag_params", "warehouse", "schedule_of", "alias_name"]
+__all__ = ["build_dag", "dag_params", "warehouse", "schedule_of", "alias_name", "task_timeout", "TASK_TIMEOUT"]
+
+#: Each task's ``execution_timeout`` unless the spec (``task_timeout``), ``SIMJOIN_TASK_TIMEOUT``
+#: or ``SIMJOIN_<NAME>_TASK_TIMEOUT`` says otherwise: far above any stage measured here (minutes
+#: at a million records), short enough that a hung task does not hold its output for a day.
+TASK_TIMEOUT = "4h"
 
 
 def warehouse() -> str:
@@ -105,6 +112,26 @@ def schedule_of(spec: PipelineSpec, defaults: dict[str, Any] | None = None) -> A
     return raw
 
 
+def task_timeout(spec: PipelineSpec) -> dt.timedelta:
+    """Each task's ``execution_timeout``: ``SIMJOIN_<NAME>_TASK_TIMEOUT``, else
+    ``SIMJOIN_TASK_TIMEOUT``, else the spec's ``task_timeout``, else :data:`TASK_TIMEOUT`."""
+    from simjoin.config import parse_duration
+
+    for var in (f"SIMJOIN_{spec.name.upper()}_TASK_TIMEOUT", "SIMJOIN_TASK_TIMEOUT"):
+        raw = os.environ.get(var, "").strip()
+        if raw:
+            break
+    else:
+        var, raw = f"pipeline spec {spec.name}: task_timeout", spec.task_timeout or TASK_TIMEOUT
+    try:
+        seconds = parse_duration(raw)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(f"{var}={raw!r}: allowed a duration above 0 such as 4h, 90m or 600s")
+    return dt.timedelta(seconds=seconds)
+
+
 def _uri(path: str) -> str:
     return path if "://" in path else f"file://{os.path.abspath(path)}"
 
@@ -131,7 +158,8 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
         catchup=False,
         max_active_runs=spec.max_active_runs,
         tags=["simjoin", spec.name, spec.run_type, *spec.tags],
-        default_args={"retries": spec.retries, "retry_delay": dt.timedelta(seconds=30)},
+        default_args={"retries": spec.retries, "retry_delay": dt.timedelta(seconds=30),
+                      "execution_timeout": task_timeout(spec)},
         doc_md=doc,
         params=dag_params(spec),
     ) as dag:

@@ -8,6 +8,17 @@ for its stage (:mod:`simjoin.pipeline.runner`). The file is created atomically
 refused with one line (:class:`OutputLocked`, a ``ValueError``). A lock whose process is gone
 (same host, pid dead or reused since) is stale: the next run takes it over, with a warning.
 
+A crash never leaves an output locked for good:
+
+- the file is written in full before it becomes the lock (a private temporary file, then
+  ``link``, which fails if a lock exists), so an empty or unreadable lock file is not "being
+  written": it was left by a crash (or a full disk) and is stale once older than
+  :data:`_EMPTY_STALE_S`;
+- the lock is named after the output's real path (``os.path.realpath``), so a symlink to an
+  output (or a path through a symlinked folder) takes the same lock, not a second one;
+- every Airflow task has an ``execution_timeout`` (:func:`simjoin.pipeline.dags.task_timeout`):
+  a hung holder is killed, and its lock, whose process is then gone, is stale.
+
 The lock sits beside the output (never inside it), so taking it creates no output folder:
 the overwrite guard and ``table_exists`` see the output as it was. Outputs that are not local
 paths (``s3://...``, a table name) get no lock; that is logged once per output.
@@ -34,6 +45,9 @@ log = get_logger("simjoin.lock")
 _unlocked_logged: set[str] = set()
 #: A takeover marker older than this was left by a process that died while taking over.
 _TAKEOVER_STALE_S = 60.0
+#: An empty or unreadable lock file older than this is stale (a writer on a file system without
+#: hard links writes it in place, within milliseconds).
+_EMPTY_STALE_S = 2.0
 
 
 class OutputLocked(ValueError):
@@ -55,17 +69,19 @@ def _local(path: str) -> str | None:
     p = path.removeprefix("file://")
     if "/" not in p and not p.startswith(".") and not os.path.exists(p):
         return None  # a table name (simjoin.spark.delta.is_path)
-    return os.path.abspath(p)
+    return os.path.realpath(p)  # a symlinked path takes the same lock as its target
 
 
 def lock_path(output: str) -> str | None:
-    """``<output>_lock`` for a local output path, else None."""
+    """``<output>_lock`` beside the output's real path (symlinks resolved), for a local output
+    path; else None."""
     loc = _local(output)
     return None if loc is None else loc.rstrip("/") + "_lock"
 
 
 def read_lock(path: str) -> dict[str, Any] | None:
-    """The lock's holder, or None (no lock, or one being written: treated as held by nobody yet)."""
+    """The lock's holder; None when there is no lock; ``{}`` when the file is empty or unreadable
+    (stale once older than :data:`_EMPTY_STALE_S`)."""
     try:
         with open(path) as fh:
             data = json.load(fh)
@@ -109,6 +125,22 @@ def _message(output: str, path: str, holder: dict[str, Any]) -> str:
 
 
 def _create(path: str, body: dict[str, Any]) -> bool:
+    """Take the lock: write ``body`` to a temporary file, then link it to ``path`` (atomic, and
+    refused if ``path`` exists), so the lock file is never seen empty or half-written."""
+    tmp = f"{path}.{body['token']}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(body, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # no hard links on this file system: create in place
+        pass
+    finally:
+        os.unlink(tmp)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
@@ -120,8 +152,18 @@ def _create(path: str, body: dict[str, Any]) -> bool:
     return True
 
 
-def _take_over(path: str, stale: dict[str, Any]) -> bool:
-    """Remove a stale lock, if it is still the one seen; only one process at a time does this."""
+def _ident(path: str) -> tuple[int, int, int] | None:
+    """Which file ``path`` is now (inode, size, mtime); None if there is none."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _take_over(path: str, stale: dict[str, Any], ident: tuple[int, int, int] | None = None) -> bool:
+    """Remove a stale lock, if it is still the one seen (its content, and with ``ident`` the
+    very same file); only one process at a time does this."""
     marker = path + ".takeover"
     try:
         fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -134,7 +176,7 @@ def _take_over(path: str, stale: dict[str, Any]) -> bool:
         return False
     os.close(fd)
     try:
-        if read_lock(path) == stale:
+        if read_lock(path) == stale and (ident is None or _ident(path) == ident):
             os.unlink(path)
             return True
         return False
@@ -170,8 +212,15 @@ def output_lock(output: str | None, run_id: str, what: str = "") -> Iterator[str
                             "running)", output, holder.get("run_id"), holder.get("pid"), holder.get("host"),
                             holder.get("started"))
             continue
-        if not holder:  # being written this instant: look again
-            time.sleep(0.05)
+        if not holder:  # empty or unreadable: left by a crash, unless written in place this instant
+            ident = _ident(path)
+            age = time.time() - ident[2] / 1e9 if ident else 0.0
+            if ident is not None and age > _EMPTY_STALE_S:
+                if _take_over(path, holder, ident):
+                    log.warning("output %s: took over the stale lock %s (empty or unreadable, left %.0f s ago "
+                                "by a process that crashed)", output, path, age)
+                continue
+            time.sleep(min(_EMPTY_STALE_S, max(0.05, _EMPTY_STALE_S - age + 0.05)))
             continue
         raise OutputLocked(_message(str(output), path, holder))
     else:

@@ -96,6 +96,9 @@ class PipelineSpec:
     output_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Airflow: retries per task, a schedule (None, a cron string or "asset"), tags.
     retries: int = 2
+    #: Airflow: each task's ``execution_timeout`` (a duration, e.g. "4h"); None: the default
+    #: (``simjoin.pipeline.dags.TASK_TIMEOUT``). ``SIMJOIN_<NAME>_TASK_TIMEOUT`` overrides both.
+    task_timeout: str | None = None
     schedule: str | None = None
     tags: tuple[str, ...] = ()
     #: The config field whose table the DAG's Asset schedule listens to.
