@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pytest
 
+from simjoin.core.exact import ordered
+
 from simjoin.core.inequality import (
     PLANS,
     MutablePart,
@@ -298,7 +300,8 @@ def test_mutable_tmp_ids_and_persisted_index() -> None:
                   np.column_stack([R["a"], R["b"]])[a : a + 100])  # fmt: skip
     assert np.array_equal(mp.ids, R["id"]) and mp.seq_max == 299 and mp.seq_min == 0
     for j, col in enumerate("ab"):
-        assert np.array_equal(mp.sorted_values[j], np.sort(R[col], kind="stable"))
+        # the index holds int64 keys (a float's order-preserving key, simjoin.core.exact)
+        assert np.array_equal(mp.sorted_values[j], ordered(np.sort(R[col], kind="stable")))
         assert np.array_equal(mp.sorted_tids[j], np.argsort(R[col], kind="stable"))
     back = MutablePart.from_bytes(mp.to_bytes())
     pv = np.column_stack([rng.integers(0, 4, 50), rng.integers(0, 4, 50)]).astype(np.float64)

@@ -7,7 +7,8 @@ the AND of predicates into a bit array. Ties are handled exactly for every opera
 * ``<``  → ``[lo, lower_bound(x))``     ``<=`` → ``[lo, upper_bound(x))``
 * ``>``  → ``[upper_bound(x), hi)``     ``>=`` → ``[lower_bound(x), hi)``
 
-Floats are compared as numpy compares float64; NaN never reaches these kernels (the caller quarantines it).
+Values are int64 keys (``simjoin.core.exact``): an integer column is compared as int64, exactly, a float column
+by its order-preserving key (the order of float64); NaN never reaches these kernels (the caller quarantines it).
 Bit arrays are int64 words (two's complement, so ``w & -w`` isolates the lowest bit on every word); the index of
 an isolated bit comes from a de Bruijn multiplication.
 
@@ -23,6 +24,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 from numba import njit
+
+from simjoin.core.exact import as_keys
 
 __all__ = [
     "LT",
@@ -46,7 +49,7 @@ __all__ = [
 ]
 
 IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
+FloatArray = npt.NDArray[np.int64]  # value keys (``exact.as_keys``)
 
 LT, LE, GT, GE = 0, 1, 2, 3
 OP_CODES: Mapping[str, int] = {"<": LT, "<=": LE, ">": GT, ">=": GE}
@@ -70,15 +73,16 @@ def op_codes(ops: Sequence[str]) -> IntArray:
 
 
 def key_codes(key_values: npt.ArrayLike) -> IntArray:
-    """int64 hash codes of the rows of ``key_values`` (float64 [n, e]); equal rows get equal codes.
+    """int64 hash codes of the rows of ``key_values`` ([n, e] keys, or floats keyed by ``exact.as_keys``); equal
+    rows get equal codes.
 
     ``-0.0`` and ``0.0`` hash alike (they compare equal). Codes only partition the tuples; the kernels verify key
     equality on the values, so collisions cost time, never correctness.
     """
-    kv = np.asarray(key_values, dtype=np.float64)
+    kv = as_keys(key_values)
     if kv.ndim == 1:
         kv = kv[:, None]
-    bits = np.ascontiguousarray(kv + 0.0).view(np.uint64)
+    bits = np.ascontiguousarray(kv).view(np.uint64)
     h = np.full(kv.shape[0], 0x9E3779B97F4A7C15, dtype=np.uint64)
     for c in range(kv.shape[1]):
         # splitmix64 finaliser over (h xor column)
@@ -90,7 +94,7 @@ def key_codes(key_values: npt.ArrayLike) -> IntArray:
 
 
 @njit(cache=True)
-def compare(op: int, s: float, p: float) -> bool:
+def compare(op: int, s: int, p: int) -> bool:
     """``s OP p`` for an operator code."""
     if op == LT:
         return s < p
@@ -265,8 +269,8 @@ def _floats2(name: str, a: npt.ArrayLike | None, m: int, width: int) -> FloatArr
     if a is None:
         if width:
             raise ValueError(f"{name} is required: the stored side has {width} column(s)")
-        return np.empty((m, 0), dtype=np.float64)
-    arr = np.asarray(a, dtype=np.float64)
+        return np.empty((m, 0), dtype=np.int64)
+    arr = as_keys(a)
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.shape != (m, width):
@@ -289,7 +293,7 @@ def probe_args(
     residual: npt.ArrayLike | None,
 ) -> ProbeArgs:
     """Check the probe side against the stored side's shape and normalise it for the kernels."""
-    v = np.asarray(values, dtype=np.float64)
+    v = as_keys(values)
     if v.ndim == 1:
         v = v[:, None]
     if v.ndim != 2 or v.shape[1] != k:

@@ -41,9 +41,10 @@ from .pojoin import POBatch, stored_columns
 __all__ = ["MutablePart", "SNAPSHOT_COST_PER_TUPLE", "SNAPSHOT_MIN_TUPLES"]
 
 IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
+FloatArray = npt.NDArray[np.int64]  # value keys (``exact.as_keys``)
 
-_MUTABLE_FORMAT = 1
+# 2: values are int64 keys (integers exact, floats by their order-preserving key); 1 held float64 values
+_MUTABLE_FORMAT = 2
 # A probe whose range scans would check more than SNAPSHOT_COST_PER_TUPLE candidates per stored tuple (about the
 # cost of sorting them) is answered by a PO-Join snapshot of the mutable part instead, kept until the next insert.
 SNAPSHOT_COST_PER_TUPLE = 20
@@ -58,7 +59,7 @@ def _merge_runs(
     na = keys_a.shape[0]
     nb = keys_b.shape[0]
     keys = np.empty(na + nb, dtype=np.int64)
-    vals = np.empty(na + nb, dtype=np.float64)
+    vals = np.empty(na + nb, dtype=np.int64)
     tids = np.empty(na + nb, dtype=np.int64)
     i = 0
     j = 0
@@ -200,13 +201,13 @@ class MutablePart:
         self.ids = np.empty(0, dtype=np.int64)
         self.ts = np.empty(0, dtype=np.int64)
         self.seq = np.empty(0, dtype=np.int64)
-        self.values = np.empty((0, k), dtype=np.float64)
+        self.values = np.empty((0, k), dtype=np.int64)
         self.keys: IntArray | None = np.empty(0, dtype=np.int64) if n_key_cols else None
-        self.key_values = np.empty((0, self.n_key_cols), dtype=np.float64)
-        self.residual = np.empty((0, self.n_residual), dtype=np.float64)
+        self.key_values = np.empty((0, self.n_key_cols), dtype=np.int64)
+        self.residual = np.empty((0, self.n_residual), dtype=np.int64)
         # the per-attribute indexes: key codes (identical along every index), values and tmp ids
         self.sorted_keys = np.empty(0, dtype=np.int64)
-        self.sorted_values = np.empty((k, 0), dtype=np.float64)
+        self.sorted_values = np.empty((k, 0), dtype=np.int64)
         self.sorted_tids = np.empty((k, 0), dtype=np.int64)
         self._leader: tuple[IntArray, IntArray, IntArray] | None = None
         self._snapshot: POBatch | None = None
@@ -272,7 +273,7 @@ class MutablePart:
         gk = codes if codes is not None else np.zeros(m, dtype=np.int64)
         tids = np.arange(n0, n0 + m, dtype=np.int64)
         k = self.k
-        new_values = np.empty((k, n0 + m), dtype=np.float64)
+        new_values = np.empty((k, n0 + m), dtype=np.int64)
         new_tids = np.empty((k, n0 + m), dtype=np.int64)
         merged_keys = self.sorted_keys
         for j in range(k):
@@ -358,7 +359,8 @@ class MutablePart:
                 for c in range(j):
                     if leader[c] != c:
                         continue
-                    if n == 0 or bool(np.all((np.diff(self.values[self.sorted_tids[c], j]) >= 0) | change)):
+                    v = self.values[self.sorted_tids[c], j]  # int64 keys: compare, never subtract
+                    if n == 0 or bool(np.all((v[1:] >= v[:-1]) | change)):
                         leader[j] = c
                         break
             checks = np.zeros((k, k), dtype=np.int64)
@@ -391,7 +393,7 @@ class MutablePart:
         keep = self.sorted_tids[0] >= count
         rest.sorted_keys = self.sorted_keys[keep]
         k = self.k
-        rest.sorted_values = np.empty((k, len(self) - count), dtype=np.float64)
+        rest.sorted_values = np.empty((k, len(self) - count), dtype=np.int64)
         rest.sorted_tids = np.empty((k, len(self) - count), dtype=np.int64)
         for j in range(k):
             keep_j = self.sorted_tids[j] >= count
@@ -439,20 +441,21 @@ class MutablePart:
     def from_arrays(cls, d: Mapping[str, np.ndarray]) -> MutablePart:
         version = int(d.get("format_version", _MUTABLE_FORMAT))
         if version != _MUTABLE_FORMAT:
-            raise ValueError(f"MutablePart format_version {version} is not supported; expected {_MUTABLE_FORMAT}")
+            raise ValueError(f"MutablePart format_version {version} is not supported (expected {_MUTABLE_FORMAT}: "
+                             "int64 value keys); rerun the output with --reset")
         ops = tuple(OP_NAMES[int(c)] for c in np.asarray(d["op_codes"]))
-        kv = np.ascontiguousarray(d["key_values"], dtype=np.float64)
-        res = np.ascontiguousarray(d["residual"], dtype=np.float64)
+        kv = np.ascontiguousarray(d["key_values"], dtype=np.int64)
+        res = np.ascontiguousarray(d["residual"], dtype=np.int64)
         part = cls(ops, kv.shape[1], res.shape[1])
         part.ids = np.ascontiguousarray(d["ids"], dtype=np.int64)
         part.ts = np.ascontiguousarray(d["ts"], dtype=np.int64)
         part.seq = np.ascontiguousarray(d["seq"], dtype=np.int64)
-        part.values = np.ascontiguousarray(d["values"], dtype=np.float64).reshape(-1, part.k)
+        part.values = np.ascontiguousarray(d["values"], dtype=np.int64).reshape(-1, part.k)
         part.keys = np.ascontiguousarray(d["keys"], dtype=np.int64) if "keys" in d else None
         part.key_values = kv
         part.residual = res
         part.sorted_keys = np.ascontiguousarray(d["sorted_keys"], dtype=np.int64)
-        part.sorted_values = np.ascontiguousarray(d["sorted_values"], dtype=np.float64)
+        part.sorted_values = np.ascontiguousarray(d["sorted_values"], dtype=np.int64)
         part.sorted_tids = np.ascontiguousarray(d["sorted_tids"], dtype=np.int64)
         return part
 

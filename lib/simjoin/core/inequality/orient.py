@@ -9,7 +9,10 @@ opposite stream's window, so each predicate ``l.x + off OP r.y`` is evaluated fr
 
 The offset always stays on the ``l`` value, so both orientations evaluate exactly ``fl(l.x + off) OP r.y`` — the
 float64 expression of ``Predicate.holds`` and of the brute force — and never ``l.x OP fl(r.y - off)``, which can
-differ by one rounding. The same holds for ``=`` predicates (exact key values) and ``!=`` residuals; ``=`` and
+differ by one rounding. Integer columns are not rounded at all: ``l.x + off`` is computed in int64 (a sum outside
+int64 is refused, ``simjoin.core.exact``). Every matrix holds int64 *keys* (``exact.key_of``): an integer is its
+own key, a float its order-preserving key, so the kernels compare int64 for every column type.
+The same holds for ``=`` predicates (exact key values) and ``!=`` residuals; ``=`` and
 ``!=`` are symmetric, so their operator needs no flip.
 """
 
@@ -21,11 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from simjoin.core.exact import key_of
+
 from .query import Predicate, Query, flip_op
 
 __all__ = ["Orientation", "SideColumns", "orient"]
 
-FloatArray = npt.NDArray[np.float64]
+FloatArray = npt.NDArray[np.int64]  # int64 keys (``exact.key_of``)
 
 
 @dataclass(frozen=True)
@@ -33,15 +38,16 @@ class SideColumns:
     """Columns of one role and the offsets added to them, one per predicate."""
 
     cols: tuple[str, ...]
-    offsets: tuple[float, ...]
+    offsets: tuple[float | int, ...]
 
     def matrix(self, columns: Mapping[str, npt.ArrayLike], n: int | None = None) -> FloatArray:
-        """float64 ``[n, len(cols)]``: column ``c`` plus its offset (``n`` is needed when there are no columns)."""
+        """int64 keys ``[n, len(cols)]`` of column ``c`` plus its offset (``exact.key_of``: exact for integer
+        columns, ``fl(c + off)`` for floats; ``n`` is needed when there are no columns)."""
         if not self.cols:
             size = n if n is not None else (len(np.asarray(next(iter(columns.values())))) if columns else 0)
-            return np.empty((size, 0), dtype=np.float64)
-        out = np.column_stack([np.asarray(columns[c], dtype=np.float64) + o for c, o in zip(self.cols, self.offsets)])
-        return np.ascontiguousarray(out, dtype=np.float64)
+            return np.empty((size, 0), dtype=np.int64)
+        out = np.column_stack([key_of(columns[c], o, f"column {c}") for c, o in zip(self.cols, self.offsets)])
+        return np.ascontiguousarray(out, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -91,12 +97,12 @@ class Orientation:
 def _split(preds: tuple[Predicate, ...], stored_role: str) -> tuple[SideColumns, SideColumns]:
     if stored_role == "r":
         return (
-            SideColumns(tuple(p.right for p in preds), tuple(0.0 for _ in preds)),
+            SideColumns(tuple(p.right for p in preds), tuple(0 for _ in preds)),
             SideColumns(tuple(p.left for p in preds), tuple(p.offset for p in preds)),
         )
     return (
         SideColumns(tuple(p.left for p in preds), tuple(p.offset for p in preds)),
-        SideColumns(tuple(p.right for p in preds), tuple(0.0 for _ in preds)),
+        SideColumns(tuple(p.right for p in preds), tuple(0 for _ in preds)),
     )
 
 

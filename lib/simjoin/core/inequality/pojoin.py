@@ -50,6 +50,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from simjoin.core.exact import as_keys
+
 from .kernels import (
     OP_NAMES,
     ProbeArgs,
@@ -66,9 +68,10 @@ from .kernels import (
 __all__ = ["POBatch", "FORMAT_VERSION", "PLANS"]
 
 IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
+FloatArray = npt.NDArray[np.int64]  # value keys (``exact.as_keys``)
 
-FORMAT_VERSION = 1
+# 2: values are int64 keys (integers exact, floats by their order-preserving key); 1 held float64 values
+FORMAT_VERSION = 2
 # Probe plans (``POBatch.probe_prepared(args, plan)``): "auto" picks the cheapest per probe; the others force
 # one, for tests and benchmarks.
 PLANS: dict[str, int] = {"auto": 0, "iejoin": 1, "scan1": 2, "scan2": 3}
@@ -262,8 +265,8 @@ def _ints(name: str, a: npt.ArrayLike, n: int) -> IntArray:
 
 def _floats(name: str, a: npt.ArrayLike | None, n: int) -> FloatArray:
     if a is None:
-        return np.empty((n, 0), dtype=np.float64)
-    arr = np.asarray(a, dtype=np.float64)
+        return np.empty((n, 0), dtype=np.int64)
+    arr = as_keys(a)
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2 or arr.shape[0] != n:
@@ -282,7 +285,7 @@ def stored_columns(
     residual: npt.ArrayLike | None,
 ) -> tuple[IntArray, IntArray, IntArray, FloatArray, IntArray, IntArray | None, FloatArray, FloatArray]:
     """Validated stored-side arrays; key codes are hashed from ``key_values`` when not given."""
-    v = np.asarray(values, dtype=np.float64)
+    v = as_keys(values)
     if v.ndim == 1:
         v = v[:, None]
     if v.ndim != 2:
@@ -313,7 +316,8 @@ def stored_columns(
 
 def _compatible(sorted_values: FloatArray, change: npt.NDArray[np.bool_]) -> bool:
     """Values non-decreasing along an order within every key group (``change`` marks group boundaries)."""
-    return bool(np.all((np.diff(sorted_values) >= 0) | change))
+    v = sorted_values  # int64 keys: compare neighbours, never subtract (a difference can overflow)
+    return bool(np.all((v[1:] >= v[:-1]) | change))
 
 
 @dataclass(eq=False)
@@ -556,12 +560,11 @@ class POBatch:
     def from_arrays(cls, d: Mapping[str, np.ndarray]) -> POBatch:
         version = int(d.get("format_version", FORMAT_VERSION))
         if version != FORMAT_VERSION:
-            raise ValueError(f"POBatch format_version {version} is not supported; expected {FORMAT_VERSION}")
+            raise ValueError(f"POBatch format_version {version} is not supported (expected {FORMAT_VERSION}: "
+                             "int64 value keys); rerun the output with --reset")
         fields: dict[str, np.ndarray] = {}
         for name in cls._ARRAYS:
-            arr = np.asarray(d[name])
-            dtype = np.float64 if arr.dtype.kind == "f" else np.int64
-            fields[name] = np.ascontiguousarray(arr, dtype=dtype)
+            fields[name] = np.ascontiguousarray(d[name], dtype=np.int64)
         keys = d.get("keys")
         return cls(keys=None if keys is None else np.ascontiguousarray(keys, dtype=np.int64), **fields)
 

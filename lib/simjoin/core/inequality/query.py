@@ -19,8 +19,10 @@ Each comparison has one ``l`` and one ``r`` side and is normalised to ``l.<left>
 ``<=``/``>=``). Limits: 1 to ``MAX_INEQUALITIES`` inequality or band predicates (a band counts as one), any number
 of ``=`` (partition keys of the join) and ``!=`` (residual filters). ``id`` and ``ts`` are reserved columns.
 
-Semantics are those of the normalised predicate evaluated in float64: ``fl(l.left + offset) OP r.right``
-(``Predicate.holds``); offsets on both sides are folded into one before evaluation.
+Semantics are those of the normalised predicate evaluated exactly in the columns' own type
+(``simjoin.core.exact``): on the integers for two integer columns (an integer literal offset stays a Python int;
+a sum outside int64 is refused), ``fl(l.left + offset) OP r.right`` in float64 otherwise (``Predicate.holds``);
+offsets on both sides are folded into one before evaluation.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
+from simjoin.core.exact import cmp_holds
 
 __all__ = [
     "OPS",
@@ -85,23 +89,12 @@ class Predicate:
     left: str
     op: str
     right: str
-    offset: float = 0.0
+    offset: float | int = 0
 
     def holds(self, lv: npt.ArrayLike, rv: npt.ArrayLike) -> npt.NDArray[np.bool_]:
-        """Vectorised (broadcasting) truth of the predicate for l-values ``lv`` and r-values ``rv``."""
-        a = np.asarray(lv, dtype=np.float64) + self.offset
-        b = np.asarray(rv, dtype=np.float64)
-        if self.op == "<":
-            return np.asarray(a < b)
-        if self.op == "<=":
-            return np.asarray(a <= b)
-        if self.op == ">":
-            return np.asarray(a > b)
-        if self.op == ">=":
-            return np.asarray(a >= b)
-        if self.op == "=":
-            return np.asarray(a == b)
-        return np.asarray(a != b)
+        """Vectorised (broadcasting) exact truth of the predicate for l-values ``lv`` and r-values ``rv``: on the
+        integers when both are integer arrays, ``fl(lv + offset) OP rv`` otherwise."""
+        return cmp_holds(self.op, lv, rv, self.offset)
 
     def __str__(self) -> str:
         return f"l.{self.left}{_offset_text(self.offset)} {self.op} r.{self.right}"
@@ -146,12 +139,15 @@ class Query:
         return self.canonical()
 
 
-def _offset_text(offset: float) -> str:
+def _offset_text(offset: float | int) -> str:
     if offset == 0:
         return ""
     sign = "+" if offset > 0 else "-"
     mag = abs(offset)
-    text = str(int(mag)) if mag.is_integer() and mag < 2**53 else repr(mag)
+    if isinstance(mag, int):
+        text = str(mag)
+    else:
+        text = str(int(mag)) if mag.is_integer() and mag < 2**53 else repr(mag)
     return f" {sign} {text}"
 
 
@@ -166,7 +162,7 @@ class _Token:
 class _Term:
     side: str
     col: str
-    offset: float
+    offset: float | int
     pos: int
 
 
@@ -217,10 +213,13 @@ class Parser:
             raise self.unexpected(tok)
         return tok
 
-    def number(self) -> float:
+    def number(self) -> float | int:
+        """A literal: an integer literal (digits only) is an exact Python int, anything else a float."""
         tok = self.next()
         if tok.kind != "num":
             raise self.unexpected(tok)
+        if tok.text.isdigit():
+            return int(tok.text)
         value = float(tok.text)
         if not math.isfinite(value):
             raise self.fail(f"number '{tok.text}' at position {tok.pos} is not finite")
@@ -246,7 +245,7 @@ class Parser:
 
     def term(self) -> _Term:
         side, col, pos = self.colref()
-        offset = 0.0
+        offset: float | int = 0
         tok = self.peek()
         if tok.kind == "punct" and tok.text in "+-":
             self.next()
