@@ -104,6 +104,7 @@ class Stack:
             raise RuntimeError(f"port {self.port} is in use: set AIRFLOW__API__PORT to a free port")
         if self.warm:
             self._start_spark(timeout)
+        self._passwords_file()
         out = open(self.log_dir / "standalone.log", "ab")  # noqa: SIM115
         self.procs.append(subprocess.Popen([str(BIN / "airflow"), "standalone"], env=self.env, stdout=out,
                                            stderr=subprocess.STDOUT, start_new_session=True))
@@ -120,6 +121,23 @@ class Stack:
                     raise RuntimeError(f"DAG {dag_id} was not parsed within {timeout:.0f}s")
                 time.sleep(1)
         return self
+
+    def passwords_path(self) -> Path:
+        """Airflow's simple auth manager passwords file (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE``,
+        else the one ``airflow standalone`` generates in ``AIRFLOW_HOME``)."""
+        return Path(self.env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")
+                    or Path(self.env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated")
+
+    def _passwords_file(self) -> None:
+        """The admin's password, written here with mode 0600 before Airflow starts: ``airflow
+        standalone`` would generate it into a file of mode 0644 and print it to its log."""
+        from simjoin.private import make_private, write_private
+
+        path = self.passwords_path()
+        if path.exists():
+            make_private(path)
+        else:
+            write_private(path, json.dumps({"admin": secrets.token_urlsafe(16)}) + "\n")
 
     def _start_spark(self, timeout: float) -> None:
         if _answers(self.connect_port):
@@ -170,8 +188,7 @@ class Stack:
 
     # -- REST ---------------------------------------------------------------------------------
     def password(self) -> str:
-        f = Path(self.env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated"
-        return str(json.loads(f.read_text())["admin"])
+        return str(json.loads(self.passwords_path().read_text())["admin"])
 
     def token(self) -> str:
         if self._token is None:
@@ -241,8 +258,7 @@ def _log_line(entry: Any) -> str:
 
 def main() -> None:
     stack = Stack()
-    print(f"Airflow UI on {stack.url} ; login: admin, password in "
-          f"{Path(stack.env['AIRFLOW_HOME']) / 'simple_auth_manager_passwords.json.generated'}", flush=True)
+    print(f"Airflow UI on {stack.url} ; login: admin, password in {stack.passwords_path()} (mode 0600)", flush=True)
     stop = {"now": False}
 
     def _stop(*_: Any) -> None:

@@ -21,6 +21,8 @@ import secrets
 import sys
 from pathlib import Path
 
+from simjoin.private import write_private
+
 __all__ = ["KEYS", "generate", "write_env", "write_airflow_passwords", "main"]
 
 #: Every variable ``.env`` holds; docker-compose.yml refers to each as ``${NAME}``.
@@ -32,7 +34,7 @@ PASSWORDS_FILE_ENV = "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"
 
 def generate() -> dict[str, str]:
     """Fresh values for :data:`KEYS`. URL-safe text only: the Postgres password goes into the
-    SQLAlchemy URL and the Spark secret into a ``-D`` JVM option unquoted."""
+    SQLAlchemy URL and the Spark secret into a Java properties file (no backslash)."""
     values = {k: secrets.token_urlsafe(32) for k in KEYS}
     # cryptography's Fernet key: URL-safe base64 of 32 random bytes
     values["AIRFLOW__CORE__FERNET_KEY"] = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
@@ -40,15 +42,8 @@ def generate() -> dict[str, str]:
 
 
 def _write_private(path: Path, text: str, exclusive: bool) -> None:
-    """Write ``text`` to a file only its owner can read, created with mode 0600 from the start
-    (never world-readable, not even for a moment)."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
-    fd = os.open(path, flags, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # an existing file (--force) keeps its mode otherwise
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+    """Write ``text`` to a file only its owner can read (:func:`simjoin.private.write_private`)."""
+    write_private(path, text, exclusive)
 
 
 def write_env(path: str | Path = ".env", force: bool = False) -> Path:

@@ -206,8 +206,8 @@ def cache_jvm(force: bool) -> None:
 
 @app.command("spark-server")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on. Spark Connect has no authentication here: keep it on loopback "
-                   "or a private network.")
+              help="Address to listen on. Clients must present the token, but the channel is not "
+                   "encrypted: keep it on loopback or a private network.")
 @click.option("--port", type=click.IntRange(1, 65535), default=15002, show_default=True)
 @master_option
 @click.option("--warehouse", default=None, help="Warehouse folder (default: SIMJOIN_WAREHOUSE or ./warehouse).")
@@ -216,7 +216,13 @@ def spark_server(host: str, port: int, master: str | None, warehouse: str | None
 
     Then ``SIMJOIN_SPARK_REMOTE=sc://HOST:PORT`` makes every simjoin command and Airflow task
     connect to it in well under a second instead of starting its own JVM. ``make airflow``
-    starts one. Stops on Ctrl-C or SIGTERM."""
+    starts one. Stops on Ctrl-C or SIGTERM.
+
+    Every client must present a token: SPARK_CONNECT_AUTHENTICATE_TOKEN, in the environment of
+    the server and of its clients. If it is unset, the server generates one and writes it to
+    SIMJOIN_SPARK_TOKEN_FILE (default ~/.simjoin/spark-connect-PORT.token, mode 0600, removed on
+    stop), where simjoin clients of the same user find it. The token (and SIMJOIN_SPARK_AUTH_SECRET,
+    Spark's RPC secret) never appears on a command line or in a log."""
     from simjoin.spark.session import serve
 
     cfg = load_config(SparkConfig, "spark", {"master": master, "warehouse": warehouse})

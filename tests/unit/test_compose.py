@@ -109,7 +109,8 @@ def test_spark_auth_everywhere(services):
     for name in SPARK:
         opts = _env(services[name])["SPARK_DAEMON_JAVA_OPTS"]
         assert "-Dspark.authenticate=true" in opts
-        assert re.search(r"-Dspark\.authenticate\.secret=\$\{SPARK_AUTH_SECRET\b", opts), name
+        assert "secret" not in opts, name  # a -D option is on the daemon's command line: ps shows it
+        assert _env(services[name])["_SPARK_AUTH_SECRET"].startswith("${SPARK_AUTH_SECRET"), name
         assert _env(services[name])["SPARK_LOCAL_HOSTNAME"] == services[name]["hostname"]
     for name in AIRFLOW:  # the applications: simjoin's session sets spark.authenticate from it
         assert _env(services[name])["SIMJOIN_SPARK_AUTH_SECRET"].startswith("${SPARK_AUTH_SECRET")
@@ -220,6 +221,16 @@ def test_spark_auth_secret_hook(monkeypatch):
     assert session.auth_conf() == {}
     assert "spark.authenticate" not in session._builder(SparkConfig(), None)._options
     monkeypatch.setenv(session.AUTH_SECRET_ENV, "s3cr3t")
-    assert session.auth_conf() == {"spark.authenticate": "true", "spark.authenticate.secret": "s3cr3t"}
+    assert session.auth_conf() == {"spark.authenticate": "true"}
     opts = session._builder(SparkConfig(), None)._options  # a builder, no JVM started
-    assert opts["spark.authenticate"] == "true" and opts["spark.authenticate.secret"] == "s3cr3t"
+    # the secret is no builder setting: PySpark passes those to spark-submit as --conf k=v
+    assert opts["spark.authenticate"] == "true" and "s3cr3t" not in repr(opts)
+    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    with session._secret_properties():  # a 0600 properties file spark-submit reads instead
+        args = os.environ["PYSPARK_SUBMIT_ARGS"].split()
+        assert args[0] == "--properties-file" and args[-1] == "pyspark-shell"
+        path = args[1]
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+        assert open(path).read() == "spark.authenticate.secret s3cr3t\n"
+    assert not os.path.exists(path) and os.environ.get("PYSPARK_SUBMIT_ARGS") == before

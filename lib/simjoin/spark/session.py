@@ -11,7 +11,16 @@ set, :func:`get_spark` connects to it in well under a second instead of starting
 process gets its own server-side session (SQL conf, temp views and cache are not shared). If the
 server does not answer, it logs a warning and starts a local Spark as before. The server requires
 a pre-shared token (``SPARK_CONNECT_AUTHENTICATE_TOKEN`` in the environment of the server and its
-clients; generated at start if unset), so that other local users cannot run code in it.
+clients), so that other local users cannot run code in it. If that variable is unset, the server
+generates one and writes it to a mode-0600 file (``SIMJOIN_SPARK_TOKEN_FILE``, default
+``~/.simjoin/spark-connect-<port>.token``) that clients of the same user read.
+
+**No secret on a command line.** PySpark hands every builder setting to ``spark-submit`` as
+``--conf k=v``, which any local user reads with ``ps``. So the Connect token reaches the JVM only
+through its environment (Spark Connect reads ``SPARK_CONNECT_AUTHENTICATE_TOKEN`` when
+``spark.connect.authenticate.token`` is unset), and the RPC secret (``SIMJOIN_SPARK_AUTH_SECRET``)
+through a mode-0600 properties file (``--properties-file``, in a private temporary folder, removed
+once the JVM has read it). Neither is ever logged.
 """
 
 from __future__ import annotations
@@ -19,11 +28,16 @@ from __future__ import annotations
 import glob
 import os
 import secrets
+import shlex
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlparse
 
@@ -31,10 +45,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from simjoin.config import SparkConfig, load_config
 from simjoin.log import get_logger
+from simjoin.private import read_private, write_private
 from simjoin.spark import jvmcache
 
 __all__ = ["get_spark", "stop_spark", "small_frame", "arrow_frame", "is_remote", "remote_url", "serve",
-           "startup_seconds", "auth_conf", "CONNECT_PORT", "TOKEN_ENV", "AUTH_SECRET_ENV"]
+           "startup_seconds", "auth_conf", "CONNECT_PORT", "TOKEN_ENV", "AUTH_SECRET_ENV", "TOKEN_FILE_ENV",
+           "token_file"]
 
 log = get_logger("simjoin.spark")
 # Jobs here are short: the C1 JIT alone warms up much faster, and the hot loops run in numba anyway.
@@ -46,6 +62,8 @@ TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 #: Spark's RPC shared secret: a standalone master and workers started with it (docker-compose.yml)
 #: accept only applications that present it.
 AUTH_SECRET_ENV = "SIMJOIN_SPARK_AUTH_SECRET"
+#: Where a warm Spark writes the token it generated, and where its clients look for it.
+TOKEN_FILE_ENV = "SIMJOIN_SPARK_TOKEN_FILE"
 _startup: dict[str, float] = {}
 
 
@@ -94,10 +112,43 @@ def _builder(cfg: SparkConfig, extra: dict[str, Any] | None, record_to: str | No
 
 
 def auth_conf() -> dict[str, str]:
-    """``spark.authenticate`` with the secret in ``SIMJOIN_SPARK_AUTH_SECRET``; nothing when it is unset.
-    The secret is never logged (Spark redacts ``*secret*`` keys in its UI and event logs)."""
+    """``spark.authenticate`` when ``SIMJOIN_SPARK_AUTH_SECRET`` is set; nothing when it is unset.
+    The secret itself is not a builder setting (those reach ``spark-submit``'s command line): it
+    goes to the JVM in a 0600 properties file (:func:`_secret_properties`)."""
+    return {"spark.authenticate": "true"} if os.environ.get(AUTH_SECRET_ENV, "").strip() else {}
+
+
+@contextmanager
+def _secret_properties() -> Iterator[None]:
+    """While the driver JVM starts: ``spark.authenticate.secret`` in a 0600 properties file that
+    ``spark-submit`` reads (``--properties-file`` in ``PYSPARK_SUBMIT_ARGS``), never a ``--conf``
+    on its command line; the file and its private folder are removed once the JVM is up."""
     secret = os.environ.get(AUTH_SECRET_ENV, "").strip()
-    return {"spark.authenticate": "true", "spark.authenticate.secret": secret} if secret else {}
+    if not secret:
+        yield
+        return
+    if any(c in secret for c in "\r\n\\"):
+        raise ValueError(f"{AUTH_SECRET_ENV} holds a line break or backslash: allowed a one-line secret "
+                         "(make compose-env writes URL-safe text)")
+    folder = tempfile.mkdtemp(prefix="simjoin-spark-")  # 0700
+    path = os.path.join(folder, "secret.properties")
+    write_private(path, f"spark.authenticate.secret {secret}\n")
+    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {shlex.quote(path)} " + (before or "pyspark-shell")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = before
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def token_file(port: int) -> str:
+    """The file holding a generated warm-Spark token: ``SIMJOIN_SPARK_TOKEN_FILE``, else
+    ``~/.simjoin/spark-connect-<port>.token``."""
+    return os.path.expanduser(os.environ.get(TOKEN_FILE_ENV) or f"~/.simjoin/spark-connect-{port}.token")
 
 
 def delta_packages() -> str:
@@ -170,7 +221,8 @@ def get_spark(cfg: SparkConfig | None = None, extra: dict[str, Any] | None = Non
             log.warning("no warm Spark answers at %s (SIMJOIN_SPARK_REMOTE): starting a local one", url)
     if spark is None:
         log.info("starting Spark: master=%s warehouse=%s", cfg.master, cfg.warehouse)
-        spark = _builder(cfg, extra, record_to).getOrCreate()
+        with _secret_properties():
+            spark = _builder(cfg, extra, record_to).getOrCreate()
         spark.sparkContext.setLogLevel(cfg.log_level)
         conf = spark.sparkContext.getConf()
         packages = conf.get("spark.jars.packages", None)
@@ -242,6 +294,11 @@ def real_session(spark: Any) -> Any:
 
 def _connect(url: str, cfg: SparkConfig) -> SparkSession:
     t0 = time.perf_counter()
+    if not os.environ.get(TOKEN_ENV):  # a server started by hand wrote the token it generated
+        u = urlparse(url.replace("sc://", "http://", 1))
+        token = read_private(token_file(u.port or CONNECT_PORT))
+        if token:
+            os.environ[TOKEN_ENV] = token
     if os.environ.get(TOKEN_ENV):  # gRPC sends a token only over a local (or TLS) channel: "localhost"
         url = url.replace("sc://127.0.0.1", "sc://localhost", 1)
     spark = SparkSession.builder.remote(url).getOrCreate()
@@ -312,12 +369,18 @@ def serve(host: str = "127.0.0.1", port: int = CONNECT_PORT, cfg: SparkConfig | 
         raise ValueError(f"port {port} on {host} is already in use: allowed a free port (--port)")
     os.environ.pop("SIMJOIN_SPARK_REMOTE", None)
     token = os.environ.get(TOKEN_ENV) or ""
-    generated = not token
-    token = token or secrets.token_urlsafe(24)
+    written = None
+    if not token:  # generated: written for this user's clients, never logged
+        token = secrets.token_urlsafe(24)
+        written = token_file(port)
+        write_private(written, token + "\n")
+        os.environ[TOKEN_ENV] = token
     extra = {
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
-        # every client must present this token, so other local users cannot run code here
-        "spark.connect.authenticate.token": token,
+        # every client must present the token, so other local users cannot run code here. Spark
+        # Connect reads it from the JVM's environment (SPARK_CONNECT_AUTHENTICATE_TOKEN, inherited
+        # from this process): as spark.connect.authenticate.token it would be a --conf on the
+        # JVM's command line, which every local user reads with ps
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
         # a 200k-record stage sends its collected plans and results through gRPC
@@ -325,7 +388,12 @@ def serve(host: str = "127.0.0.1", port: int = CONNECT_PORT, cfg: SparkConfig | 
         # executors' Python workers and Delta's snapshots stay warm between tasks
         "spark.python.worker.reuse": "true",
     }
-    spark = get_spark(cfg, extra)
+    try:
+        spark = get_spark(cfg, extra)
+    except BaseException:
+        if written:
+            _remove(written)
+        raise
     deadline = time.monotonic() + 60
     while not _answers(url, timeout=0.5):
         if time.monotonic() > deadline:
@@ -337,10 +405,21 @@ def serve(host: str = "127.0.0.1", port: int = CONNECT_PORT, cfg: SparkConfig | 
         signal.signal(sig, lambda *_: stop.set())
     log.info("warm Spark ready at %s (master %s, warehouse %s); Ctrl-C or SIGTERM stops it",
              url, cfg.master, os.path.abspath(cfg.warehouse))
-    if generated:  # shown once on the terminal, never written to a file by simjoin
-        log.info("clients need %s=%s", TOKEN_ENV, token)
+    if written:
+        log.info("clients need %s: this user's simjoin reads it from %s (mode 0600)", TOKEN_ENV, written)
     if ready is not None:
         ready(url)
-    stop.wait()
-    log.info("warm Spark at %s: stopping", url)
-    spark.stop()
+    try:
+        stop.wait()
+        log.info("warm Spark at %s: stopping", url)
+        spark.stop()
+    finally:
+        if written:
+            _remove(written)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

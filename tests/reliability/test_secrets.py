@@ -1,0 +1,157 @@
+"""No secret on a command line, in a log or in a world-readable file (issue 37, item 5).
+
+The reproduction: ``simjoin spark-server`` passed ``spark.connect.authenticate.token`` (and a
+driver ``spark.authenticate.secret``) to ``spark-submit`` as ``--conf k=v``, so ``ps -eo args``
+showed them to every local user, who could then run code in the warm Spark. Now:
+
+- a warm Spark started with ``SIMJOIN_SPARK_AUTH_SECRET`` and no token generates one into a 0600
+  file (``SIMJOIN_SPARK_TOKEN_FILE``); neither the token nor the secret is on any process's
+  command line, in the server's log, in a client's output or in the task-timing table; the JVM
+  has both all the same (a client without the token is refused, the secret is in its conf);
+- a client of the same user finds the token in that file; a token file others may read is
+  refused with one line; the file goes when the server stops;
+- an Airflow task run (``dag.test()``) with the token and the secret in its environment logs
+  neither.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.tools.airflow_stack import free_port
+
+pytestmark = pytest.mark.slow  # starts a warm Spark (a JVM)
+
+BIN = Path(sys.executable).parent
+SECRET = secrets.token_urlsafe(24)
+
+
+def _ps() -> str:
+    return subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from simjoin.spark.session import _answers
+
+    root = tmp_path_factory.mktemp("secrets")
+    port = free_port()
+    token_file = root / "private" / "connect.token"
+    env = {k: v for k, v in os.environ.items() if k not in ("SIMJOIN_SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN")}
+    env.update(SIMJOIN_SPARK_AUTH_SECRET=SECRET, SIMJOIN_SPARK_TOKEN_FILE=str(token_file))
+    log_path = root / "server.log"
+    log = open(log_path, "wb")  # noqa: SIM115
+    p = subprocess.Popen([str(BIN / "simjoin"), "spark-server", "--port", str(port)], env=env, stdout=log,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"sc://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while not _answers(url):
+        assert p.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+        time.sleep(0.5)
+    yield {"url": url, "port": port, "token_file": token_file, "log": log_path, "proc": p, "env": env}
+    if p.poll() is None:
+        p.terminate()
+        p.wait(timeout=60)
+    log.close()
+
+
+def _client(server, *args: str, **extra: str) -> subprocess.Popen:
+    env = {k: v for k, v in server["env"].items() if k != "SIMJOIN_SPARK_AUTH_SECRET"}
+    env.update(SIMJOIN_SPARK_REMOTE=server["url"], SIMJOIN_FAULTS="", **extra)
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_no_secret_on_a_command_line_in_a_log_or_a_world_readable_file(server, tmp_path):
+    from deltalake import DeltaTable, write_deltalake
+    import pyarrow as pa
+
+    from simjoin.pipeline.timing import timing_path
+
+    token_file = server["token_file"]
+    token = token_file.read_text().strip()
+    assert len(token) >= 24
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+    ps = _ps()
+    assert f"spark.connect.grpc.binding.port={server['port']}" in ps, "the warm Spark's JVM is not in ps"
+    assert token not in ps and SECRET not in ps
+
+    # a client of the same user: the token from the file, nothing secret in ps, its output or the timing table
+    src = str(tmp_path / "sets")
+    write_deltalake(src, pa.table({"id": pa.array(range(60), pa.int64()),
+                                   "text": [f"t{i % 7} t{i % 5} t{i % 3}" for i in range(60)]}))
+    c = _client(server, str(BIN / "simjoin"), "ssj", "--input", src, "--output", str(tmp_path / "pairs"),
+                "--threshold", "0.5")
+    seen = ""
+    while c.poll() is None:
+        seen += _ps()
+        time.sleep(0.2)
+    out, err = c.communicate()
+    assert c.returncode == 0, err[-3000:]
+    assert "connected to the warm Spark" in err
+    assert token not in seen + out + err and SECRET not in seen + out + err
+    timing = DeltaTable(timing_path()).to_pyarrow_table().to_pylist()
+    assert any(r.get("output") == str(tmp_path / "pairs") for r in timing), "the run recorded no task timing"
+    assert token not in repr(timing) and SECRET not in repr(timing)
+
+    # the JVM has both: the secret in its conf (from the 0600 properties file), the token enforced
+    code = ("import os\nfrom pyspark.sql import SparkSession\n"
+            "s = SparkSession.builder.remote(os.environ['URL']).getOrCreate()\n"
+            "print(s.conf.get('spark.authenticate'), s.conf.get('spark.authenticate.secret') == os.environ['WANT'])")
+    url = server["url"].replace("127.0.0.1", "localhost")
+    probe = _client(server, sys.executable, "-c", code, URL=url, WANT=SECRET, SPARK_CONNECT_AUTHENTICATE_TOKEN=token)
+    out, err = probe.communicate(timeout=300)
+    assert probe.returncode == 0 and out.split() == ["true", "True"], err[-3000:]
+    probe = _client(server, sys.executable, "-c", code, URL=url, WANT=SECRET, SPARK_CONNECT_AUTHENTICATE_TOKEN="no")
+    _, err = probe.communicate(timeout=300)
+    assert probe.returncode != 0 and ("UNAUTHENTICATED" in err or "authenticat" in err.lower()), err[-2000:]
+
+    # a token file others may read is refused with one line
+    leaky = tmp_path / "leaky.token"
+    leaky.write_text(token)
+    leaky.chmod(0o644)
+    c = _client(server, str(BIN / "simjoin"), "ssj", "--input", src, "--output", str(tmp_path / "p2"),
+                SIMJOIN_SPARK_TOKEN_FILE=str(leaky))
+    out, err = c.communicate(timeout=300)
+    assert c.returncode == 2, err[-3000:]
+    assert err.strip().splitlines()[-1] == (f"error: {leaky} has mode 0644: allowed 0600, readable by its owner only "
+                                            f"(chmod 600 {leaky}, and replace the secret if others read it)")
+
+    log = server["log"].read_text()
+    assert "warm Spark ready" in log and str(token_file) in log
+    assert token not in log and SECRET not in log
+
+
+def test_airflow_task_logs_hold_no_secret(airflow_db, spark, tmp_path, monkeypatch, capfd, caplog):
+    """A DAG run whose tasks have the token and the secret in their environment logs neither."""
+    from simjoin.pipeline.dags import build_dag
+
+    token = secrets.token_urlsafe(24)
+    monkeypatch.setenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", token)
+    monkeypatch.setenv("SIMJOIN_SPARK_AUTH_SECRET", SECRET)
+    dag = build_dag("generate")
+    run = dag.test(run_conf={"kind": "keys", "out": str(tmp_path / "keys"), "rows": 50, "domain": 5, "seed": 1})
+    assert str(run.state) in ("success", "DagRunState.SUCCESS")
+    captured = capfd.readouterr()
+    logs = captured.out + captured.err + caplog.text
+    for f in Path(os.environ["AIRFLOW_HOME"]).rglob("*.log"):
+        logs += f.read_text(errors="replace")
+    assert "generate" in logs
+    assert token not in logs and SECRET not in logs
+
+
+def test_the_token_file_goes_with_the_server(server):
+    token = server["token_file"].read_text().strip()
+    p = server["proc"]
+    p.terminate()
+    assert p.wait(timeout=60) == 0
+    assert not server["token_file"].exists()
+    assert token not in server["log"].read_text()
