@@ -5,8 +5,9 @@ stages after ingest work on the open unit and write ``<output>_work/<name>`` tab
 it, so any of them can be rerun. State tables under ``<output>_state/``: ``progress`` (the
 engine's: one row per side per committed unit), ``centroids`` (workset centroids, persist across
 windows), ``join`` (members of still-open windows and buffered physical outer copies; a window's
-rows are dropped when the watermark passes its end) and ``assignment`` (the rebalance stage's
-workset -> worker snapshots, one Delta commit each; the latest before a unit routes it). State
+rows are dropped when the watermark less ``--allowed-lateness`` passes its end) and
+``assignment`` (the rebalance stage's workset -> worker snapshots, one Delta commit each; the
+latest before a unit routes it). State
 rows carry the ``unit`` that wrote them and a unit reads only state of earlier units, so a
 replay sees exactly what the first attempt saw.
 """
@@ -17,7 +18,7 @@ from typing import Any, ClassVar
 
 from simjoin.pipeline.stream import OpenUnit, StreamRun
 
-__all__ = ["S3JRun", "S3JUnit", "open_unit", "micros", "read_assignment", "read_state"]
+__all__ = ["S3JRun", "S3JUnit", "expire_state", "open_unit", "micros", "read_assignment", "read_state"]
 
 
 class S3JRun(StreamRun):
@@ -54,6 +55,19 @@ def read_state(spark: Any, path: str, before_unit: int) -> Any:
     from simjoin.spark.engine import read_state as read
 
     return read(spark, path, before_unit)
+
+
+def expire_state(eng: Any, run: S3JRun, published: dict[str, Any]) -> None:
+    """After a publish (``published``: the engine's result), drop the join state of the windows
+    that ended at or before the watermark less the allowed lateness (``Progress.closed_watermark``):
+    ingest quarantines their rows as late from now on; a later window keeps its state, so a late
+    row that comes for it meets every record it holds (docs/operations.md, "Lateness")."""
+    import datetime as dt
+
+    lag = dt.timedelta(seconds=float(eng.allowed_lateness_s))
+    wm, prev = published["watermark_ts"], published["previous_watermark_ts"]
+    eng.expire(run.join_state, None if wm is None else wm - lag, previous=None if prev is None else prev - lag,
+               windows=(run.window_s, run.slide_s or run.window_s))
 
 
 def read_assignment(spark: Any, run: S3JRun, before_unit: int) -> Any:

@@ -4,8 +4,9 @@ module's ``prepare`` applies S3J's own rules to each micro-batch and assigns its
 The engine quarantines null or unreadable ``id``/``ts`` and future rows. Here, bad rows go to
 ``<output>_quarantine`` with a reason too: a null vector or element, NaN or inf, a wrong
 dimension, a zero vector under angular or cosine, a duplicate (side, id) - inside the batch,
-earlier in this unit, or already in a still-open window - and records of a window the
-watermark has closed (late). Good rows become one row per window they fall in (tumbling: one;
+earlier in this unit, or already in a still-open window - and records of a window that ended
+at or before the watermark less ``--allowed-lateness`` (``Progress.closed_watermark``): late.
+A record of a window still open is staged whatever its ts order (docs/operations.md, "Lateness"). Good rows become one row per window they fall in (tumbling: one;
 sliding: size / slide) and are staged as the new unit.
 """
 
@@ -43,6 +44,15 @@ PAYLOAD_TEXT = "vector array<double>"
 US = pa.timestamp("us", tz="UTC")
 
 
+def _closed_text(info: BatchInfo) -> str:
+    """The tail of a late row's reason: where windows close (the watermark less the allowed
+    lateness, ``Progress.closed_watermark``)."""
+    p = info.progress
+    if not p.lateness_s:
+        return f" closed at watermark {p.watermark}"
+    return f" closed at watermark {p.closed_watermark} ({p.watermark} less --allowed-lateness {p.lateness_s:g}s)"
+
+
 def _live_keys(run: S3JRun, info: BatchInfo) -> pa.Table | None:
     """(side, id) of the join state's records in still-open windows, read with deltalake (no
     Spark job, no vectors)."""
@@ -50,7 +60,7 @@ def _live_keys(run: S3JRun, info: BatchInfo) -> pa.Table | None:
     if js is None:
         return None
     keep = pc.not_equal(js.column("role"), int(Role.BUFFER))
-    wm = info.progress.watermark
+    wm = info.progress.closed_watermark
     if wm is not None:  # rows of windows the watermark closed may linger until a window ends
         keep = pc.and_(keep, pc.greater(js.column("window_end").cast(US), pa.scalar(_aware(wm), US)))
     return js.filter(keep).select(["side", "id"])
@@ -63,7 +73,7 @@ def _seen(spark: SparkSession, run: S3JRun, info: BatchInfo) -> DataFrame | None
     live = read_state(spark, run.join_state, info.unit)
     if live is not None:
         live = live.where(F.col("role") != int(Role.BUFFER))
-        wm = info.progress.watermark
+        wm = info.progress.closed_watermark
         if wm is not None:  # rows of windows the watermark closed may linger until a window ends
             live = live.where(F.col("window_end") > F.lit(wm))
     return run.engine(spark).seen(info, live)  # type: ignore[no-any-return]
@@ -92,13 +102,13 @@ def preparer(spark: SparkSession, run: S3JRun) -> Any:
         res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}", lazy=info.local)
         good = res.good.drop("_seen") if seen is not None else res.good
         win = assign_windows(good, run.window_s, run.slide_s)
-        wm = info.progress.watermark
+        wm = info.progress.closed_watermark
         late_c = F.lit(False) if wm is None else F.col("window_end") <= F.lit(wm)
         win = win.withColumn("_late", late_c)
         late = win.where("_late").select(
             "id", "ts", "ts_raw", "vector", "side",
             F.concat(F.lit("late: window starting "), F.col("window_start").cast("string"),
-                     F.lit(f" closed at watermark {wm}")).alias("reason")).dropDuplicates(["side", "id"])
+                     F.lit(_closed_text(info))).alias("reason")).dropDuplicates(["side", "id"])
         staged = win.where(~F.col("_late")).drop("_late", "ts_raw")
         bad = res.bad.drop("_seen") if seen is not None else res.bad
         return Prepared(staged, bad.select("id", "ts", "ts_raw", "vector", "side", "reason").unionByName(late),
@@ -156,14 +166,14 @@ def preparer_arrow(spark: SparkSession, run: S3JRun) -> Any:
         win = good.take(pa.array(rec))
         win = (win.append_column("window_start", pa.array(start).cast(US))
                .append_column("window_end", pa.array(start + size_us).cast(US)))
-        wm = info.progress.watermark
+        wm = info.progress.closed_watermark
         late = np.zeros(win.num_rows, bool) if wm is None else (start + size_us) <= _epoch_us(wm)
         lt = win.filter(pa.array(late))
         if lt.num_rows:  # one row per late record (its first late window)
             first = ~first_by([lt.column("side").to_numpy(), lt.column("id").to_numpy()],
                               [np.arange(lt.num_rows)])
             lt = lt.filter(pa.array(first))
-            why = [f"late: window starting {spark_ts_string(int(w))} closed at watermark {wm}"
+            why = [f"late: window starting {spark_ts_string(int(w))}{_closed_text(info)}"
                    for w in lt.column("window_start").cast(pa.int64()).to_pylist()]
             lt = lt.select(["id", "ts", "ts_raw", "vector", "side"]).append_column("reason", pa.array(why, pa.string()))
         staged = win.filter(pa.array(~late)).drop_columns(["ts_raw"])

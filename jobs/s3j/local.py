@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from jobs.s3j.common import S3JRun
+from jobs.s3j.common import S3JRun, expire_state
 from jobs.s3j.gate import PAIR_ARROW, check
 from jobs.s3j.rebalance import ASSIGNMENT_SCHEMA, decide
 from jobs.s3j.stats import STATS_SCHEMA, stats_rows
@@ -290,8 +290,7 @@ def _run(spark: SparkSession, run_: S3JRun, eng: Any, u: Any, target: tuple[str,
               ("join_state", _cast(pa.concat_tables([_cast(state_t, STATE_DDL), _cast(buf_t, STATE_DDL)]), STATE_DDL),
                run_.join_state)]
     res = eng.publish(u, pieces, meta={"dim": dim}, options={"stats": {"mergeSchema": "true"}})
-    eng.expire(run_.join_state, res["watermark_ts"], previous=res["previous_watermark_ts"],
-               windows=(run_.window_s, run_.slide_s or run_.window_s))
+    expire_state(eng, run_, res)
     lap("publish")
     log.info("s3j: unit %d ran in the driver: %d records, %d pairs (%s)", b, recs.num_rows, pairs_t.num_rows,
              ", ".join(f"{k} {v:.2f}s" for k, v in times.items()))

@@ -1,9 +1,9 @@
 """S3J stage 8, publish (after the gate): the unit's pairs -> the output, its stats -> the stats
 table (with the rebalance stage's rows), its workset centroids and members (plus, for S3J, its
 physical outer copies as the buffer) -> the state; then the engine commits the unit and windows
-the watermark has passed are dropped from the join state (centroids persist). Every append is
-idempotent per (checkpoint, unit), so a publish rerun after a crash neither repeats nor loses a
-row."""
+the watermark less ``--allowed-lateness`` has passed are dropped from the join state (centroids
+persist; ``common.expire_state``). Every append is idempotent per (checkpoint, unit), so a
+publish rerun after a crash neither repeats nor loses a row."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.s3j.common import S3JRun, open_unit
+from jobs.s3j.common import S3JRun, expire_state, open_unit
 from jobs.s3j.gate import staged_files, staged_pairs
 from simjoin.contracts import Role, RowKind
 
@@ -46,6 +46,5 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     # the stats table gained columns (workset and rebalance rows): older tables take them on
     res = u.engine.publish(u.unit, pieces, meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}},
                            small=("stats", "centroids"))
-    u.engine.expire(run_.join_state, res["watermark_ts"], previous=res["previous_watermark_ts"],
-                    windows=(run_.window_s, run_.slide_s or run_.window_s))
+    expire_state(u.engine, run_, res)
     return res  # type: ignore[no-any-return]

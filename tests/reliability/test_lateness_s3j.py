@@ -1,0 +1,256 @@
+"""S3J with ``--allowed-lateness L`` (issue 37, item 1): a window closes - its late rows are
+quarantined, its join state expired - only when it ended at or before the watermark less L
+(``Progress.closed_watermark``). A row that arrives after newer ones, into a window still open,
+is joined exactly with every record of that window (state of earlier units and its own unit's
+rows), its pairs reported once, in the unit where it arrives.
+
+(a) The reproduction: a self-join whose second run's rows are up to 30 s older than what the
+stream committed: with 60 s of lateness none is quarantined and the pairs equal brute force; with
+0 s the rows of closed windows are quarantined as late.
+
+(b) Property tests: rows arrive out of ts order across micro-batches (cuts inside windows), some
+within the lateness and some beyond it, tumbling and sliding windows, self- and two-stream joins,
+duplicate vectors and ts ties. The expectation is simulated from the rule above: per window, the
+records admitted while it was open; brute force over them equals the output pair for pair; the
+quarantine holds exactly the records that came for a closed window. The driver path and the
+distributed path (Spark shaping, Spark stages) write the same pairs, quarantine and join state.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from simjoin.core.metric import brute_force_join_windows
+from simjoin.core.metric.stream import window_copies
+from tests.helpers import run_s3j
+
+T0 = dt.datetime(2025, 3, 1, tzinfo=dt.UTC)
+US = 1_000_000
+
+
+def _append(path: str, ids, secs, X) -> None:
+    write_deltalake(path, pa.table({
+        "id": pa.array(np.asarray(ids, np.int64), pa.int64()),
+        "ts": pa.array([T0 + dt.timedelta(seconds=float(s)) for s in secs], pa.timestamp("us", tz="UTC")),
+        "vector": pa.array([[float(v) for v in x] for x in X], pa.list_(pa.float64()))}), mode="append")
+
+
+def _pairs(out: str) -> list[tuple[int, int, int]]:
+    """The output as (left_id, right_id, window start in seconds after T0), with repeats."""
+    try:
+        t = DeltaTable(out).to_pyarrow_table(columns=["left_id", "right_id", "window_start"]).to_pydict()
+    except Exception:  # noqa: BLE001 - no output yet (nothing published)
+        return []
+    t0 = int(T0.timestamp() * US)
+    ws = [(int(w.timestamp() * US) - t0) // US for w in t["window_start"]]
+    return sorted(zip(t["left_id"], t["right_id"], ws))
+
+
+def _quarantine(out: str) -> list[tuple[int, int, str]]:
+    try:
+        t = DeltaTable(out + "_quarantine").to_pyarrow_table(columns=["side", "id", "reason"]).to_pydict()
+    except Exception:  # noqa: BLE001
+        return []
+    return sorted(zip(t["side"], t["id"], t["reason"]))
+
+
+def _brute(X, ids, side, secs, size, slide, t, admitted=None) -> set[tuple[int, int, int]]:
+    """Brute force per window over the admitted (record, window start) copies (default: all)."""
+    if admitted is None:
+        rec, start = window_copies(np.round(np.asarray(secs) * US).astype(np.int64), size * US, slide * US)
+        admitted = list(zip(rec.tolist(), (start // US).tolist()))
+    if not admitted:
+        return set()
+    rec = np.array([r for r, _ in admitted], np.int64)
+    win = np.array([w for _, w in admitted], np.int64)
+    W, L, R, _ = brute_force_join_windows(X[rec], ids[rec], win, None if side is None else side[rec].astype(np.int8),
+                                          "euclidean", t)
+    return {(int(a), int(b), int(w)) for w, a, b in zip(W, L, R)}
+
+
+# ------------------------------------------------------------------ (a) the reproduction
+
+def test_rows_30s_behind_the_committed_max_are_joined_with_60s_of_lateness(spark, tmp_path):
+    rng = np.random.default_rng(37)
+    n, t = 100, 0.15
+    X = rng.uniform(0, 1, (2 * n, 2))
+    X[n + 10:n + 30] = X[10:30]  # run 2 repeats vectors of run 1: pairs across the runs at distance 0
+    first = np.sort(rng.uniform(0, 60, n))
+    top = float(first.max())
+    second = np.round(top - rng.uniform(0, 30, n), 3)  # up to 30 s older than what the stream committed
+    secs = np.concatenate([first, second])
+    ids = np.arange(2 * n, dtype=np.int64)
+    cfg = dict(threshold=t, metric="euclidean", window="10s", workers=2)
+    got = {}
+    for lateness in ("60s", "0s"):
+        src, out = str(tmp_path / f"in_{lateness}"), str(tmp_path / f"out_{lateness}")
+        _append(src, ids[:n], first, X[:n])
+        run_s3j(spark, src, out, allowed_lateness=lateness, **cfg)
+        _append(src, ids[n:], second, X[n:])
+        run_s3j(spark, src, out, allowed_lateness=lateness, **cfg)
+        got[lateness] = (_pairs(out), _quarantine(out))
+    pairs, quarantine = got["60s"]
+    assert quarantine == []
+    assert len(pairs) == len(set(pairs))
+    assert set(pairs) == _brute(X, ids, None, secs, 10, 10, t)
+    # 0 s: every row of run 2 in a window that ended at or before the committed max is late
+    closed = second < np.floor(top / 10) * 10
+    assert closed.sum() > 30
+    pairs0, q0 = got["0s"]
+    assert [(s, i) for s, i, _ in q0] == [(0, int(i)) for i in ids[n:][closed]]
+    assert all(r.startswith("late: window starting ") for _, _, r in q0), q0[:2]
+    keep = np.concatenate([np.ones(n, bool), ~closed])
+    assert set(pairs0) == _brute(X[keep], ids[keep], None, secs[keep], 10, 10, t) and len(pairs0) == len(set(pairs0))
+
+
+# ------------------------------------------------------------------ (b) property tests
+
+SIZE, LATENESS, T = 10, 8, 0.2
+
+
+def _stream(seed: int, two: bool):
+    """Rows with event time ``secs`` and an arrival order: most arrive within a few seconds of
+    their ts, a few up to 30 s later (some within the lateness, some beyond it). Vectors: half
+    on a coarse grid (duplicates, distance 0 and ties), half uniform; ts on a 0.5 s grid (ties)."""
+    rng = np.random.default_rng(seed)
+    n = 140 if two else 90
+    X = rng.uniform(0, 1, (n, 2))
+    grid = rng.random(n) < 0.5
+    X[grid] = rng.integers(0, 6, (int(grid.sum()), 2)) * 0.1
+    secs = rng.integers(0, 100, n) * 0.5
+    delay = rng.uniform(0, 3, n)
+    far = rng.random(n) < 0.15
+    delay[far] = rng.uniform(3, 30, int(far.sum()))
+    order = np.argsort(secs + delay, kind="stable")
+    side = rng.integers(0, 2, n) if two else np.zeros(n, np.int64)
+    ids = np.empty(n, np.int64)
+    for s in (0, 1):  # unique per side; the two sides share ids
+        m = side == s
+        ids[m] = rng.permutation(np.arange(int(m.sum())) * 3 + 1)
+    # 3 or 4 micro-batches, cut at random points of the arrival order (inside windows)
+    k = int(rng.integers(3, 5))
+    cuts = np.concatenate([[0], np.sort(rng.choice(np.arange(5, n - 5), k - 1, replace=False)), [n]])
+    batches = [order[cuts[j]:cuts[j + 1]] for j in range(k)]
+    return X, secs, side, ids, batches
+
+
+def _expected(secs, side, batches, slide, n_sides):
+    """What the rule admits: (record, window start) copies of windows open at the record's
+    arrival, and the records that came for a closed one (late), unit by unit as the engine
+    commits them (a side's committed max: its admitted records' largest ts; the watermark: the
+    smallest over the sides once each has one)."""
+    rec, start = window_copies(np.round(secs * US).astype(np.int64), SIZE * US, slide * US)
+    start = start // US
+    admitted, late, behind = [], set(), 0
+    marks: dict[int, float] = {}
+    for b in batches:
+        wm = min(marks.values()) if len(marks) == n_sides else None
+        closed = None if wm is None else wm - LATENESS
+        staged = []
+        for i in b.tolist():
+            for w in start[rec == i].tolist():
+                if closed is not None and w + SIZE <= closed:
+                    late.add(i)
+                else:
+                    staged.append((i, w))
+        for i in {i for i, _ in staged}:
+            s = int(side[i])
+            behind += int(s in marks and secs[i] < marks[s])
+        for i, _ in staged:
+            marks[int(side[i])] = max(marks.get(int(side[i]), -np.inf), float(secs[i]))
+        admitted += staged
+    return admitted, late, behind
+
+
+def _run(spark, tmp_path, name, X, secs, side, ids, batches, two, slide):
+    src = {s: str(tmp_path / f"{name}_in{s}") for s in (0, 1)}
+    out = str(tmp_path / f"{name}_out")
+    cfg = dict(threshold=T, metric="euclidean", window=f"{SIZE}s", slide=f"{slide}s", workers=3,
+               allowed_lateness=f"{LATENESS}s")
+    for b in batches:
+        for s in (0, 1) if two else (0,):
+            m = b[side[b] == s]
+            if m.size:
+                _append(src[s], ids[m], secs[m], X[m])
+        if not all(DeltaTable.is_deltatable(src[s]) for s in ((0, 1) if two else (0,))):
+            continue  # a side has no table yet: its first rows come with the next batch
+        run_s3j(spark, src[0], out, right=src[1] if two else None, **cfg)
+    return out
+
+
+def _check(spark, tmp_path, seed, two, slide):
+    X, secs, side, ids, batches = _stream(seed, two)
+    if two:  # the first unit has rows of both sides (a side's table exists before the first run)
+        batches = _merge_until_both(batches, side)
+    admitted, late, behind = _expected(secs, side, batches, slide, 2 if two else 1)
+    out = _run(spark, tmp_path, "driver", X, secs, side, ids, batches, two, slide)
+    pairs = _pairs(out)
+    assert len(pairs) == len(set(pairs)), "a pair reported twice"
+    ref = _brute(X, ids, side if two else None, secs, SIZE, slide, T, admitted)
+    assert set(pairs) == ref
+    q = _quarantine(out)
+    assert sorted((s, i) for s, i, _ in q) == sorted((int(side[i]), int(ids[i])) for i in late)
+    assert all(r.startswith("late: window starting ") and f"less --allowed-lateness {LATENESS}s" in r
+               for _, _, r in q), q[:2]
+    assert behind > 0, "no row arrived behind its stream's committed max: the seed proves nothing"
+    return out, len(late)
+
+
+def _merge_until_both(batches, side):
+    while len(batches) > 1 and len(np.unique(side[batches[0]])) < 2:
+        batches = [np.concatenate([batches[0], batches[1]]), *batches[2:]]
+    return batches
+
+
+FAST = [(1, False, 10), (2, True, 5), (3, False, 5), (4, True, 10)]
+MORE = [(s, two, slide) for s in range(5, 17) for two in (False, True) for slide in (10, 5)
+        if (s + two + slide // 5) % 2 == 0]
+
+
+@pytest.mark.parametrize("seed,two,slide", FAST)
+def test_out_of_order_within_the_lateness_equals_brute_force(spark, tmp_path, seed, two, slide):
+    _check(spark, tmp_path, seed, two, slide)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("seed,two,slide", MORE)
+def test_out_of_order_within_the_lateness_equals_brute_force_more_seeds(spark, tmp_path, seed, two, slide):
+    _check(spark, tmp_path, seed, two, slide)
+
+
+def _state(out: str) -> list[tuple]:
+    t = DeltaTable(out + "_state/join").to_pyarrow_table(
+        columns=["window_start", "partition", "workset_id", "worker", "side", "id", "role", "unit"])
+    return sorted(zip(*(t.column(c).to_pylist() for c in t.column_names)), key=repr)
+
+
+def _distributed_equals_driver(spark, tmp_path, monkeypatch, seed, two, slide):
+    out, n_late = _check(spark, tmp_path, seed, two, slide)
+    X, secs, side, ids, batches = _stream(seed, two)
+    if two:
+        batches = _merge_until_both(batches, side)
+    monkeypatch.setenv("SIMJOIN_LOCAL_UNIT_ROWS", "0")  # the distributed stages
+    monkeypatch.setenv("SIMJOIN_LOCAL_INGEST", "0")  # the Spark shaping of ingest
+    ref = _run(spark, tmp_path, "spark", X, secs, side, ids, batches, two, slide)
+    assert _pairs(ref) == _pairs(out)
+    assert [(s, i) for s, i, _ in _quarantine(ref)] == [(s, i) for s, i, _ in _quarantine(out)]
+    assert _state(ref) == _state(out)
+    assert n_late > 0
+
+
+@pytest.mark.slow
+def test_the_distributed_path_admits_and_joins_what_the_driver_path_does(spark, tmp_path, monkeypatch):
+    _distributed_equals_driver(spark, tmp_path, monkeypatch, 3, True, 5)
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("seed,two,slide", [(6, False, 10), (8, True, 10)])
+def test_the_distributed_path_admits_and_joins_what_the_driver_path_does_more(spark, tmp_path, monkeypatch,
+                                                                             seed, two, slide):
+    _distributed_equals_driver(spark, tmp_path, monkeypatch, seed, two, slide)
