@@ -40,6 +40,11 @@ class HyperCubeRun(StreamRun):
         return round(self.window_s * 1e6)
 
     @property
+    def lateness_us(self) -> int:
+        """``--allowed-lateness`` L: a row up to L behind its side's committed max ts is joined."""
+        return round(self.cfg.allowed_lateness_s * 1e6)
+
+    @property
     def p(self) -> int:
         return int(self.cfg.workers)
 
@@ -64,12 +69,14 @@ def dispatcher_of(run: HyperCubeRun, meta: dict[str, Any]) -> Any:
 
 def live_bound(run: HyperCubeRun, max_ts: dict[int, dt.datetime], keep: bool = True) -> str | None:
     """SQL condition on a held tuple: one a future tuple can still meet (``keep``), or not. None
-    when every tuple is live (no window)."""
+    when every tuple is live (no window). A future tuple of the other side may be up to the
+    allowed lateness L behind that side's committed max ts, so a tuple is held W + L behind it."""
     from simjoin.core.hypercube.stream import expiry_marks
 
     if run.window_us <= 0:
         return None if not keep else "true"
-    marks = expiry_marks({s: int(m.timestamp() * 1_000_000) for s, m in max_ts.items()}, run.window_us)
+    marks = expiry_marks({s: int(m.timestamp() * 1_000_000) for s, m in max_ts.items()}, run.window_us,
+                         run.lateness_us)
     if keep:
         parts = [f"(side = {s} AND unix_micros(ts) > {mk})" for s, mk in marks.items()]
         parts += [f"side = {s}" for s in (0, 1) if s not in marks]

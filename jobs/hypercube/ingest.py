@@ -4,7 +4,8 @@ last run; ``prepare`` applies the join's rules to each micro-batch.
 The engine quarantines null or unreadable ``id``/``ts`` and future rows. Here, rows go to
 ``<output>_quarantine`` with their reason when their key is null, when their (side, id) repeats
 (inside the batch, earlier in this unit, or among the held tuples), and with a window when they
-are late (dated before the largest ``ts`` their stream already committed). The key column of each
+are late (dated more than ``--allowed-lateness`` before the largest ``ts`` their stream already
+committed; a row within it is joined exactly, as if it had arrived in order). The key column of each
 side (``--key`` / ``--right-key``, an integer type) becomes ``k``.
 """
 
@@ -38,7 +39,7 @@ def preparer(spark: SparkSession, run: HyperCubeRun) -> Any:
         df, dups = stream_duplicates(df, seen, ["ts", "k"])
         rules += dups
         if run.window_us > 0:
-            rules += late(info.progress.max_ts)
+            rules += late(info.progress.max_ts, info.progress.lateness)
         res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}", lazy=info.local)
         bad = res.bad.select("id", "ts", "ts_raw", "side", *sorted({lk, rk}), "reason")
         return Prepared(res.good.select("id", "ts", "side", "k"), bad)

@@ -65,10 +65,15 @@ class S2JRun(StreamRun):
     def window_us(self) -> int:
         return round(parse_duration(self.cfg.window) * 1e6)
 
+    @property
+    def lateness_us(self) -> int:
+        """``--allowed-lateness`` L: a row up to L behind its stream's committed max ts is joined."""
+        return round(self.cfg.allowed_lateness_s * 1e6)
+
     def params(self) -> Any:
         from simjoin.core.s2j.operator import S2JParams
 
-        return S2JParams(tuple(self.tasks), self.window_us, self.self_join)
+        return S2JParams(tuple(self.tasks), self.window_us, self.self_join, self.lateness_us)
 
     def thresholds(self) -> Any:
         from simjoin.core.s2j.adapt import Thresholds
@@ -100,11 +105,12 @@ EXPIRE_EVERY = 4
 
 def dead_blocks(p: Any, marks: dict[int, Any]) -> str | None:
     """SQL condition on ``blocks`` rows no tuple can reach any more: a block whose newest tuple
-    is at least W older than what the other role's stream has committed (``marks``: the engine's
-    ``max_ts``; later rows of a stream are quarantined as late). None when nothing can be dead."""
+    is at least W + L older than what the other role's stream has committed (``marks``: the
+    engine's ``max_ts``; L the allowed lateness: rows of a stream further behind are quarantined
+    as late). None when nothing can be dead."""
     conds = []
     for s in p.sides:
         mark = marks.get(s if p.self_join else 1 - s)
         if mark is not None:
-            conds.append(f"(side = {s} AND ts_max <= {bound_micros(mark, p.window_us)})")
+            conds.append(f"(side = {s} AND ts_max <= {bound_micros(mark, p.window_us + p.lateness_us)})")
     return " OR ".join(conds) or None

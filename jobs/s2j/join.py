@@ -18,6 +18,7 @@ Statistics for the unit (τ, workers, shed ratio and count, ς, input scans, lat
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import time
 from typing import Any
@@ -33,7 +34,7 @@ from simjoin.core.s2j.adapt import assign_blocks, decide, shed_mask, window_load
 from simjoin.core.s2j.join import Block
 from simjoin.core.s2j.operator import cut_blocks, expired
 from simjoin.log import get_logger
-from simjoin.spark.engine import read_state
+from simjoin.spark.engine import WATERMARK_SKEW, read_state
 from simjoin.spark.s2j import block_frame, join_df, read_new
 from simjoin.spark.session import arrow_frame, small_frame
 
@@ -62,13 +63,16 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
         state = state.where(f"NOT ({dead})")
     live_rows = [] if state is None else (state.select("block_id", "side", "worker", "n", "ts_min", "ts_max")
                                           .orderBy("block_id").collect())
-    # each stream's newest committed ts once this unit is in: blocks below it by W are dropped at publish
+    # each stream's newest committed ts once this unit is in (at most: publish caps a new max ts at
+    # its time + WATERMARK_SKEW, later than now): blocks below it by W + L are dropped at publish
     marks = {s: math.floor(m.timestamp() * 1_000_000) for s, m in prog.max_ts.items()}
+    cap = math.floor((dt.datetime.now(dt.UTC) + WATERMARK_SKEW).timestamp() * 1_000_000)
     for s, t in new.items():
         if len(t):
-            marks[s] = max(marks.get(s, int(t.ts.max())), int(t.ts.max()))
+            top = min(int(t.ts.max()), cap)
+            marks[s] = max(marks.get(s, top), top)
     gone = [int(r["block_id"]) for r in live_rows
-            if expired(int(r["side"]), int(r["ts_max"]), marks, p.window_us, p.self_join)]
+            if expired(int(r["side"]), int(r["ts_max"]), marks, p.window_us, p.self_join, p.lateness_us)]
     live = sum(int(r["n"]) for r in live_rows)
     incoming = sum(len(t) for t in new.values())
     workers = int(meta.get("workers") or run_.initial_workers())
@@ -105,7 +109,7 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     # blocks -> workers (existing, then the new ones); a new block the other stream already left behind is not kept
     next_block = int(meta.get("next_block", 0))
     fresh = [(s, Block(t).index(p.index_columns(s))) for s in sides for t in cut_blocks(kept[s], d.block_size)]
-    fresh = [(s, b) for s, b in fresh if not expired(s, b.ts_max, marks, p.window_us, p.self_join)]
+    fresh = [(s, b) for s, b in fresh if not expired(s, b.ts_max, marks, p.window_us, p.self_join, p.lateness_us)]
     sizes = [int(r["n"]) for r in live_rows] + [len(b) for _, b in fresh]
     current = [int(r["worker"]) for r in live_rows] + [-1] * len(fresh)
     assign = assign_blocks(sizes, current, d.workers, d.block_size)

@@ -6,7 +6,10 @@ running summary; window: the merge of the live micro-batches' summaries); (2) th
 plans the grids and the migration steps, whose volume is counted on the held tuples; (3) the
 new tuples and the held tuples of their keys on the other side are routed under the new
 configuration, and every worker joins its copies (new x held and new x new); (4) the new tuples
-join the held ones, and with a window the tuples no future tuple can meet are dropped.
+join the held ones, and with a window the tuples no future tuple can meet are dropped - with an
+allowed lateness L a tuple may arrive up to L behind its side's largest ts, so tuples are held W + L
+behind the other side's (the join's |ts_R - ts_S| < W test is symmetric: a tuple older than held
+ones joins them as if it had arrived in order).
 
 Every pair with a new tuple meets in exactly one task under one configuration, so a key turning
 heavy or light between micro-batches loses and repeats nothing.
@@ -32,10 +35,11 @@ def optimal_bound(n: int, out: int, p: int) -> float:
     return n / p + math.sqrt(max(out, 0) / p)
 
 
-def expiry_marks(max_ts: dict[int, int], window_us: int) -> dict[int, int]:
+def expiry_marks(max_ts: dict[int, int], window_us: int, lateness_us: int = 0) -> dict[int, int]:
     """Per side s: a held tuple of s with ts <= mark can meet no future tuple of the other side,
-    whose ts is at least that side's largest committed ts (later rows are quarantined as late)."""
-    return {s: max_ts[1 - s] - window_us for s in (0, 1) if (1 - s) in max_ts}
+    whose ts is at least that side's largest committed ts less the allowed lateness L (rows
+    further behind are quarantined as late): mark = max_ts[1 - s] - W - L."""
+    return {s: max_ts[1 - s] - window_us - lateness_us for s in (0, 1) if (1 - s) in max_ts}
 
 
 @dataclass
@@ -61,6 +65,8 @@ class HyperCubeStream:
     window_us: int = 0
     count_only: bool = False
     assign: str = "load"
+    #: the allowed lateness L: a tuple may arrive up to L behind its side's largest ts so far
+    lateness_us: int = 0
     disp: Dispatcher = field(init=False)
     held: dict[str, np.ndarray] = field(init=False)
     summaries: list[tuple[int, Summary]] = field(init=False)
@@ -132,7 +138,7 @@ class HyperCubeStream:
         self.held = {"side": np.concatenate([h["side"], side]), "id": np.concatenate([h["id"], ids]),
                      "ts": np.concatenate([h["ts"], ts]), "key": np.concatenate([h["key"], keys])}
         if self.window_us > 0:
-            marks = expiry_marks(self.max_ts, self.window_us)
+            marks = expiry_marks(self.max_ts, self.window_us, self.lateness_us)
             h = self.held
             dead = np.zeros(h["side"].shape, bool)
             for s, mk in marks.items():

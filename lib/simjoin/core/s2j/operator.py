@@ -9,8 +9,10 @@ one process, by :class:`S2JStream` (the tests' and the benchmark's reference).
 * **Lifespan**: a tuple lives for the join window W; a pair is reported iff its task's predicates
   hold and ``0 <= ts_later - ts_earlier < W``, exactly once - in the micro-batch where the later
   of its two tuples (by arrival) comes. Blocks no future tuple can reach are dropped
-  (:func:`expired`): with an arrival-based window, a stream's tuples never arrive dated before
-  what it already committed (later ones are quarantined as late).
+  (:func:`expired`): a stream's tuples arrive dated at most the allowed lateness L before what
+  it already committed (rows further behind are quarantined as late), so a block is kept until it
+  is W + L behind the other role's stream. A tuple older than stored ones joins them as if it had
+  arrived in order: every lifespan test is symmetric in the two timestamps.
 """
 
 from __future__ import annotations
@@ -33,23 +35,27 @@ def make_tuples(ids: np.ndarray, ts: np.ndarray, cols: Mapping[str, np.ndarray])
     ids = np.ascontiguousarray(ids, np.int64)
     z = np.zeros(ids.shape[0], np.int64)
     return Tuples(ids, np.ascontiguousarray(ts, np.int64), z, z.copy(),
-                  {k: np.ascontiguousarray(v, np.float64) for k, v in cols.items()})
+                  {k: np.ascontiguousarray(v, np.int64 if np.asarray(v).dtype.kind in "iu" else np.float64)
+                   for k, v in cols.items()})  # integers stay int64: compared exactly (simjoin.core.exact)
 
 
 def concat(parts: Sequence[Tuples], columns: Sequence[str]) -> Tuples:
     if not parts:
         return Tuples.empty(tuple(columns))
     return make_tuples(np.concatenate([p.id for p in parts]), np.concatenate([p.ts for p in parts]),
-                       {c: np.concatenate([p.cols[c] for p in parts]) for c in columns})
+                       {c: np.concatenate([p.cols[c] for p in parts if len(p)] or [parts[0].cols[c]])
+                        for c in columns})  # an empty part never widens int64 to float64
 
 
 @dataclass(frozen=True)
 class S2JParams:
-    """The tasks on one stream pair (``self_join``: one stream in both roles) and the window."""
+    """The tasks on one stream pair (``self_join``: one stream in both roles), the window and the
+    allowed lateness (``--allowed-lateness``)."""
 
     tasks: tuple[JoinTask, ...]
     window_us: int
     self_join: bool
+    lateness_us: int = 0
 
     @property
     def sides(self) -> tuple[int, ...]:
@@ -147,12 +153,14 @@ def cut_blocks(t: Tuples, sigma: int) -> list[Tuples]:
     return [t.take(np.arange(i, min(len(t), i + sigma))) for i in range(0, len(t), sigma)]
 
 
-def expired(block_side: int, ts_max: int, marks: Mapping[int, int], window_us: int, self_join: bool) -> bool:
+def expired(block_side: int, ts_max: int, marks: Mapping[int, int], window_us: int, self_join: bool,
+            lateness_us: int = 0) -> bool:
     """A block no future tuple can meet: every tuple that can still arrive in the other role is
-    dated at or after that stream's committed maximum ``marks``, at least W after the block's newest."""
+    dated at or after that stream's committed maximum ``marks`` less the allowed lateness L, at
+    least W after the block's newest."""
     other = block_side if self_join else 1 - block_side
     mark = marks.get(other)
-    return mark is not None and ts_max <= mark - window_us
+    return mark is not None and ts_max <= mark - window_us - lateness_us
 
 
 @dataclass
@@ -229,7 +237,7 @@ class S2JStream:
             if len(new[s]):
                 self.marks[s] = max(self.marks.get(s, -(2**62)), int(new[s].ts.max()))
         self.stored = [b for b in self.stored if not expired(b.side, b.block.ts_max, self.marks, p.window_us,
-                                                             p.self_join)]
+                                                             p.self_join, p.lateness_us)]
         assign = assign_blocks([len(b.block) for b in self.stored], [b.worker for b in self.stored], self.workers,
                                d.block_size)
         loads = [0] * self.workers
