@@ -148,6 +148,41 @@ def test_airflow_task_logs_hold_no_secret(airflow_db, spark, tmp_path, monkeypat
     assert token not in logs and SECRET not in logs
 
 
+@pytest.mark.cluster
+def test_an_authenticated_standalone_cluster_gets_the_secret_off_the_command_line(tmp_path):
+    """As docker-compose.yml runs it: master and worker with ``-Dspark.authenticate=true`` and the
+    secret in ``_SPARK_AUTH_SECRET``, a driver with ``SIMJOIN_SPARK_AUTH_SECRET`` (a 0600
+    properties file); a job runs on the worker's executor, and ``ps`` never shows the secret."""
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import os, subprocess
+        from simjoin.spark.cluster import StandaloneCluster
+        from simjoin.config import SparkConfig
+        from simjoin.spark.session import get_spark
+        os.environ["SPARK_DAEMON_JAVA_OPTS"] = "-Dspark.authenticate=true"
+        secret = os.environ.pop("TEST_SECRET")  # not in this script: it is on a command line
+        os.environ["_SPARK_AUTH_SECRET"] = secret
+        with StandaloneCluster(cores=1, memory="1g", work_dir={str(tmp_path)!r}) as url:
+            del os.environ["_SPARK_AUTH_SECRET"]  # the driver: from SIMJOIN_SPARK_AUTH_SECRET only
+            os.environ["SIMJOIN_SPARK_AUTH_SECRET"] = secret
+            spark = get_spark(SparkConfig(master=url, warehouse={str(tmp_path / 'wh')!r}, shuffle_partitions=2))
+            n = spark.range(0, 1000, numPartitions=2).selectExpr("sum(id)").first()[0]
+            execs = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
+            ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
+            print("RESULT", n, execs, spark.sparkContext.getConf().get("spark.authenticate"),
+                  [a for a in ps.splitlines() if secret in a], "spark.deploy.master.Master" in ps)
+            spark.stop()
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("SIMJOIN_SPARK_REMOTE", "SIMJOIN_SPARK_AUTH_SECRET")}
+    env["TEST_SECRET"] = SECRET
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT")]
+    assert p.returncode == 0 and line, p.stderr[-3000:]
+    assert line[0].split()[1:] == [str(sum(range(1000))), "2", "true", "[]", "True"], line
+    assert SECRET not in p.stdout + p.stderr
+
+
 def test_the_token_file_goes_with_the_server(server):
     token = server["token_file"].read_text().strip()
     p = server["proc"]
