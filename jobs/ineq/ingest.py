@@ -6,7 +6,9 @@ The engine quarantines null or unreadable ``id``/``ts`` and future rows. Here, r
 NaN or infinite, when its (side, id) repeats - inside the batch, earlier in this unit, or among
 the live tuples of the window - and, for time windows, when it is late: dated before the largest
 ``ts`` its stream already committed (it could meet tuples the window has already expired).
-Good rows are staged as the new unit.
+Good rows are staged as the new unit. Predicate columns are staged in their own type
+(``simjoin.spark.exact_types``): integers as long, compared exactly; an integer compared with a
+float column as double, its rows of magnitude 2^53 or more quarantined.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from jobs.ineq.common import IneqRun, tuple_bound
 from simjoin.quality.quarantine import late, numeric_rules, split_quarantine, stream_duplicates
 from simjoin.spark import delta
 from simjoin.spark.engine import NUMERIC, BatchInfo, Prepared
+from simjoin.spark.exact_types import ExactTypes, exact_types
 
 
 def _numeric(t: T.DataType) -> bool:
@@ -43,12 +46,19 @@ def _seen(spark: SparkSession, run: IneqRun, info: BatchInfo) -> DataFrame | Non
     return run.engine(spark).seen(info, live)  # type: ignore[no-any-return]
 
 
-def preparer(spark: SparkSession, run: IneqRun) -> Any:
+def types(spark: SparkSession, run: IneqRun) -> ExactTypes:
+    """The staged type of every predicate column (exact comparison in its own type)."""
+    p = run.params()
+    return exact_types(spark, run.sources, [p.columns(s) for s in p.sides],
+                       [(pr.left, pr.right) for pr in p.query.predicates])
+
+
+def preparer(spark: SparkSession, run: IneqRun, exact: ExactTypes | None = None) -> Any:
     p = run.params()
     cols = sorted({c for s in p.sides for c in p.columns(s)})
 
     def prepare(df: DataFrame, info: BatchInfo) -> Prepared:
-        rules = numeric_rules({s: p.columns(s) for s in p.sides})
+        rules = numeric_rules({s: p.columns(s) for s in p.sides}) + (exact.rules() if exact else [])
         df, dups = stream_duplicates(df, _seen(spark, run, info), ["ts", *cols])
         rules += dups
         if p.window.time_us is not None:
@@ -63,6 +73,6 @@ def preparer(spark: SparkSession, run: IneqRun) -> Any:
 
 def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
+    exact = types(spark, run_)
     return run_.engine(spark).ingest(  # type: ignore[no-any-return]
-        preparer(spark, run_), payloads(run_), "<numeric predicate columns>",
-        casts={c: "double" for s in run_.params().sides for c in run_.params().columns(s)})
+        preparer(spark, run_, exact), payloads(run_), "<numeric predicate columns>", casts=exact.casts)

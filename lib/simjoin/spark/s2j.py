@@ -54,13 +54,15 @@ def read_new(records: DataFrame, p: S2JParams) -> dict[int, Tuples]:
     """The micro-batch's staged tuples per side, read once (projected to the tasks' columns)."""
     cols = sorted({c for s in p.sides for c in p.columns(s)})
     t = records.select(F.col("side").cast("int").alias("side"), "id", F.unix_micros("ts").alias("ts"),
-                       *[F.col(c).cast("double") for c in cols]).toArrow()
+                       *cols).toArrow()
     side = _np(t, "side", np.int64)
+    # each column in its staged type (``simjoin.spark.exact_types``): integers stay int64, compared exactly
+    kinds = {c: np.int64 if pa.types.is_integer(t.schema.field(c).type) else np.float64 for c in cols}
     out = {}
     for s in p.sides:
         m = side == s
         out[s] = make_tuples(_np(t, "id", np.int64)[m], _np(t, "ts", np.int64)[m],
-                             {c: _np(t, c, np.float64)[m] for c in p.columns(s)})
+                             {c: _np(t, c, kinds[c])[m] for c in p.columns(s)})
     return out
 
 

@@ -43,7 +43,7 @@ Role = Literal["l", "r"]
 @dataclass
 class Tuples:
     """Tuples of one stream as columns: ``id``, ``ts`` (microseconds), ``seq``, ``cnt`` and the
-    predicate columns (float64)."""
+    predicate columns in their own type (int64 for integer columns, compared exactly; float64)."""
 
     id: np.ndarray
     ts: np.ndarray
@@ -230,7 +230,7 @@ def new_tuples(side: np.ndarray, ids: np.ndarray, ts: np.ndarray, cols: dict[str
         m = side == s
         k = int(m.sum())
         raw = Tuples(np.asarray(ids, np.int64)[m], np.asarray(ts, np.int64)[m], np.zeros(k, np.int64),
-                     np.zeros(k, np.int64), {c: np.asarray(cols[c], np.float64)[m] for c in p.columns(s)})
+                     np.zeros(k, np.int64), {c: _own_type(cols[c])[m] for c in p.columns(s)})
         out[s] = with_sequence(raw, int(counts.get(s, 0)))
     if p.self_join:
         out[0].cnt = out[0].seq.copy()
@@ -341,9 +341,20 @@ def merge_state(prev: dict[int, tuple[Tuples, dict[str, MutablePart]]], new: dic
 
 
 
+def _own_type(v: Any) -> np.ndarray:
+    """A predicate column in its own type: integers as int64 (compared exactly), anything else float64."""
+    a = np.asarray(v)
+    return a.astype(np.int64, copy=False) if a.dtype.kind in "iu" else a.astype(np.float64, copy=False)
+
+
+def _cat(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Two parts of one column (an empty part takes the other's type: int64 never widens to float64)."""
+    return y.copy() if len(x) == 0 else x.copy() if len(y) == 0 else np.concatenate([x, y])
+
+
 def _concat(a: Tuples, b: Tuples) -> Tuples:
     return Tuples(np.concatenate([a.id, b.id]), np.concatenate([a.ts, b.ts]), np.concatenate([a.seq, b.seq]),
-                  np.concatenate([a.cnt, b.cnt]), {c: np.concatenate([a.cols[c], b.cols[c]]) for c in b.cols})
+                  np.concatenate([a.cnt, b.cnt]), {c: _cat(a.cols[c], b.cols[c]) for c in b.cols})
 
 
 def _due(p: IneqParams, t: Tuples, cut: int) -> int | None:

@@ -14,6 +14,10 @@ stream, indexed per column, probed by tuples of the other role for every join ta
 * **Piggybacked filters**: every candidate is checked against the task's other predicates, the
   lifespan ``|ts_l - ts_r| < W`` and, in a self-join of the new tuples, ``x != y``. All in one
   numba loop per (task, block); pairs leave as arrays.
+* **Exact values** (``simjoin.core.exact``): a predicate between two integer columns runs on int64
+  keys and compares on the integers - an offset is folded in with its overflow refused (one line),
+  a band's ``l - r`` never wraps (``_sub_cmp``), a fractional eps becomes the integer bound it
+  means. Other predicates run in float64, literally, as before.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from simjoin.core.exact import INT64_MAX, INT64_MIN, int_offset, is_int, shift_int
 from simjoin.core.inequality.kernels import GE, GT, LE, LT, OP_CODES, grow, lower_bound, upper_bound
 from simjoin.core.inequality.spo import Tuples
 from simjoin.core.s2j.task import JoinTask, Theta
@@ -57,34 +62,65 @@ def _cmp(op, a, b):  # type: ignore[no-untyped-def]
     return a != b
 
 
+_MAX = np.int64(INT64_MAX)
+_MIN = np.int64(INT64_MIN)
+
+
 @njit(cache=True, inline="always")
-def _elem(kind, op, c, lv, rv):  # type: ignore[no-untyped-def]
-    """One predicate, literally: ``fl(lv + c) OP rv`` or ``|fl(lv - rv)| OP c``."""
+def _sub_cmp(op, a, b, t, exact):  # type: ignore[no-untyped-def]
+    """``(a - b) OP t``; with ``exact`` (int64 operands and ``t``) on the integers: a difference
+    outside int64 is beyond every ``t``, never wrapped."""
+    if exact:
+        if b < 0 and a > _MAX + b:  # a - b > int64 max >= t
+            return op == GT or op == GE or op == NE
+        if b > 0 and a < _MIN + b:  # a - b < int64 min <= t
+            return op == LT or op == LE or op == NE
+    return _cmp(op, a - b, t)
+
+
+@njit(cache=True, inline="always")
+def _abs_cmp(op, a, b, c, exact):  # type: ignore[no-untyped-def]
+    """``|a - b| OP c`` (``c >= 0``): ``|fl(a - b)| OP c``, or on the integers with ``exact``."""
+    if not exact:
+        return _cmp(op, abs(a - b), c)
+    if op == LT:
+        return _sub_cmp(LT, a, b, c, True) and _sub_cmp(GT, a, b, -c, True)
+    if op == LE:
+        return _sub_cmp(LE, a, b, c, True) and _sub_cmp(GE, a, b, -c, True)
+    if op == GT:
+        return _sub_cmp(GT, a, b, c, True) or _sub_cmp(LT, a, b, -c, True)
+    return _sub_cmp(GE, a, b, c, True) or _sub_cmp(LE, a, b, -c, True)
+
+
+@njit(cache=True, inline="always")
+def _elem(kind, op, c, lv, rv, exact):  # type: ignore[no-untyped-def]
+    """One predicate, literally: ``fl(lv + c) OP rv`` or ``|fl(lv - rv)| OP c`` (``exact``: integer
+    keys, the offset already folded into ``lv``, ``c`` 0)."""
     if kind == KIND_CMP:
         return _cmp(op, lv + c, rv)
-    return _cmp(op, abs(lv - rv), c)
+    return _abs_cmp(op, lv, rv, c, exact)
 
 
 @njit(cache=True, inline="always")
-def _diff(stored_l, x, v, op, t):  # type: ignore[no-untyped-def]
+def _diff(stored_l, x, v, op, t, exact):  # type: ignore[no-untyped-def]
     """``fl(l - r) OP t`` with the stored value ``v`` in role l (else r) and the probe's ``x``."""
     if stored_l:
-        return _cmp(op, v - x, t)
-    return _cmp(op, x - v, t)
+        return _sub_cmp(op, v, x, t, exact)
+    return _sub_cmp(op, x, v, t, exact)
 
 
 @njit(cache=True)
-def _mono_range(a, lo, hi, stored_l, x, op, t):  # type: ignore[no-untyped-def]
+def _mono_range(a, lo, hi, stored_l, x, op, t, exact):  # type: ignore[no-untyped-def]
     """The positions of ``[lo, hi)`` where ``fl(l - r) OP t`` holds. ``fl(l - r)`` is monotone in
     the stored value (rounding is monotone), so they form a prefix or a suffix of the sorted run;
     its end is found by binary search on the literal expression."""
     if lo >= hi:
         return lo, lo
-    first = _diff(stored_l, x, a[lo], op, t)
+    first = _diff(stored_l, x, a[lo], op, t, exact)
     a_lo, a_hi = lo, hi
     while a_lo < a_hi:  # first position where the truth differs from ``first``
         mid = (a_lo + a_hi) >> 1
-        if _diff(stored_l, x, a[mid], op, t) == first:
+        if _diff(stored_l, x, a[mid], op, t, exact) == first:
             a_lo = mid + 1
         else:
             a_hi = mid
@@ -128,8 +164,9 @@ def _lookup(table, gbits, bits):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _probe(mode, op, c, stored_l, skey, perm, gstart, gbits, table, pkey, pbits,  # type: ignore[no-untyped-def]
-           a_kind, a_op, a_val, s_aux, p_aux, sts, pts, window, sid, pid, exclude_self):
+def _probe(mode, op, c, exact, stored_l, skey, perm, gstart, gbits, table, pkey, pbits,  # type: ignore[no-untyped-def]
+           a_kind, a_op, a_val, s_aux, p_aux, i_kind, i_op, i_val, s_iaux, p_iaux, sts, pts, window, sid, pid,
+           exclude_self):
     n = skey.shape[0]
     m = pkey.shape[0]
     out_p = np.empty(max(16, m), np.int64)
@@ -155,12 +192,12 @@ def _probe(mode, op, c, stored_l, skey, perm, gstart, gbits, table, pkey, pbits,
                 r0, r1 = lower_bound(skey, 0, n, x), n
         elif mode == MODE_ABS:
             if op in (LT, LE):  # band: d OP eps and d OP' -eps
-                a0, a1 = _mono_range(skey, 0, n, stored_l, x, op, c)
-                b0, b1 = _mono_range(skey, 0, n, stored_l, x, GT if op == LT else GE, -c)
+                a0, a1 = _mono_range(skey, 0, n, stored_l, x, op, c, exact)
+                b0, b1 = _mono_range(skey, 0, n, stored_l, x, GT if op == LT else GE, -c, exact)
                 r0, r1 = max(a0, b0), min(a1, b1)
             else:  # gap: d OP eps or d OP'' -eps (disjoint unless they touch)
-                r0, r1 = _mono_range(skey, 0, n, stored_l, x, op, c)
-                r2, r3 = _mono_range(skey, 0, n, stored_l, x, LT if op == GT else LE, -c)
+                r0, r1 = _mono_range(skey, 0, n, stored_l, x, op, c, exact)
+                r2, r3 = _mono_range(skey, 0, n, stored_l, x, LT if op == GT else LE, -c, exact)
                 if r1 > r0 and r3 > r2 and r2 <= r1 and r0 <= r3:
                     r0, r1, r2, r3 = min(r0, r2), max(r1, r3), 0, 0
         else:
@@ -178,9 +215,18 @@ def _probe(mode, op, c, stored_l, skey, perm, gstart, gbits, table, pkey, pbits,
                 ok = True
                 for j in range(n_aux):
                     if stored_l:
-                        ok = _elem(a_kind[j], a_op[j], a_val[j], s_aux[j, row], p_aux[j, i])
+                        ok = _elem(a_kind[j], a_op[j], a_val[j], s_aux[j, row], p_aux[j, i], False)
                     else:
-                        ok = _elem(a_kind[j], a_op[j], a_val[j], p_aux[j, i], s_aux[j, row])
+                        ok = _elem(a_kind[j], a_op[j], a_val[j], p_aux[j, i], s_aux[j, row], False)
+                    if not ok:
+                        break
+                if not ok:
+                    continue
+                for j in range(i_kind.shape[0]):  # the integer predicates, on the integers
+                    if stored_l:
+                        ok = _elem(i_kind[j], i_op[j], i_val[j], s_iaux[j, row], p_iaux[j, i], True)
+                    else:
+                        ok = _elem(i_kind[j], i_op[j], i_val[j], p_iaux[j, i], s_iaux[j, row], True)
                     if not ok:
                         break
                 if not ok:
@@ -263,7 +309,20 @@ class ProbeResult:
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu":  # an integer key is its own bits
+        return np.ascontiguousarray(a, np.int64).view(np.uint64)
     return np.ascontiguousarray(a + 0.0).view(np.uint64)  # -0.0 and 0.0 compare equal: hash alike
+
+
+def _int_band(op: str, eps: float | int, what: str) -> tuple[int, int]:
+    """``|d| OP eps`` for an integer ``d`` as ``|d| OP' c`` with an integer ``c``: a fractional eps means its
+    floor (``<``, ``<=`` become ``<=``) or its ceiling (``>``, ``>=`` become ``>=``)."""
+    f = eps if isinstance(eps, (int, np.integer)) else float(eps)
+    if isinstance(f, float) and not f.is_integer():
+        if op in ("<", "<="):
+            return CODES["<="], int_offset(np.floor(f), what)
+        return CODES[">="], int_offset(np.ceil(f), what)
+    return CODES[op], int_offset(f, what)
 
 
 def probe(task: JoinTask, block: Block, probes: Tuples, stored_role: str, window_us: int,
@@ -283,11 +342,21 @@ def probe(task: JoinTask, block: Block, probes: Tuples, stored_role: str, window
     def pcol(t: Theta) -> np.ndarray:
         return probes.cols[t.right if stored_l else t.left]
 
+    def exact(t: Theta) -> bool:  # two integer columns: compared on the integers
+        return is_int(scol(t)) and is_int(pcol(t))
+
+    def fold(t: Theta, sv: np.ndarray, pv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``l + value`` exactly in int64 (overflow refused), on the l side of an integer ``cmp`` predicate."""
+        if stored_l:
+            return shift_int(sv, t.value, f"column {t.left}"), pv.astype(np.int64)
+        return sv.astype(np.int64), shift_int(pv, t.value, f"column {t.left}")
+
     main = task.main_theta
     zi = np.zeros(1, np.int64)
     zb = np.zeros(0, np.uint64)
     gstart, gbits, table, pbits = zi, zb, zi, zb
     op, c = 0, 0.0
+    ex = False
     if main is None:
         mode, skey, perm, pkey = MODE_SCAN, np.zeros(n), np.arange(n, dtype=np.int64), np.zeros(m)
     else:
@@ -295,28 +364,51 @@ def probe(task: JoinTask, block: Block, probes: Tuples, stored_role: str, window
         perm = block.order(col)
         raw = st.cols[col][perm]
         x = pcol(main)
+        ex = exact(main)
+        if not ex:
+            raw, x = raw.astype(np.float64), np.asarray(x, np.float64)
         if main.kind == "abs":
-            mode, skey, pkey, op, c = MODE_ABS, raw, x, CODES[main.op], float(main.value)
+            if ex:
+                code, ci = _int_band(main.op, main.value, f"abs(l.{main.left} - r.{main.right})")
+                mode, skey, pkey, op, c = MODE_ABS, raw.astype(np.int64), x.astype(np.int64), code, ci
+            else:
+                mode, skey, pkey, op, c = MODE_ABS, raw, x, CODES[main.op], float(main.value)
         else:
-            # fl(l + c) OP r: fold c into the stored keys (role l, order-preserving) or the probes
-            skey, pkey = (raw + main.value, x) if stored_l else (raw, x + main.value)
+            # l + c OP r: fold c into the stored keys (role l, order-preserving) or the probes
+            if ex:
+                skey, pkey = fold(main, raw, x)
+            else:
+                skey, pkey = (raw + main.value, x) if stored_l else (raw, x + main.value)
             code = CODES[main.op]
             op = code if stored_l else flip_code(code)  # as "stored key OP probe key"
             mode = MODE_HASH if main.op == "=" else MODE_CMP
             if mode == MODE_HASH:
-                skey = skey + 0.0
-                cut = np.flatnonzero(np.diff(skey) != 0) + 1
+                skey = skey if ex else skey + 0.0
+                cut = np.flatnonzero(skey[1:] != skey[:-1]) + 1
                 gstart = np.concatenate(([0], cut, [n])).astype(np.int64)
                 gbits = _bits(skey[gstart[:-1]])
                 table = _build_hash(gbits)
                 pbits = _bits(pkey)
-    aux = task.aux
+    aux = [t for t in task.aux if not exact(t)]
     a_kind = np.array([KIND_CMP if t.kind == "cmp" else KIND_ABS for t in aux], np.int64)
     a_op = np.array([CODES[t.op] for t in aux], np.int64)
     a_val = np.array([t.value for t in aux], np.float64)
     s_aux = np.ascontiguousarray(np.array([scol(t) for t in aux], np.float64).reshape(len(aux), n))
     p_aux = np.ascontiguousarray(np.array([pcol(t) for t in aux], np.float64).reshape(len(aux), m))
-    pi, si, cand = _probe(mode, op, c, stored_l, np.ascontiguousarray(skey, np.float64), perm, gstart, gbits,
-                          table, np.ascontiguousarray(pkey, np.float64), pbits, a_kind, a_op, a_val, s_aux, p_aux,
-                          st.ts, probes.ts, np.int64(window_us), st.id, probes.id, exclude_self)
+    iaux = [t for t in task.aux if exact(t)]  # integer predicates: int64 keys, compared on the integers
+    i_kind, i_op, i_val = np.zeros(len(iaux), np.int64), np.zeros(len(iaux), np.int64), np.zeros(len(iaux), np.int64)
+    s_iaux, p_iaux = np.zeros((len(iaux), n), np.int64), np.zeros((len(iaux), m), np.int64)
+    for j, t in enumerate(iaux):
+        if t.kind == "cmp":
+            i_kind[j], i_op[j] = KIND_CMP, CODES[t.op]
+            s_iaux[j], p_iaux[j] = fold(t, scol(t), pcol(t))
+        else:
+            i_kind[j] = KIND_ABS
+            i_op[j], i_val[j] = _int_band(t.op, t.value, f"abs(l.{t.left} - r.{t.right})")
+            s_iaux[j], p_iaux[j] = scol(t), pcol(t)
+    kdt = np.int64 if ex else np.float64
+    pi, si, cand = _probe(mode, op, c, ex, stored_l, np.ascontiguousarray(skey, kdt), perm, gstart, gbits,
+                          table, np.ascontiguousarray(pkey, kdt), pbits, a_kind, a_op, a_val, s_aux, p_aux,
+                          i_kind, i_op, i_val, s_iaux, p_iaux, st.ts, probes.ts, np.int64(window_us), st.id,
+                          probes.id, exclude_self)
     return ProbeResult(pi, si, int(cand))

@@ -14,8 +14,11 @@ Grammar (the inequality join's, ``simjoin.core.inequality.query``, extended)::
                | abs(colref - colref) OP number   a band (< <=) or a gap (> >=); sorted index
                | term OP number                selection on one role: pre-selection (input adapter)
 
-Every predicate is evaluated literally in float64, as a user reads it: ``fl(l.a + c) OP r.b``
-and ``|fl(l.a - r.b)| OP eps``, so a brute force written the same way agrees pair for pair. The
+Every predicate is evaluated literally, as a user reads it, in the columns' own type
+(``simjoin.core.exact``): on the integers for integer columns (``l.a + c OP r.b`` and
+``|l.a - r.b| OP eps`` exactly; an offset whose sum leaves int64 is refused), in float64 otherwise
+(``fl(l.a + c) OP r.b`` and ``|fl(l.a - r.b)| OP eps``), so a brute force written the same way agrees
+pair for pair. The
 index only narrows the candidates to exactly the tuples the main predicate accepts (binary
 searches that evaluate the same literal expression); the auxiliary predicates are piggybacked as
 filters on those candidates (Section 4, "multi-attribute join").
@@ -27,6 +30,7 @@ leads (hash lookup), then a band, an inequality, a gap. A task with only ``!=`` 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from simjoin.core.exact import absdiff_holds, cmp_holds, int_offset, is_int
 from simjoin.core.inequality.query import INEQUALITY_OPS, Parser, QueryError, flip_op
 
 __all__ = ["Theta", "Selection", "JoinTask", "TaskError", "parse_task", "parse_tasks", "holds", "INDEX_KINDS"]
@@ -50,10 +55,8 @@ class TaskError(QueryError):
 
 
 def holds(op: str, a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.bool_]:
-    """``a OP b``, vectorised."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return np.asarray({"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
-                       "=": np.equal, "!=": np.not_equal}[op](a, b))
+    """``a OP b``, vectorised, exactly in the arrays' own types (``simjoin.core.exact``)."""
+    return cmp_holds(op, a, b)
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class Theta:
     left: str
     op: str
     right: str
-    value: float = 0.0
+    value: float | int = 0
 
     @property
     def index(self) -> str:
@@ -81,11 +84,11 @@ class Theta:
         return {"=": "equality", "!=": "filter"}.get(self.op, "inequality")
 
     def holds(self, lv: npt.ArrayLike, rv: npt.ArrayLike) -> npt.NDArray[np.bool_]:
-        """The literal truth for l-values ``lv`` and r-values ``rv`` (broadcasting)."""
-        lv, rv = np.asarray(lv, dtype=np.float64), np.asarray(rv, dtype=np.float64)
+        """The literal truth for l-values ``lv`` and r-values ``rv`` (broadcasting): on the integers for two
+        integer columns, in float64 otherwise (``simjoin.core.exact``)."""
         if self.kind == "cmp":
-            return holds(self.op, lv + self.value, rv)
-        return holds(self.op, np.abs(lv - rv), self.value)
+            return cmp_holds(self.op, lv, rv, self.value)
+        return absdiff_holds(self.op, lv, rv, self.value)
 
     def __str__(self) -> str:
         if self.kind == "abs":
@@ -102,18 +105,32 @@ class Selection:
     role: str
     column: str
     op: str
-    value: float
-    offset: float = 0.0
+    value: float | int
+    offset: float | int = 0
 
     def holds(self, v: npt.ArrayLike) -> npt.NDArray[np.bool_]:
-        return holds(self.op, np.asarray(v, dtype=np.float64) + self.offset, self.value)
+        """``v + offset OP value``: on the integers for an integer column (a fractional ``value`` compares with
+        its floor or ceiling, exactly), ``fl(v + offset) OP value`` otherwise."""
+        a = np.asarray(v)
+        if is_int(a):
+            val = self.value
+            if not float(val).is_integer():  # an integer is never equal to a fraction
+                if self.op in ("=", "!="):
+                    return np.full(a.shape, self.op == "!=")
+                f = float(val)
+                op, val = ("<=", math.floor(f)) if self.op in ("<", "<=") else (">=", math.ceil(f))
+                return cmp_holds(op, a, np.asarray(int(val)), int_offset(self.offset, f"column {self.column}"))
+            return cmp_holds(self.op, a, np.asarray(int(val)), self.offset)
+        return cmp_holds(self.op, a, np.asarray(self.value, dtype=np.float64), self.offset)
 
     def __str__(self) -> str:
         off = "" if self.offset == 0 else f" {'+' if self.offset > 0 else '-'} {_num(abs(self.offset))}"
         return f"{self.role}.{self.column}{off} {self.op} {_num(self.value)}"
 
 
-def _num(x: float) -> str:
+def _num(x: float | int) -> str:
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
     return str(int(x)) if float(x).is_integer() and abs(x) < 2**53 else repr(float(x))
 
 
