@@ -278,3 +278,54 @@ def test_s2j_selection_and_overflow_refused():
     with pytest.raises(ExactError) as e:
         _s2j_pairs(t, L, L)
     assert "\n" not in str(e.value) and "column a" in str(e.value) and "overflows" in str(e.value)
+
+
+# ------------------------------------------------------------------------------ property tests
+
+def _random_case(seed):
+    """Random int64 streams (type limits, +-2^53, random) and a random conjunction with random offsets."""
+    rng = np.random.default_rng(seed)
+    name = list(LIMITS)[seed % len(LIMITS)]
+    L, R = _stream(rng, 25, 0, name), _stream(rng, 25, 1000, name)
+    for S in (L, R):  # some values anywhere in the type
+        dtype, lo, hi = LIMITS[name]
+        m = rng.random(25) < 0.3
+        S["a"][m] = rng.integers(lo, hi, int(m.sum()), dtype=np.int64, endpoint=True).astype(dtype)
+    preds = []
+    for col in rng.permutation(["a", "b"])[: rng.integers(1, 3)]:
+        off = int(rng.choice([0, 0, 1, -1, 7, 2**53, -(2**62)]))
+        preds.append((str(col), str(rng.choice(INEQ)), str(rng.choice(["a", "b"])), off))
+    return L, R, preds
+
+
+def _overflows(preds, L):
+    return any(not I64_MIN <= int(v) + off <= I64_MAX for a, _, _, off in preds for v in L[a])
+
+
+def _property(seed):
+    from simjoin.core.inequality import parse_query
+    from simjoin.core.s2j.task import parse_task
+
+    L, R, preds = _random_case(seed)
+    text = " AND ".join(_text(p) for p in preds)
+    if _overflows(preds, L):  # refused, never wrapped
+        with pytest.raises(ExactError, match="overflows int64"):
+            _ineq_join(parse_query(text), L, R, "batch")
+        with pytest.raises(ExactError, match="overflows int64"):
+            _s2j_pairs(parse_task("t: " + text), L, R)
+        return
+    ref = _brute(preds, L, R)
+    assert _ineq_join(parse_query(text), L, R, "batch") == ref, text
+    assert _ineq_join(parse_query(text), L, R, "mutable") == ref, text
+    assert _s2j_pairs(parse_task("t: " + text), L, R) == ref, text
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_int_queries_equal_python_ints(seed):
+    _property(seed)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("seed", range(4, 60))
+def test_random_int_queries_equal_python_ints_more_seeds(seed):
+    _property(seed)
