@@ -63,10 +63,12 @@ class StreamRun(Run):
     def engine(self, spark: Any) -> Any:
         from simjoin.spark.engine import MicroBatchEngine
 
-        return MicroBatchEngine(spark, self.pipeline, self.tables, self.sources, self.state_fingerprint(),
-                                ts_unit=self.cfg.ts_unit, max_future_s=self.cfg.max_future_s,
-                                follow=self.follow, allowed_lateness_s=self.cfg.allowed_lateness_s,
-                                ts_zone=self.cfg.ts_zone)
+        eng = MicroBatchEngine(spark, self.pipeline, self.tables, self.sources, self.state_fingerprint(),
+                               ts_unit=self.cfg.ts_unit, max_future_s=self.cfg.max_future_s,
+                               follow=self.follow, allowed_lateness_s=self.cfg.allowed_lateness_s,
+                               ts_zone=self.cfg.ts_zone)
+        eng.owned = list(self.table_paths().values())  # what --reset removes of an output made before
+        return eng
 
     def reset_tables(self, spark: Any) -> list[str]:
         return self.engine(spark).reset()  # type: ignore[no-any-return]

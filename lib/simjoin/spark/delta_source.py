@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["Range", "latest_version", "unsupported", "spark_schema", "files_between"]
+__all__ = ["Range", "latest_version", "unsupported", "spark_schema", "files_between", "table_id", "commit_exists"]
 
 _JSON = re.compile(r"^([0-9]{20})\.json$")
 
@@ -56,6 +56,34 @@ def latest_version(path: str) -> int:
         with open(os.path.join(_log_dir(path), "_last_checkpoint")) as fh:
             best = int(json.load(fh)["version"])
     return best
+
+
+def table_id(path: str) -> str | None:
+    """The table's id (``metaData.id``; Delta gives a table a new one when it is created, so a
+    table deleted and written again at the same path has another), or None when there is no
+    table. Read from the first commit when the log still holds it (one small file), else by
+    ``deltalake`` from the latest checkpoint."""
+    first = os.path.join(_log_dir(path), f"{0:020d}.json")
+    try:
+        with open(first) as fh:
+            for line in fh:
+                if '"metaData"' in line:
+                    md = json.loads(line).get("metaData")
+                    if md and md.get("id"):
+                        return str(md["id"])
+    except FileNotFoundError:
+        pass
+    if latest_version(path) < 0:
+        return None
+    try:
+        return str(_table(path).metadata().id)
+    except Exception:  # a reader feature deltalake lacks: the identity cannot be checked here
+        return None
+
+
+def commit_exists(path: str, version: int) -> bool:
+    """Whether the log still holds the JSON commit of ``version``."""
+    return os.path.exists(os.path.join(_log_dir(path), f"{version:020d}.json"))
 
 
 def _table(path: str, version: int | None = None) -> Any:

@@ -269,6 +269,28 @@ def _local(path: str) -> str | None:
     return os.path.abspath(path.removeprefix("file://"))
 
 
+def _real(path: str) -> str:
+    loc = _local(path)
+    return os.path.realpath(loc) if loc is not None else path.rstrip("/")
+
+
+def _same(a: str, b: str) -> bool:
+    return _real(a) == _real(b)
+
+
+def _inside(child: str, parent: str) -> bool:
+    """Whether ``child`` is ``parent`` or lives under it (symlinks resolved)."""
+    c, p = _real(child), _real(parent)
+    return c == p or c.startswith(p.rstrip(os.sep) + os.sep)
+
+
+def _is_dir_tables(tables: StreamTables) -> bool:
+    """An output that is a directory holding the pipeline's tables (S2J), not a table."""
+    from simjoin.spark.tables import DirTables
+
+    return isinstance(tables, DirTables)
+
+
 def stream_schema_check(schema: T.StructType, path: str, ts_unit: str | None,
                         payload: dict[str, Callable[[T.DataType], bool]], payload_text: str) -> None:
     """The input schema, checked before any cast: ``id`` an integer type; ``ts`` a timestamp, a
@@ -340,6 +362,9 @@ class MicroBatchEngine:
         self.follow = follow
         self._progress: Progress | None = None
         self._direct_read_s = 0.0  # seconds the last direct batch took to read with pyarrow
+        #: every table path of the run (``StreamRun.table_paths``): ``--reset`` of an output
+        #: created before the identity file listed what it created removes these
+        self.owned: list[str] = []
 
     # ----------------------------------------------------------------- identity and progress
 
@@ -397,14 +422,167 @@ class MicroBatchEngine:
         p = _local(self.tables.checkpoint)
         assert p is not None
         mode = self.ingest_mode()
+        # what this output will own: refused if an input lives there or it holds foreign files
+        targets = self._reset_targets(legacy=True)
+        self._refuse_inputs_under(targets, "where this output's tables would be written")
+        created, foreign = [], []
+        for t in targets:
+            loc = _local(t)
+            if loc is None or not os.path.exists(loc) or (os.path.isdir(loc) and not os.listdir(loc)):
+                created.append(t)
+            elif t != self.tables.checkpoint:
+                foreign.append(t)
+        if foreign:
+            raise CheckpointMismatch(
+                f"{foreign[0]} already exists and was not created by simjoin {self.pipeline} for "
+                f"{self.tables.output}: allowed: a new --output, or remove it yourself")
+        if self.tables.checkpoint not in created:
+            created.append(self.tables.checkpoint)
+        out = _local(self.tables.output)
+        dirs = [self.tables.output] if _is_dir_tables(self.tables) and out and not os.path.exists(out) else []
         os.makedirs(p, exist_ok=True)
         ident = uuid.uuid4().hex
+        self._write_identity({"id": ident, "output": self.tables.output, "pipeline": self.pipeline,
+                              "ingest": mode, "inputs": self._input_ids(), "created": created,
+                              "created_dirs": dirs})
+        return ident
+
+    # ----------------------------------------------------------------- input identity, reset
+
+    def _identity(self) -> dict[str, Any] | None:
+        """The checkpoint's identity file (None when there is none)."""
+        p = _local(self.tables.checkpoint)
+        f = os.path.join(p or "", IDENTITY_FILE)
+        if not os.path.exists(f):
+            return None
+        with open(f) as fh:
+            return dict(json.load(fh))
+
+    def _write_identity(self, content: dict[str, Any]) -> None:
+        p = _local(self.tables.checkpoint)
+        assert p is not None
         tmp = os.path.join(p, IDENTITY_FILE + ".tmp")
         with open(tmp, "w") as fh:
-            fh.write(json.dumps({"id": ident, "output": self.tables.output, "pipeline": self.pipeline,
-                                 "ingest": mode}))
+            fh.write(json.dumps(content))
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, os.path.join(p, IDENTITY_FILE))
-        return ident
+
+    def _input_ids(self) -> list[dict[str, Any]]:
+        """Each input's Delta table id (``metaData.id``; None where it cannot be read here)."""
+        return [{"path": src, "table_id": delta_source.table_id(loc) if (loc := _local(src)) else None}
+                for src in self.sources]
+
+    def _spark_offsets(self) -> dict[str, dict[str, Any]]:
+        """The streaming query's last offsets in the checkpoint, per input table id (the Delta
+        source's ``reservoirId``): ``reservoirVersion``, ``index``, ``isStartingVersion``."""
+        d = self._direct_dir("offsets")
+        ids = [int(n) for n in os.listdir(d) if n.isdigit()] if os.path.isdir(d) else []
+        if not ids:
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        with open(os.path.join(d, str(max(ids)))) as fh:
+            for line in fh:
+                try:
+                    o = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(o, dict) and "reservoirId" in o:
+                    out[str(o["reservoirId"])] = o
+        return out
+
+    def check_inputs(self) -> None:
+        """Refuse, with one line naming the input and ``--reset``, an input that is not the table
+        this output read (its Delta table id changed: deleted and written again at the same path)
+        or whose versions this output still has to read are gone from its log. Outputs created
+        before the ids were recorded get them now."""
+        ident = self._identity()
+        if ident is None:
+            return
+        recorded = {g["path"]: g.get("table_id") for g in ident.get("inputs") or []}
+        direct = ident.get("ingest") == "direct"
+        spark_offsets = {} if direct else self._spark_offsets()
+        last = self._direct_last("commits") if direct else -1
+        read = self._direct_ranges(last) if direct and last >= 0 else None
+        for k, src in enumerate(self.sources):
+            loc = _local(src)
+            if loc is None:
+                continue  # not a local table: the streaming source checks its id itself
+            cur = delta_source.table_id(loc)
+            if cur is None:
+                if delta_source.latest_version(loc) < 0:
+                    raise CheckpointMismatch(f"input {src} holds no Delta table any more: allowed: restore it, "
+                                             f"or {self._reset_hint()}")
+                continue
+            was = recorded.get(src)
+            if was is None and spark_offsets and cur not in spark_offsets:  # recorded by the query
+                was = " or ".join(sorted(spark_offsets))
+            if was is not None and was != cur:
+                raise CheckpointMismatch(
+                    f"input {src} is another Delta table (id {cur}) than the one this output read (id {was}): "
+                    f"it was deleted and written again: {self._reset_hint()}")
+            latest = delta_source.latest_version(loc)
+            if read is not None:  # direct: the next batch reads the commits after the last end
+                end = read[k].end
+                if latest < end:
+                    raise CheckpointMismatch(
+                        f"input {src} ends at version {latest}, before version {end} that this output read: "
+                        f"its log was rewritten: {self._reset_hint()}")
+                gone = next((v for v in range(end + 1, latest + 1) if not delta_source.commit_exists(loc, v)), None)
+            elif cur in spark_offsets:  # the streaming query resumes at its offset's version
+                o = spark_offsets[cur]
+                v = int(o.get("reservoirVersion", -1))
+                if latest < v - 1 or (o.get("isStartingVersion") and latest < v):
+                    raise CheckpointMismatch(
+                        f"input {src} ends at version {latest}, before version {v} that this output read: "
+                        f"its log was rewritten: {self._reset_hint()}")
+                # it resumes by reading the commits from its offset's version on (a snapshot: at it)
+                gone = (None if o.get("isStartingVersion") else
+                        next((w for w in range(v, latest + 1) if not delta_source.commit_exists(loc, w)), None))
+            else:
+                gone = None
+            if gone is not None:
+                raise CheckpointMismatch(
+                    f"input {src}: the log of version {gone} is gone (cleaned up or vacuumed before this output "
+                    f"read it): allowed: keep the input's log until every output read it, or {self._reset_hint()}")
+        if "inputs" not in ident:
+            self._write_identity({**ident, "inputs": self._input_ids()})
+
+    def _reset_targets(self, legacy: bool = False) -> list[str]:
+        """What ``--reset`` removes: the tables and folders the identity file says this pipeline
+        created for the output; without one (``legacy``, or an output created before they were
+        recorded), the tables the engine names beside the output (for a directory output, its
+        ``_`` tables and the run's tables in it, never the directory)."""
+        ident = None if legacy else self._identity()
+        if ident is not None and ident.get("created") is not None and _same(str(ident.get("output")),
+                                                                            self.tables.output):
+            return [str(t) for t in ident["created"]]
+        dir_out = _is_dir_tables(self.tables)
+        base = [p for k, p in self.tables.paths().items() if not (dir_out and k == "output")]
+        extra = [p for p in self.owned if p not in base and not any(_inside(p, b) for b in base)
+                 and not (dir_out and _same(p, self.tables.output))]
+        return base + extra
+
+    def _refuse_inputs_under(self, targets: Sequence[str], why: str) -> None:
+        for src in self.sources:
+            for t in targets:
+                if _inside(src, t):
+                    what = "is" if _same(src, t) else "lives under"
+                    raise ValueError(f"input {src} {what} {t}, {why}: allowed: inputs outside "
+                                     f"{self.tables.output} and its tables (move the input, or choose another "
+                                     "--output)")
+
+    def own(self, paths: Sequence[str]) -> None:
+        """Record in the identity file the tables this pipeline is about to create (``--reset``
+        removes exactly what is recorded)."""
+        ident = self._identity()
+        if ident is None or ident.get("created") is None:
+            return
+        have = list(ident["created"])
+        new = [p for p in paths if p not in have and not any(_inside(p, h) for h in have)
+               and (loc := _local(p)) is not None and not os.path.exists(loc)]
+        if new:
+            self._write_identity({**ident, "created": have + new})
 
     def _reset_hint(self) -> str:
         return (f"run again with --reset to clear {self.tables.output} with its state, work, stats, "
@@ -472,16 +650,34 @@ class MicroBatchEngine:
         return f"{self.pipeline}/{piece}/{checkpoint_id}"
 
     def reset(self) -> list[str]:
-        """Remove the output and every table and folder beside it that the engine owns."""
+        """Remove exactly the tables and folders this pipeline created for the output, as its
+        identity file lists them (:meth:`_reset_targets`); a folder it made to hold them (an S2J
+        output directory) only once it is empty. Refused, before anything is removed, when an
+        input is one of them or lives under one."""
         removed = []
         self._progress = None
-        for p in self.tables.paths().values():
-            loc = _local(p)
-            if loc is None:
+        ident = self._identity() or {}
+        targets = self._reset_targets()
+        for p in targets:
+            if _local(p) is None:
                 raise ValueError(f"--reset: {p} is not a local path; remove it with your storage tools")
-            if os.path.exists(loc):
+        self._refuse_inputs_under(targets, "which --reset would remove")
+        # the identity file goes last: a reset that fails half-way is done again from the same list
+        ck = self.tables.checkpoint
+        for p in sorted(targets, key=lambda t: t == ck):
+            loc = _local(p)
+            assert loc is not None
+            if os.path.isdir(loc):
                 shutil.rmtree(loc)
                 removed.append(p)
+            elif os.path.exists(loc):
+                os.remove(loc)
+                removed.append(p)
+        for d in ident.get("created_dirs") or []:
+            loc = _local(str(d))
+            if loc is not None and os.path.isdir(loc) and not os.listdir(loc):
+                os.rmdir(loc)
+                removed.append(str(d))
         log.info("%s: reset removed %s", self.pipeline, ", ".join(removed) or "nothing")
         return removed
 
@@ -623,6 +819,7 @@ class MicroBatchEngine:
                 res["unit_rows"] = int(open_.records.num_rows)
             return res
         unit = prog.last_unit + 1
+        self.check_inputs()  # an input deleted and written again, or its unread versions gone: refused
         if self.ingest_mode() == "direct":
             if max_files_per_trigger:
                 raise ValueError("max_files_per_trigger: a direct ingest reads whole versions of its inputs")
@@ -793,6 +990,8 @@ class MicroBatchEngine:
                      payload_text: str, casts: dict[str, str], ident: str, totals: dict[str, Any]) -> str | None:
         """One direct micro-batch: the one planned but not committed (``"replayed"``), else the
         inputs' new versions (``"new"``); None when nothing arrived."""
+        if self.follow is not None:  # an input replaced while following is refused before it is read
+            self.check_inputs()
         done, planned = self._direct_last("commits"), self._direct_last("offsets")
         if planned > done:
             b, ranges, kind = planned, self._direct_ranges(planned), "replayed"
@@ -1222,6 +1421,7 @@ class MicroBatchEngine:
         marker = self._marker(unit.unit)
         os.makedirs(os.path.dirname(marker), exist_ok=True)
         open(marker, "w").close()
+        self.own([path for _, _, path in pieces])  # a table created now is recorded first (--reset)
         # the pieces go to different tables: append them as concurrent Spark jobs
         from concurrent.futures import ThreadPoolExecutor
 
