@@ -47,7 +47,8 @@ class IneqRun(StreamRun):
             window = Window(time_us=w_us)
             delta = c.merge_every
             slide_us = round(parse_duration(c.slide) * 1e6) if c.slide else max(1, w_us // 10)
-        return IneqParams(str(c.where), self.self_join, window, int(c.workers), delta, slide_us)
+        lateness_us = round(c.allowed_lateness_s * 1e6) if c.window_count is None else 0
+        return IneqParams(str(c.where), self.self_join, window, int(c.workers), delta, slide_us, lateness_us)
 
 
 def counts(meta: dict[str, Any]) -> dict[int, int]:
@@ -67,13 +68,15 @@ def new_tuples(spark: Any, run: IneqRun, u: Any) -> Any:
 
 
 def tuple_bound(p: Any, prog: Any, side: int, ts_col: str, seq_col: str, keep: bool = True) -> str | None:
-    """SQL condition on a stored tuple of ``side``: still reachable (``keep``) or expired."""
+    """SQL condition on a stored tuple of ``side``: still reachable (``keep``) or expired - a time
+    window's by the other stream's committed max ts less W and the allowed lateness
+    (``simjoin.core.inequality.spo.expired``)."""
     n = counts(prog.meta)
     if p.window.time_us is not None:
         mark = prog.max_ts.get(side if p.self_join else 1 - side)
         if mark is None:
             return "true" if keep else None
-        bound = int(mark.timestamp() * 1_000_000) - int(p.window.time_us)
+        bound = int(mark.timestamp() * 1_000_000) - int(p.window.time_us) - int(p.lateness_us)
         return f"side = {side} AND unix_micros({ts_col}) {'>' if keep else '<='} {bound}"
     bound = n.get(side, 0) - int(p.window.count)
     return f"side = {side} AND {seq_col} {'>=' if keep else '<'} {bound}"

@@ -4,8 +4,10 @@ run; this module's ``prepare`` applies the join's own rules to each micro-batch.
 The engine quarantines null or unreadable ``id``/``ts`` and future rows. Here, rows go to
 ``<output>_quarantine`` with their reason when a predicate column the row's side needs is null,
 NaN or infinite, when its (side, id) repeats - inside the batch, earlier in this unit, or among
-the live tuples of the window - and, for time windows, when it is late: dated before the largest
-``ts`` its stream already committed (it could meet tuples the window has already expired).
+the live tuples of the window - and, for time windows, when it is late: dated more than the
+allowed lateness (``--allowed-lateness``, default 0s) before the largest ``ts`` its stream already
+committed (it could meet tuples the window has already expired). A row within the lateness is
+staged and joined exactly, as if it had arrived in order (docs/operations.md, "Lateness").
 Good rows are staged as the new unit. Predicate columns are staged in their own type
 (``simjoin.spark.exact_types``): integers as long, compared exactly; an integer compared with a
 float column as double, its rows of magnitude 2^53 or more quarantined.
@@ -62,7 +64,7 @@ def preparer(spark: SparkSession, run: IneqRun, exact: ExactTypes | None = None)
         df, dups = stream_duplicates(df, _seen(spark, run, info), ["ts", *cols])
         rules += dups
         if p.window.time_us is not None:
-            rules += late(info.progress.max_ts)
+            rules += late(info.progress.max_ts, info.progress.lateness)
         res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}", lazy=info.local)
         keep = ["id", "ts", "side", *cols]
         bad = res.bad.select("id", "ts", "ts_raw", "side", *cols, "reason")

@@ -2,8 +2,9 @@
 -> the stats table, its new batches and mutable parts -> ``<output>_state/batches``, its tuples
 -> ``<output>_state/tuples``; then the engine commits the unit (with each side's tuple count and
 the next batch id), and state no future tuple can meet is dropped: batches past the window
-(coarse expiry, SPO-Join Section 4.3 - the exact test is in every probe), with the superseded
-mutable parts and expired tuples. Every append is idempotent per (checkpoint, unit)."""
+(coarse expiry, SPO-Join Section 4.3, kept the allowed lateness longer - the exact test is in
+every probe), with the superseded mutable parts and expired tuples. Every append is idempotent
+per (checkpoint, unit)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
     marks = {s: int(m.timestamp() * 1_000_000) for s, m in prog.max_ts.items()}
     gone = [int(r["batch_id"]) for r in meta if expired(
         p.window, int(r["ts_max"]), int(r["seq_max"]), marks.get(int(r["side"]) if p.self_join else 1 - int(r["side"])),
-        n.get(int(r["side"]), 0))]
+        n.get(int(r["side"]), 0), p.lateness_us)]
     if not gone:
         return []
     u.engine.delete(run.batches, f"batch_id IN ({', '.join(map(str, gone))}) OR (kind = '{MUTABLE}' AND unit < {u.id})")

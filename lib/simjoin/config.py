@@ -360,6 +360,9 @@ class IneqConfig(StreamConfig):
         if self.slide_count is not None:
             _check(self.window_count is not None and self.slide_count <= self.window_count, s, "slide_count",
                    self.slide_count, f"tuples <= window_count ({self.window_count}), with --window-count")
+        _check(self.window_count is None or self.allowed_lateness_s == 0, s, "allowed_lateness",
+               self.allowed_lateness, "0s with --window-count (a count window is arrival order: no row is late); "
+                                      "a lateness needs a time --window")
         if self.where is not None:
             from simjoin.core.inequality.query import parse_query
 

@@ -15,6 +15,12 @@ Each pair is found exactly once: when the later of its two tuples arrives, eithe
 stored tuples of earlier units (:func:`probe_stored`) or inside its own unit (:func:`join_new`).
 The slide only decides when state expires (:func:`expired`); the exact window test is part of
 every probe, so coarse expiry never adds or loses a pair.
+
+Allowed lateness L (time windows, ``IneqParams.lateness_us``): a tuple may arrive dated up to L
+before the largest ``ts`` its stream committed (further behind it is quarantined as late). The
+time test is symmetric (``|ts_x - ts_y| < W``), so such a tuple meets every stored tuple of its
+window, earlier or later in ``ts``, as if it had arrived in order; state is kept until the other
+stream's committed max ``ts`` is W + L past it. A count window is arrival-ordered: no tuple is late.
 """
 
 from __future__ import annotations
@@ -170,16 +176,18 @@ def join_new(q: Query, left: Tuples, right: Tuples | None, window: Window) -> tu
     return left.id[pi], stored.id[si], np.maximum(left.ts[pi], stored.ts[si])
 
 
-def expired(window: Window, ts_max: int, seq_max: int, other_max_ts: int | None, own_count: int) -> bool:
+def expired(window: Window, ts_max: int, seq_max: int, other_max_ts: int | None, own_count: int,
+            lateness_us: int = 0) -> bool:
     """Whether stored tuples with these maxima can still meet a future tuple of the other role.
 
-    Time: a future tuple of the other stream is not dated before that stream's largest committed
-    ``ts`` (later ones are quarantined as late), so ``ts <= other_max_ts - W`` is out of reach.
+    Time: a future tuple of the other stream is not dated more than the allowed lateness L before
+    that stream's largest committed ``ts`` (further behind it is quarantined as late), so
+    ``ts <= other_max_ts - W - L`` is out of reach.
     Count: a future tuple's ``cnt`` is at least ``own_count`` (every stored tuple arrived before
     it), so ``seq < own_count - W`` is out of reach.
     """
     if window.time_us is not None:
-        return other_max_ts is not None and ts_max <= other_max_ts - int(window.time_us)
+        return other_max_ts is not None and ts_max <= other_max_ts - int(window.time_us) - int(lateness_us)
     return seq_max < own_count - int(window.count or 0)
 
 
@@ -199,6 +207,8 @@ class IneqParams:
     workers: int
     delta: int | None  # merge every delta tuples; None: a time window's slide decides
     slide_us: int | None
+    #: allowed lateness L (time windows): tuples up to L behind their stream's committed max ts join
+    lateness_us: int = 0
 
     @property
     def query(self) -> Query:
@@ -306,10 +316,10 @@ def read_mutable(rows: list[Any]) -> dict[int, tuple[Tuples, dict[str, MutablePa
 def merge_state(prev: dict[int, tuple[Tuples, dict[str, MutablePart]]], new: dict[int, Tuples], p: IneqParams,
                 next_batch: int) -> tuple[list[dict[str, Any]], int, dict[str, float]]:
     """The state rows this unit adds: per side, every full delta-tuple run of the mutable part
-    (in arrival order) cut into an immutable PO-Join batch (worker ``batch_id % workers``:
-    round-robin), and the mutable part that remains - the new tuples inserted into the old
-    part's sorted arrays when no batch was cut. ``prev``: per side, the mutable part's tuples
-    and its index per role. Returns (rows, next batch id, timings)."""
+    (in arrival order; a time window's in (ts, seq) order) cut into an immutable PO-Join batch
+    (worker ``batch_id % workers``: round-robin), and the mutable part that remains - the new
+    tuples inserted into the old part's sorted arrays when no batch was cut. ``prev``: per side,
+    the mutable part's tuples and its index per role. Returns (rows, next batch id, timings)."""
     q = p.query
     rows: list[dict[str, Any]] = []
     t_merge = t_build = 0.0
@@ -317,6 +327,8 @@ def merge_state(prev: dict[int, tuple[Tuples, dict[str, MutablePart]]], new: dic
         old_t, old_parts = prev.get(s, (Tuples.empty(p.columns(s)), {}))
         add = new[s]
         allt = _concat(old_t, add)
+        if p.window.time_us is not None:  # late tuples (within the lateness) take their place by ts
+            allt = allt.take(np.lexsort((allt.seq, allt.ts)))
         cut = 0
         while (take := _due(p, allt, cut)) is not None:
             chunk = allt.take(np.arange(cut, cut + take))
@@ -358,9 +370,10 @@ def _concat(a: Tuples, b: Tuples) -> Tuples:
 
 
 def _due(p: IneqParams, t: Tuples, cut: int) -> int | None:
-    """How many tuples from position ``cut`` (arrival order) form the next batch, if one is due:
+    """How many tuples from position ``cut`` (the part's order) form the next batch, if one is due:
     delta of them, or with a time slide and no delta, those of the first slide-long span once the
-    part reaches past it (a side's arrival order is its ts order: late tuples are quarantined)."""
+    part reaches past it (``merge_state`` keeps a time window's mutable part in (ts, seq) order: a
+    tuple within the allowed lateness may arrive after later-dated ones)."""
     left = len(t) - cut
     if left <= 0:
         return None
