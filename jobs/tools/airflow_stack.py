@@ -104,7 +104,7 @@ class Stack:
             raise RuntimeError(f"port {self.port} is in use: set AIRFLOW__API__PORT to a free port")
         if self.warm:
             self._start_spark(timeout)
-        self._passwords_file()
+        self._private_files()
         out = open(self.log_dir / "standalone.log", "ab")  # noqa: SIM115
         self.procs.append(subprocess.Popen([str(BIN / "airflow"), "standalone"], env=self.env, stdout=out,
                                            stderr=subprocess.STDOUT, start_new_session=True))
@@ -115,6 +115,7 @@ class Stack:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Airflow did not answer on {self.url} within {timeout:.0f}s")
             time.sleep(1)
+        self._private_files()  # an airflow.cfg the first start just wrote
         for dag_id in wait_for_dags:
             while self.get(f"/api/v2/dags/{dag_id}", ok=(200, 404))[0] != 200:
                 if time.monotonic() > deadline:
@@ -128,9 +129,11 @@ class Stack:
         return Path(self.env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")
                     or Path(self.env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated")
 
-    def _passwords_file(self) -> None:
-        """The admin's password, written here with mode 0600 before Airflow starts: ``airflow
-        standalone`` would generate it into a file of mode 0644 and print it to its log."""
+    def _private_files(self) -> None:
+        """Mode 0600 for the files that hold Airflow's secrets. The admin's password is written
+        here before Airflow starts (``airflow standalone`` would generate it into a file of mode
+        0644 and print it to its log); ``airflow.cfg``, which Airflow writes on its first start
+        with a generated ``jwt_secret`` and ``fernet_key``, is made private once it exists."""
         from simjoin.private import make_private, write_private
 
         path = self.passwords_path()
@@ -138,6 +141,9 @@ class Stack:
             make_private(path)
         else:
             write_private(path, json.dumps({"admin": secrets.token_urlsafe(16)}) + "\n")
+        cfg = Path(self.env.get("AIRFLOW_CONFIG") or Path(self.env["AIRFLOW_HOME"]) / "airflow.cfg")
+        if cfg.exists():
+            make_private(cfg)
 
     def _start_spark(self, timeout: float) -> None:
         if _answers(self.connect_port):

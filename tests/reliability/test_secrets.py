@@ -11,7 +11,8 @@ showed them to every local user, who could then run code in the warm Spark. Now:
 - a client of the same user finds the token in that file; a token file others may read is
   refused with one line; the file goes when the server stops;
 - an Airflow task run (``dag.test()``) with the token and the secret in its environment logs
-  neither.
+  neither; ``make airflow`` writes the admin's password 0600 (``airflow standalone`` would print
+  it to its log) and makes ``airflow.cfg`` (Airflow's generated JWT secret) 0600.
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ from pathlib import Path
 import pytest
 
 from jobs.tools.airflow_stack import free_port
-
-pytestmark = pytest.mark.slow  # starts a warm Spark (a JVM)
 
 BIN = Path(sys.executable).parent
 SECRET = secrets.token_urlsafe(24)
@@ -69,9 +68,10 @@ def _client(server, *args: str, **extra: str) -> subprocess.Popen:
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow  # a warm Spark or an Airflow DAG run
 def test_no_secret_on_a_command_line_in_a_log_or_a_world_readable_file(server, tmp_path):
-    from deltalake import DeltaTable, write_deltalake
     import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
 
     from simjoin.pipeline.timing import timing_path
 
@@ -130,6 +130,7 @@ def test_no_secret_on_a_command_line_in_a_log_or_a_world_readable_file(server, t
     assert token not in log and SECRET not in log
 
 
+@pytest.mark.slow  # a warm Spark or an Airflow DAG run
 def test_airflow_task_logs_hold_no_secret(airflow_db, spark, tmp_path, monkeypatch, capfd, caplog):
     """A DAG run whose tasks have the token and the secret in their environment logs neither."""
     from simjoin.pipeline.dags import build_dag
@@ -183,6 +184,7 @@ def test_an_authenticated_standalone_cluster_gets_the_secret_off_the_command_lin
     assert SECRET not in p.stdout + p.stderr
 
 
+@pytest.mark.slow  # a warm Spark or an Airflow DAG run
 def test_the_token_file_goes_with_the_server(server):
     token = server["token_file"].read_text().strip()
     p = server["proc"]
@@ -190,3 +192,27 @@ def test_the_token_file_goes_with_the_server(server):
     assert p.wait(timeout=60) == 0
     assert not server["token_file"].exists()
     assert token not in server["log"].read_text()
+
+
+def test_make_airflow_keeps_airflows_secrets_private(tmp_path):
+    """The admin's password file is written 0600 before ``airflow standalone`` starts (so it
+    neither generates a 0644 one nor prints the password); an existing one and ``airflow.cfg``
+    are made 0600."""
+    import json
+
+    from jobs.tools.airflow_stack import Stack
+
+    home = tmp_path / "home"
+    s = Stack(home=str(home), warm=False, env={"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": "",
+                                                "AIRFLOW_CONFIG": ""})
+    s._private_files()
+    pw = home / "simple_auth_manager_passwords.json.generated"
+    assert s.passwords_path() == pw and stat.S_IMODE(pw.stat().st_mode) == 0o600
+    first = json.loads(pw.read_text())
+    assert set(first) == {"admin"} and len(first["admin"]) >= 16 and s.password() == first["admin"]
+    pw.chmod(0o644)
+    (home / "airflow.cfg").write_text("[api_auth]\njwt_secret = x\n")
+    (home / "airflow.cfg").chmod(0o644)
+    s._private_files()
+    assert json.loads(pw.read_text()) == first, "an existing password was replaced"
+    assert stat.S_IMODE(pw.stat().st_mode) == stat.S_IMODE((home / "airflow.cfg").stat().st_mode) == 0o600
