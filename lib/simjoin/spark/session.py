@@ -373,7 +373,11 @@ def serve(host: str = "127.0.0.1", port: int = CONNECT_PORT, cfg: SparkConfig | 
     if not token:  # generated: written for this user's clients, never logged
         token = secrets.token_urlsafe(24)
         written = token_file(port)
-        write_private(written, token + "\n")
+        try:
+            write_private(written, token + "\n")
+        except OSError as e:
+            raise ValueError(f"cannot write the generated token to {written} ({e.strerror}): allowed a writable "
+                             f"{TOKEN_FILE_ENV}, or the token in {TOKEN_ENV}") from None
         os.environ[TOKEN_ENV] = token
     extra = {
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
