@@ -106,6 +106,21 @@ def with_new_records(inc: Increment, n: int) -> Increment:
     return replace(inc, new_records=n)
 
 
+#: The columns of a published pair; a run's output partition is unique by the first two.
+PAIR_COLS = ("left_id", "right_id", "similarity")
+
+
+def published(spark: SparkSession, job: SSJRun, inc: Increment, staged: Any) -> Any:
+    """The pairs this run publishes (``PAIR_COLS``): its staged pairs, with its base run's pairs for
+    an incremental run. Unique by (left_id, right_id) when the appended rows were told apart
+    exactly (``pins.appended``): the ``ssj_published`` gate (``jobs.ssj.gates.pairs``) checks it."""
+    staged = staged.select(*PAIR_COLS)
+    if not inc.incremental:
+        return staged
+    carried = delta.read_table(spark, job.output).filter(F.col("run_id") == F.lit(inc.base_run)).select(*PAIR_COLS)
+    return carried.unionByName(staged)
+
+
 def load(spark: SparkSession, job: SSJRun) -> Increment:
     """The increment the tokenize stage chose: kept in this process, else its table row."""
     if "increment" in job.frames:

@@ -14,7 +14,7 @@ from simjoin.log import get_logger
 from simjoin.spark import delta, pins
 
 log = get_logger("simjoin.ssj")
-COLS = ("left_id", "right_id", "similarity")
+COLS = increment.PAIR_COLS
 
 
 def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
@@ -23,11 +23,8 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     inc = increment.load(spark, job)
     staged = job.frame("pairs", lambda: delta.read_table(spark, job.tables.staging)
                        .filter(F.col("run_id") == job.run_id)).select(*COLS)
-    out, n = staged, None
-    if inc.incremental:
-        carried = delta.read_table(spark, job.output).filter(F.col("run_id") == F.lit(inc.base_run)).select(*COLS)
-        out = carried.unionByName(staged)
-    elif "pairs" in job.frames:  # the join kept them persisted: count before the write, not by reading it back
+    out, n = increment.published(spark, job, inc, staged), None  # unique by (left_id, right_id): gate_pairs
+    if not inc.incremental and "pairs" in job.frames:  # the join kept them persisted: count before the write
         n = staged.count()
     with delta.in_order():  # the pairs, then their count (a base for later runs), then "published"
         delta.overwrite_partition(out.withColumn("run_id", F.lit(job.run_id)), job.output, job.part)

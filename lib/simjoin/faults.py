@@ -88,6 +88,18 @@ def stage_name() -> str | None:
     return st.point if st is not None else None
 
 
+def writing_pipeline() -> str | None:
+    """The pipeline (``<pipeline>`` of ``<pipeline>.<stage>``) this thread writes for: its stage's,
+    else, in a thread without the stage's context, the one pipeline of every active stage; None
+    when there is none (a test, a tool) or several."""
+    st = _current.get()
+    if st is not None:
+        return st.point.split(".", 1)[0]
+    with _lock:
+        names = {s.point.split(".", 1)[0] for s in _active}
+    return names.pop() if len(names) == 1 else None
+
+
 def _mid_write() -> dict[str, dict[str, int]]:
     """``{"<pipeline>.<stage>": {"write": N, "rows": N}}`` from ``SIMJOIN_FAULTS``."""
     raw = os.environ.get(ENV, "")

@@ -119,12 +119,15 @@ def table_exists(spark: SparkSession, ref: str) -> bool:
 
 
 def _local_dir(ref: str) -> str | None:
-    """The directory of a table at a local path (``/x``, ``file:/x``, ``file:///x``), else None."""
+    """The directory of a table at a local path (``/x``, ``file:/x``, ``file:///x``), else None.
+    None too for a path with a ``%``: ``deltalake`` percent-decodes its table path (``%41`` reads
+    as ``A``), committing at one path and reading back another; Spark reads and writes it."""
     if not is_path(ref):
         return None
     path = _abs(ref)
     if path.startswith("file:") or "://" not in path:
-        return path.removeprefix("file://").removeprefix("file:")
+        local = path.removeprefix("file://").removeprefix("file:")
+        return None if "%" in local else local
     return None
 
 
@@ -219,6 +222,23 @@ def read_arrow(ref: str, where: Any = None, columns: Sequence[str] | None = None
         return DeltaTable(local).to_pyarrow_table(columns=None if columns is None else list(columns), filters=where)
     except Exception as e:  # a reader feature deltalake lacks
         raise NotLocal(f"deltalake cannot read {ref}: {e}") from e
+
+
+def owner(spark: SparkSession, ref: str) -> str | None:
+    """The pipeline that owns the existing table ``ref`` (``delta_files.OWNER`` in its description,
+    set in the commit that created it), or None when it is unmarked: from the Delta log with
+    ``deltalake`` when local (no Spark), else Spark's ``DESCRIBE DETAIL``."""
+    local = _local_dir(ref)
+    if local is not None:
+        try:
+            from deltalake import DeltaTable
+
+            md = DeltaTable(local).metadata()
+            return delta_files.owner_of(md.description, md.configuration)
+        except Exception:  # a reader feature deltalake lacks: Spark reads it
+            pass
+    row = spark.sql(f"DESCRIBE DETAIL {_sql_ref(ref)}").select("description", "properties").first()
+    return None if row is None else delta_files.owner_of(row[0], row[1])
 
 
 def columns(spark: SparkSession, ref: str) -> list[str]:
@@ -402,7 +422,8 @@ def _overwrite_rows_deltalake(rows: Sequence[Sequence[Any]], schema: str, path: 
     data = _to_arrow(rows, schema)
     faults.check_rows(data.num_rows)  # a rows@N fault fails the write before its commit, as in a Spark task
     if not exists:
-        write_deltalake(path, data, mode="overwrite", partition_by=list(partition))
+        write_deltalake(path, data, mode="overwrite", partition_by=list(partition),
+                        description=delta_files.owner_description())
         return
     cond = " AND ".join(f"{k} = {_sql_literal(v)}" for k, v in partition.items())
     write_deltalake(path, data, mode="overwrite", predicate=cond, schema_mode="merge" if merge_schema else None)
@@ -619,4 +640,5 @@ def _append_rows_deltalake(data: Any, path: str, app_id: str, version: int, part
     props = CommitProperties(app_transactions=[Transaction(app_id, version)],
                              custom_metadata={"userMetadata": metadata} if metadata is not None else None)
     write_deltalake(path, data, mode="append", partition_by=None if exists else (list(partition_by or []) or None),
-                    schema_mode="merge" if merge_schema and exists else None, commit_properties=props)
+                    schema_mode="merge" if merge_schema and exists else None, commit_properties=props,
+                    description=None if exists else delta_files.owner_description())

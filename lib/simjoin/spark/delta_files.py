@@ -45,6 +45,54 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.-]+")
 ENABLED = os.environ.get("SIMJOIN_TASK_WRITES", "1") != "0"
 
 
+#: Who owns a table: the Delta table's description (``metaData.description``) is ``OWNER=<name>``,
+#: the pipeline whose stage created it (``ssj``, ``s3j``, ..., ``generate``), set in the commit that
+#: creates the table (``owner_description``), so that ``simjoin generate --overwrite`` replaces only
+#: tables ``generate`` wrote (``jobs.generate.write``). Not a table property: ``deltalake`` refuses
+#: keys it does not know when it creates a table, and a later ``ALTER`` would be a commit of its own.
+OWNER = "simjoin.owner"
+
+
+def owner_description() -> str | None:
+    """The description a table created now gets: ``OWNER=<pipeline>``, the pipeline whose stage
+    writes (``faults.writing_pipeline``); None outside a pipeline (a test, a tool)."""
+    name = faults.writing_pipeline()
+    return f"{OWNER}={name}" if name else None
+
+
+def owner_of(description: str | None, configuration: Mapping[str, Any] | None = None) -> str | None:
+    """The owner a table's description (or a ``simjoin.owner`` table property) names; None: unmarked."""
+    prop = (configuration or {}).get(OWNER)
+    if prop:
+        return str(prop)
+    d = (description or "").strip()
+    if not d.startswith(f"{OWNER}="):
+        return None
+    return d.removeprefix(f"{OWNER}=") or None
+
+
+_FILE_SCHEME = r"^file:(?://)?(?=/)"
+
+
+def file_key(path: str) -> str:
+    """A data file in the one form files are compared in (``pins.appended``): its path on the file
+    system (the ``file:`` scheme dropped), or the URI of another store, never percent-encoded.
+    ``path`` is a decoded name: Hadoop's ``Path`` string (Spark's ``inputFiles()``), or a Delta log
+    ``add.path`` already decoded. A percent-encoded URI (Spark's ``_metadata.file_path``, in which a
+    space is ``%20`` and a ``%`` is ``%25``) is decoded once by :func:`file_key_col`: comparing the
+    two forms as they come counts every file of a path with a space, ``%`` or non-ASCII name as new."""
+    return re.sub(_FILE_SCHEME, "", path)
+
+
+def file_key_col(uri: Any) -> Any:
+    """:func:`file_key` of a percent-encoded URI column (``_metadata.file_path``): decoded once, in
+    Spark SQL. ``url_decode`` is form decoding (``+`` reads as a space), so a ``+`` is escaped first."""
+    from pyspark.sql import functions as F
+
+    decoded = F.url_decode(F.replace(uri, F.lit("+"), F.lit("%2B")))
+    return F.regexp_replace(decoded, _FILE_SCHEME, "")
+
+
 class Unsupported(Exception):
     """This write is Spark's: a table or frame the task writer does not handle (nothing was written)."""
 
@@ -210,7 +258,7 @@ def _commit(local: str, want: Any, rows: list[Any], *, table: Any, part_cols: li
     try:
         if table is None:
             create_table_with_add_actions(local, want, adds, mode="error", partition_by=part_cols or None,
-                                          commit_properties=props)
+                                          description=owner_description(), commit_properties=props)
         else:
             table.create_write_transaction(adds, mode="overwrite" if overwrite else "append", schema=want,
                                            partition_by=part_cols or None, partition_filters=filters,

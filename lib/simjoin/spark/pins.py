@@ -17,7 +17,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from simjoin.spark import delta
+from simjoin.spark import delta, delta_files
 from simjoin.spark.session import small_frame
 
 __all__ = ["PIN_SCHEMA", "version_as_of", "pin_inputs", "mark_published", "last_published", "published_runs",
@@ -126,8 +126,11 @@ def append_only(spark: SparkSession, ref: str, since: int, until: int) -> str | 
 def appended(spark: SparkSession, ref: str, df: Any, since: int) -> Any:
     """``df`` (read from ``ref``) with a boolean column ``_appended``: whether the row lies in a data
     file that version ``since`` of ``ref`` did not have. Exact when the commits since then only
-    appended (``append_only``): old rows stay in their files."""
-    old = delta.read_table(spark, ref, version=since).inputFiles()
-    files = small_frame(spark, [(f,) for f in old], "_file string").withColumn("_old", F.lit(True))
-    return (df.withColumn("_file", F.col("_metadata.file_path")).join(F.broadcast(files), "_file", "left")
+    appended (``append_only``): old rows stay in their files. Files are compared in one form
+    (``delta_files.file_key``): Spark names a version's files decoded (``inputFiles()``) and a row's
+    file percent-encoded (``_metadata.file_path``)."""
+    old = {delta_files.file_key(f) for f in delta.read_table(spark, ref, version=since).inputFiles()}
+    files = small_frame(spark, [(f,) for f in sorted(old)], "_file string").withColumn("_old", F.lit(True))
+    return (df.withColumn("_file", delta_files.file_key_col(F.col("_metadata.file_path")))
+            .join(F.broadcast(files), "_file", "left")
             .withColumn("_appended", F.col("_old").isNull()).drop("_file", "_old"))
