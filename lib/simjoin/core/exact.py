@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["ExactError", "INT64_MIN", "INT64_MAX", "is_int", "int_offset", "shift_int", "ordered", "key_of",
-           "as_keys", "cmp_holds", "absdiff_holds", "op_holds"]
+           "as_keys", "as_float", "float_columns", "cmp_holds", "absdiff_holds", "op_holds"]
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -95,6 +95,33 @@ def as_keys(a: npt.ArrayLike) -> np.ndarray:
     if arr.dtype.kind == "f":
         return ordered(arr)
     return _ints(arr)
+
+
+def as_float(a: npt.ArrayLike, what: str) -> np.ndarray:
+    """float64 of a column compared with a float column: an integer column must stay below 2^53 in magnitude
+    (where float64 holds every integer); a larger value is refused (``ExactError``, one line)."""
+    arr = np.asarray(a)
+    if is_int(arr) and arr.size:
+        big = np.abs(arr.astype(np.float64)) >= 2.0**53  # rounding is monotone: >= 2^53 iff the integer is
+        if big.any():
+            v = int(arr[np.flatnonzero(big)[0]])
+            raise ExactError(f"{what}: integer {v} is compared with a float column, exact only below 2^53 in "
+                             "magnitude; allowed: integers of magnitude below 2^53, or integer columns on both sides")
+    return arr.astype(np.float64, copy=False)
+
+
+def float_columns(kinds: dict[str, bool], compared: list[tuple[str, str]]) -> set[str]:
+    """The columns compared as float64: every float column (``kinds[c]`` False) and, through the predicates
+    ``compared`` (pairs of columns), every column compared with one of them."""
+    out = {c for c, integer in kinds.items() if not integer}
+    changed = True
+    while changed:
+        changed = False
+        for a, b in compared:
+            if (a in out) != (b in out):
+                out |= {a, b}
+                changed = True
+    return out
 
 
 _NP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "=": np.equal,

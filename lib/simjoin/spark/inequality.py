@@ -60,8 +60,16 @@ def new_tuples(records: DataFrame, p: IneqParams, counts: dict[int, int]) -> dic
     cols = sorted({c for s in p.sides for c in p.columns(s)})
     t = records.select(F.col("side").cast("int"), "id", F.unix_micros("ts").alias("ts"), *cols).toArrow()
     return split_new(_np(t, "side", np.int64), _np(t, "id", np.int64), _np(t, "ts", np.int64),
-                     {c: _np(t, c, np.int64 if pa.types.is_integer(t.schema.field(c).type) else np.float64)
-                      for c in cols}, p, counts)
+                     {c: _col(t, c) for c in cols}, p, counts)
+
+
+def _col(t: pa.Table, c: str) -> np.ndarray:
+    """A predicate column in its staged type: a long as int64 (its nulls - the other side's rows of a column
+    only one side has - as 0, never through float64), anything else float64."""
+    col = t.column(c)
+    if pa.types.is_integer(col.type):
+        return _np(pa.table({c: col.fill_null(0)}), c, np.int64)
+    return _np(t, c, np.float64)
 
 
 def probe_df(spark: SparkSession, state: DataFrame | None, new: dict[int, Tuples], p: IneqParams) -> DataFrame:

@@ -57,6 +57,9 @@ def read_new(records: DataFrame, p: S2JParams) -> dict[int, Tuples]:
                        *cols).toArrow()
     side = _np(t, "side", np.int64)
     # each column in its staged type (``simjoin.spark.exact_types``): integers stay int64, compared exactly
+    # (a long's nulls - the other side's rows of a column only one side has - as 0, never through float64)
+    t = pa.table({c: t.column(c).fill_null(0) if pa.types.is_integer(t.schema.field(c).type) else t.column(c)
+                  for c in t.column_names})
     kinds = {c: np.int64 if pa.types.is_integer(t.schema.field(c).type) else np.float64 for c in cols}
     out = {}
     for s in p.sides:

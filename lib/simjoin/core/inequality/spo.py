@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from simjoin.core.exact import as_float, float_columns
 from simjoin.core.inequality.mutable import MutablePart
 from simjoin.core.inequality.orient import orient
 from simjoin.core.inequality.pojoin import POBatch
@@ -236,11 +237,14 @@ def new_tuples(side: np.ndarray, ids: np.ndarray, ts: np.ndarray, cols: dict[str
     """A unit's new tuples per side, ordered by (ts, id), with ``seq`` after the ``counts`` of
     earlier units and ``cnt`` (the other stream's tuples before or with it; self-join: ``seq``)."""
     out: dict[int, Tuples] = {}
+    q = p.query  # an integer column compared with a float one is compared in float64 (simjoin.core.exact)
+    floats = float_columns({c: np.asarray(v).dtype.kind in "iu" for c, v in cols.items()},
+                           [(pr.left, pr.right) for pr in q.predicates])
     for s in p.sides:
         m = side == s
         k = int(m.sum())
         raw = Tuples(np.asarray(ids, np.int64)[m], np.asarray(ts, np.int64)[m], np.zeros(k, np.int64),
-                     np.zeros(k, np.int64), {c: _own_type(cols[c])[m] for c in p.columns(s)})
+                     np.zeros(k, np.int64), {c: _own_type(cols[c], c, floats)[m] for c in p.columns(s)})
         out[s] = with_sequence(raw, int(counts.get(s, 0)))
     if p.self_join:
         out[0].cnt = out[0].seq.copy()
@@ -353,10 +357,13 @@ def merge_state(prev: dict[int, tuple[Tuples, dict[str, MutablePart]]], new: dic
 
 
 
-def _own_type(v: Any) -> np.ndarray:
-    """A predicate column in its own type: integers as int64 (compared exactly), anything else float64."""
+def _own_type(v: Any, name: str = "", floats: set[str] | frozenset[str] = frozenset()) -> np.ndarray:
+    """A predicate column in its own type: integers as int64 (compared exactly) unless compared with a float
+    column (``floats``: then float64, below 2^53 or refused), anything else float64."""
     a = np.asarray(v)
-    return a.astype(np.int64, copy=False) if a.dtype.kind in "iu" else a.astype(np.float64, copy=False)
+    if a.dtype.kind in "iu" and name not in floats:
+        return a.astype(np.int64, copy=False)
+    return as_float(a, f"column {name}")
 
 
 def _cat(x: np.ndarray, y: np.ndarray) -> np.ndarray:

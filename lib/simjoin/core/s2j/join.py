@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from simjoin.core.exact import INT64_MAX, INT64_MIN, int_offset, is_int, shift_int
+from simjoin.core.exact import INT64_MAX, INT64_MIN, as_float, int_offset, is_int, shift_int
 from simjoin.core.inequality.kernels import GE, GT, LE, LT, OP_CODES, grow, lower_bound, upper_bound
 from simjoin.core.inequality.spo import Tuples
 from simjoin.core.s2j.task import JoinTask, Theta
@@ -365,8 +365,8 @@ def probe(task: JoinTask, block: Block, probes: Tuples, stored_role: str, window
         raw = st.cols[col][perm]
         x = pcol(main)
         ex = exact(main)
-        if not ex:
-            raw, x = raw.astype(np.float64), np.asarray(x, np.float64)
+        if not ex:  # float64; an integer compared with a float must be below 2^53 (else refused)
+            raw, x = as_float(raw, f"column {col}"), as_float(x, f"column {main.right if stored_l else main.left}")
         if main.kind == "abs":
             if ex:
                 code, ci = _int_band(main.op, main.value, f"abs(l.{main.left} - r.{main.right})")
@@ -393,8 +393,10 @@ def probe(task: JoinTask, block: Block, probes: Tuples, stored_role: str, window
     a_kind = np.array([KIND_CMP if t.kind == "cmp" else KIND_ABS for t in aux], np.int64)
     a_op = np.array([CODES[t.op] for t in aux], np.int64)
     a_val = np.array([t.value for t in aux], np.float64)
-    s_aux = np.ascontiguousarray(np.array([scol(t) for t in aux], np.float64).reshape(len(aux), n))
-    p_aux = np.ascontiguousarray(np.array([pcol(t) for t in aux], np.float64).reshape(len(aux), m))
+    s_aux = np.ascontiguousarray(np.array([as_float(scol(t), f"column {t.left if stored_l else t.right}")
+                                           for t in aux], np.float64).reshape(len(aux), n))
+    p_aux = np.ascontiguousarray(np.array([as_float(pcol(t), f"column {t.right if stored_l else t.left}")
+                                           for t in aux], np.float64).reshape(len(aux), m))
     iaux = [t for t in task.aux if exact(t)]  # integer predicates: int64 keys, compared on the integers
     i_kind, i_op, i_val = np.zeros(len(iaux), np.int64), np.zeros(len(iaux), np.int64), np.zeros(len(iaux), np.int64)
     s_iaux, p_iaux = np.zeros((len(iaux), n), np.int64), np.zeros((len(iaux), m), np.int64)
