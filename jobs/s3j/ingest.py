@@ -6,8 +6,9 @@ The engine quarantines null or unreadable ``id``/``ts`` and future rows. Here, b
 dimension, a zero vector under angular or cosine, a duplicate (side, id) - inside the batch,
 earlier in this unit, or already in a still-open window - and records of a window that ended
 at or before the watermark less ``--allowed-lateness`` (``Progress.closed_watermark``): late.
-A record of a window still open is staged whatever its ts order (docs/operations.md, "Lateness"). Good rows become one row per window they fall in (tumbling: one;
-sliding: size / slide) and are staged as the new unit.
+A record of a window still open is staged whatever its ts order (docs/operations.md,
+"Lateness"). Good rows become one row per window they fall in (tumbling: one; sliding: size /
+slide) and are staged as the new unit.
 """
 
 from __future__ import annotations
