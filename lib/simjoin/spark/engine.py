@@ -499,7 +499,7 @@ class MicroBatchEngine:
         ident = self._identity()
         if ident is None:
             return
-        recorded = {g["path"]: g.get("table_id") for g in ident.get("inputs") or []}
+        recorded = [g.get("table_id") for g in ident.get("inputs") or []]  # in the order of the sources
         direct = ident.get("ingest") == "direct"
         spark_offsets = {} if direct else self._spark_offsets()
         last = self._direct_last("commits") if direct else -1
@@ -514,7 +514,7 @@ class MicroBatchEngine:
                     raise CheckpointMismatch(f"input {src} holds no Delta table any more: allowed: restore it, "
                                              f"or {self._reset_hint()}")
                 continue
-            was = recorded.get(src)
+            was = recorded[k] if k < len(recorded) else None
             if was is None and spark_offsets and cur not in spark_offsets:  # recorded by the query
                 was = " or ".join(sorted(spark_offsets))
             if was is not None and was != cur:
