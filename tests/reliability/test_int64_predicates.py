@@ -349,3 +349,28 @@ def test_random_int_queries_equal_python_ints(seed):
 @pytest.mark.parametrize("seed", range(4, 60))
 def test_random_int_queries_equal_python_ints_more_seeds(seed):
     _property(seed)
+
+
+def test_staged_types_per_column(tmp_path):
+    """``exact_types`` (no JVM: the schemas come from the Delta logs): integers stay long, an integer
+    compared with a double (also through a chain of predicates) is staged as double with the 2^53 rule,
+    decimal(p,0) with p <= 18 is long, a decimal with a fraction is refused in one line naming the column."""
+    import decimal
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from simjoin.spark.exact_types import exact_types
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({
+        "id": pa.array([1], pa.int64()), "ts": pa.array([T0], pa.timestamp("us", tz="UTC")),
+        "i8": pa.array([1], pa.int8()), "x": pa.array([1], pa.int64()), "f": pa.array([1.0], pa.float64()),
+        "y": pa.array([1], pa.int32()), "d0": pa.array([decimal.Decimal(1)], pa.decimal128(18, 0)),
+        "d2": pa.array([decimal.Decimal("1.25")], pa.decimal128(10, 2))}))
+    t = exact_types(None, [path], [["i8", "x", "y", "f", "d0"]], [("i8", "d0"), ("x", "y"), ("y", "f")])
+    assert t.casts == {"i8": "long", "d0": "long", "x": "double", "y": "double", "f": "double"}
+    assert t.wide == [(0, "x"), (0, "y")]
+    with pytest.raises(ExactError) as e:
+        exact_types(None, [path], [["x", "d2"]], [("x", "d2")])
+    assert "\n" not in str(e.value) and "column d2 is decimal(10,2)" in str(e.value)
