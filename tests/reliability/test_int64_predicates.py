@@ -188,7 +188,7 @@ def test_ineq_every_operator_at_the_limits(dtype, how):
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
-def test_ineq_keys_residuals_and_bands_at_the_limits(dtype):  
+def test_ineq_keys_residuals_and_bands_at_the_limits(dtype):
     from simjoin.core.inequality import parse_query
 
     rng = np.random.default_rng(11)

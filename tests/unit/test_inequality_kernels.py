@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from simjoin.core.exact import ordered
-
 from simjoin.core.inequality import (
     PLANS,
     MutablePart,

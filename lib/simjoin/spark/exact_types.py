@@ -57,13 +57,13 @@ def _schema(spark: SparkSession | None, path: str) -> Any:
     if loc is not None:
         try:
             return delta_source.spark_schema(loc, delta_source.latest_version(loc))
-        except Exception:  # noqa: BLE001 - not a plain local table: Spark reads it
+        except Exception:  # not a plain local table: Spark reads it
             pass
     if spark is None:
         return None
     try:
         return spark.read.format("delta").load(path).schema
-    except Exception:  # noqa: BLE001 - a missing table is refused by the engine with its own line
+    except Exception:  # a missing table is refused by the engine with its own line
         return None
 
 

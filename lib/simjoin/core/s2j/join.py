@@ -72,9 +72,9 @@ def _sub_cmp(op, a, b, t, exact):  # type: ignore[no-untyped-def]
     outside int64 is beyond every ``t``, never wrapped."""
     if exact:
         if b < 0 and a > _MAX + b:  # a - b > int64 max >= t
-            return op == GT or op == GE or op == NE
+            return op in (GT, GE, NE)
         if b > 0 and a < _MIN + b:  # a - b < int64 min <= t
-            return op == LT or op == LE or op == NE
+            return op in (LT, LE, NE)
     return _cmp(op, a - b, t)
 
 
