@@ -388,7 +388,8 @@ def _generate() -> Know:
         "unparsable": [Error(_with("drift_period", "soon"), ("generate.drift_period='soon'",
                                                              "allowed a positive duration"), config=True)],
         "output_is_input": no_input,
-        "existing_out": [Error(_existing, ("already holds a Delta table", "allowed a new path, or --overwrite"))],
+        "existing_out": [Error(_existing, ("holds a Delta table simjoin generate did not write",
+                                           "allowed a new path, or a table simjoin generate wrote"))],
         "warehouse_escape": [Error(_escape("out"), _needle_escape("generate", "out"), config=True,
                                    env={"SIMJOIN_WAREHOUSE_ONLY": "1"})],
     })
