@@ -271,7 +271,9 @@ def _repro_rows(seed: int, base: int) -> tuple[dict[str, np.ndarray], dict[str, 
     return first, second
 
 
-@pytest.mark.parametrize("lateness", ["60s", None])
+# the 0s case (the rows behind quarantined with their reason) is also in every property test below, so
+# it runs with the exhaustive matrix: each case here drives two micro-batches through a whole pipeline
+@pytest.mark.parametrize("lateness", ["60s", pytest.param(None, marks=[pytest.mark.slow, pytest.mark.exhaustive])])
 @pytest.mark.parametrize("pipeline", ["hypercube", "s2j"])
 def test_rows_30s_behind_are_joined_exactly_within_the_allowed_lateness(spark, tmp_path, pipeline, lateness):
     """Before issue 37 every row of run 2 dated before 100 s was quarantined as late, whatever
