@@ -32,25 +32,30 @@ demo: $(STAMP)
 # The fast suite first, then the slow one (Airflow standalone through REST, the Spark cluster, a
 # fault in every stage of every pipeline, every bad input through whole pipelines, the report in
 # headless Chromium), each long matrix in its own pytest process: its own Spark driver.
+# Two pytest-xdist workers (one per core; each its own Spark driver). A module's tests stay on one
+# worker (its module fixtures are built once) unless the module spreads them (tests/conftest.py).
+# `make test XDIST=` runs everything in one process.
 SLOW := -m "slow and not exhaustive"
+XDIST ?= -n 2 --dist loadgroup
+PYTEST := $(BIN)/python -m pytest -q $(XDIST)
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 	$(MAKE) --no-print-directory test-slow
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 test-slow: $(STAMP) browser
-	$(BIN)/python -m pytest -q $(SLOW) tests/reliability/test_faults.py
-	$(BIN)/python -m pytest -q $(SLOW) tests/reliability/test_bad_input.py
-	$(BIN)/python -m pytest -q $(SLOW) tests --ignore=tests/reliability/test_faults.py \
+	$(PYTEST) $(SLOW) tests/reliability/test_faults.py
+	$(PYTEST) $(SLOW) tests/reliability/test_bad_input.py
+	$(PYTEST) $(SLOW) tests --ignore=tests/reliability/test_faults.py \
 	  --ignore=tests/reliability/test_bad_input.py
 
 # The rest of the matrices: the other fault kind of every stage, each bad row kind on its own.
 test-exhaustive: $(STAMP)
-	$(BIN)/python -m pytest -q -m exhaustive tests/reliability/test_faults.py
-	$(BIN)/python -m pytest -q -m exhaustive tests/reliability/test_bad_input.py
-	$(BIN)/python -m pytest -q -m exhaustive tests --ignore=tests/reliability/test_faults.py \
+	$(PYTEST) -m exhaustive tests/reliability/test_faults.py
+	$(PYTEST) -m exhaustive tests/reliability/test_bad_input.py
+	$(PYTEST) -m exhaustive tests --ignore=tests/reliability/test_faults.py \
 	  --ignore=tests/reliability/test_bad_input.py
 
 # Debian's Chromium and ChromeDriver for the report's browser test, installed where missing (as root).

@@ -12,11 +12,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
-_TMP = Path(tempfile.mkdtemp(prefix="simjoin-tests-"))
+# One test root per run, shared by pytest-xdist's workers (they inherit the controller's env and
+# put their tmp_path under its basetemp, so the warehouse confinement must be the controller's).
+if "SIMJOIN_TEST_ROOT" not in os.environ:
+    os.environ["SIMJOIN_TEST_ROOT"] = tempfile.mkdtemp(prefix="simjoin-tests-")
+_TMP = Path(os.environ["SIMJOIN_TEST_ROOT"])
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 
-# Airflow reads its home at import time: isolate it before any test module imports airflow.
+# Airflow reads its home at import time: isolate it before any test module imports airflow, one
+# home (SQLite database) per xdist worker.
 # Forced, not defaulted: `make test` exports the project's AIRFLOW_HOME, which tests must not touch.
-os.environ["AIRFLOW_HOME"] = str(_TMP / "airflow")
+os.environ["AIRFLOW_HOME"] = str(_TMP / f"airflow{'-' + _WORKER if _WORKER else ''}")
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
@@ -61,9 +67,17 @@ def airflow_db():
 
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Tests that start airflow standalone or a Spark cluster belong to the slow suite
-    (`make test` runs it after the fast one)."""
+    (`make test` runs it after the fast one).
+
+    Under pytest-xdist's ``--dist loadgroup`` (``make test``), a module's tests stay on one worker,
+    so its module fixtures (a warm Spark, an Airflow stack, a pipeline's clean run) are built once;
+    a module whose tests are independent walks sets ``XDIST_SPREAD = True`` to spread them."""
     for item in items:
         if item.get_closest_marker("airflow") or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.slow)
+        spread = getattr(getattr(item, "module", None), "XDIST_SPREAD", False)
+        if not spread and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
