@@ -37,7 +37,7 @@ from simjoin.quality.quarantine import (
     zero_vector_arrow,
 )
 from simjoin.spark import delta
-from simjoin.spark.engine import BatchInfo, Prepared, _aware, _epoch_us, assign_windows, spark_ts_string
+from simjoin.spark.engine import BatchInfo, Prepared, assign_windows, aware, epoch_us, spark_ts_string
 
 PAYLOAD = {"vector": lambda t: isinstance(t, T.ArrayType) and isinstance(
     t.elementType, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType))}
@@ -63,7 +63,7 @@ def _live_keys(run: S3JRun, info: BatchInfo) -> pa.Table | None:
     keep = pc.not_equal(js.column("role"), int(Role.BUFFER))
     wm = info.progress.closed_watermark
     if wm is not None:  # rows of windows the watermark closed may linger until a window ends
-        keep = pc.and_(keep, pc.greater(js.column("window_end").cast(US), pa.scalar(_aware(wm), US)))
+        keep = pc.and_(keep, pc.greater(js.column("window_end").cast(US), pa.scalar(aware(wm), US)))
     return js.filter(keep).select(["side", "id"])
 
 
@@ -168,7 +168,7 @@ def preparer_arrow(spark: SparkSession, run: S3JRun) -> Any:
         win = (win.append_column("window_start", pa.array(start).cast(US))
                .append_column("window_end", pa.array(start + size_us).cast(US)))
         wm = info.progress.closed_watermark
-        late = np.zeros(win.num_rows, bool) if wm is None else (start + size_us) <= _epoch_us(wm)
+        late = np.zeros(win.num_rows, bool) if wm is None else (start + size_us) <= epoch_us(wm)
         lt = win.filter(pa.array(late))
         if lt.num_rows:  # one row per late record (its first late window)
             first = ~first_by([lt.column("side").to_numpy(), lt.column("id").to_numpy()],

@@ -99,12 +99,12 @@ def _state(ref: str, unit: int, columns: list[str] | None = None) -> pa.Table | 
 
 
 def _table(rows: list[tuple[Any, ...]], ddl: str) -> pa.Table:
-    sch = delta._arrow_schema(ddl)
+    sch = delta.arrow_schema(ddl)
     return pa.Table.from_pylist([dict(zip(sch.names, r)) for r in rows], schema=sch)
 
 
 def _cast(t: pa.Table, ddl: str) -> pa.Table:
-    sch = delta._arrow_schema(ddl)
+    sch = delta.arrow_schema(ddl)
     return pa.Table.from_arrays([t.column(f.name).cast(f.type) for f in sch], schema=sch)
 
 

@@ -391,7 +391,7 @@ def _arrow_type(ddl: str) -> Any:
     return getattr(pa, _ARROW_TYPES[ddl])()
 
 
-def _arrow_schema(ddl: str) -> Any:
+def arrow_schema(ddl: str) -> Any:
     """``"a int, b array<int>, t timestamp"`` as an Arrow schema (flat Spark DDL: no maps or structs)."""
     import pyarrow as pa
 
@@ -601,7 +601,7 @@ def _to_arrow(rows: Any, schema: str) -> Any:
 
     if isinstance(rows, pa.Table):
         return rows
-    sch = _arrow_schema(schema)
+    sch = arrow_schema(schema)
     return pa.Table.from_pylist([dict(zip(sch.names, r)) for r in rows], schema=sch)
 
 

@@ -71,6 +71,9 @@ __all__ = [
     "stream_schema_check",
     "read_state",
     "micros",
+    "aware",
+    "epoch_us",
+    "local_path",
 ]
 
 log = get_logger("simjoin.engine")
@@ -220,13 +223,13 @@ def _naive_utc(t: dt.datetime) -> dt.datetime:
     return t if t.tzinfo is None else t.astimezone(UTC).replace(tzinfo=None)
 
 
-def _aware(t: dt.datetime) -> dt.datetime:
+def aware(t: dt.datetime) -> dt.datetime:
     """A timestamp Spark returned (naive, in the session's UTC) as an aware one."""
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
-def _epoch_us(t: dt.datetime) -> int:
-    d = _aware(t) - dt.datetime(1970, 1, 1, tzinfo=UTC)
+def epoch_us(t: dt.datetime) -> int:
+    d = aware(t) - dt.datetime(1970, 1, 1, tzinfo=UTC)
     return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
 
 
@@ -263,14 +266,14 @@ Prepare = Callable[[DataFrame, BatchInfo], Prepared]
 PrepareArrow = Callable[[Any, BatchInfo], Prepared]
 
 
-def _local(path: str) -> str | None:
+def local_path(path: str) -> str | None:
     if "://" in path and not path.startswith("file://"):
         return None
     return os.path.abspath(path.removeprefix("file://"))
 
 
 def _real(path: str) -> str:
-    loc = _local(path)
+    loc = local_path(path)
     return os.path.realpath(loc) if loc is not None else path.rstrip("/")
 
 
@@ -369,7 +372,7 @@ class MicroBatchEngine:
     # ----------------------------------------------------------------- identity and progress
 
     def checkpoint_id(self) -> str | None:
-        p = _local(self.tables.checkpoint)
+        p = local_path(self.tables.checkpoint)
         if p is None:
             raise ValueError(f"checkpoint {self.tables.checkpoint}: only local paths are supported")
         f = os.path.join(p, IDENTITY_FILE)
@@ -378,7 +381,7 @@ class MicroBatchEngine:
         return str(json.loads(open(f).read())["id"])
 
     def _checkpoint_consumed(self) -> bool:
-        p = _local(self.tables.checkpoint)
+        p = local_path(self.tables.checkpoint)
         commits = os.path.join(p or "", "commits")
         return os.path.isdir(commits) and any(not n.startswith(".") for n in os.listdir(commits))
 
@@ -390,7 +393,7 @@ class MicroBatchEngine:
         (no query: this process reads the inputs' new versions by their Delta logs,
         :meth:`_ingest_direct`; local tables and a pipeline that stages through the driver, on a
         local or the warm Spark)."""
-        p = _local(self.tables.checkpoint)
+        p = local_path(self.tables.checkpoint)
         f = os.path.join(p or "", IDENTITY_FILE)
         if os.path.exists(f):
             return str(json.loads(open(f).read()).get("ingest", "foreach"))
@@ -406,10 +409,10 @@ class MicroBatchEngine:
         is one ``delta_source`` reads, and ``SIMJOIN_DIRECT_INGEST`` is not 0."""
         if os.environ.get("SIMJOIN_DIRECT_INGEST", "1") == "0" or getattr(self, "_prepare_arrow", None) is None:
             return False
-        if not self._local_tables() or _local(self.tables.checkpoint) is None:
+        if not self._local_tables() or local_path(self.tables.checkpoint) is None:
             return False
         for src in self.sources:
-            loc = _local(src)
+            loc = local_path(src)
             if loc is None or delta_source.latest_version(loc) < 0:
                 return False
             why = delta_source.unsupported(loc)
@@ -419,7 +422,7 @@ class MicroBatchEngine:
         return True
 
     def _new_checkpoint_id(self) -> str:
-        p = _local(self.tables.checkpoint)
+        p = local_path(self.tables.checkpoint)
         assert p is not None
         mode = self.ingest_mode()
         # what this output will own: refused if an input lives there or it holds foreign files
@@ -427,7 +430,7 @@ class MicroBatchEngine:
         self._refuse_inputs_under(targets, "where this output's tables would be written")
         created, foreign = [], []
         for t in targets:
-            loc = _local(t)
+            loc = local_path(t)
             if loc is None or not os.path.exists(loc) or (os.path.isdir(loc) and not os.listdir(loc)):
                 created.append(t)
             elif t != self.tables.checkpoint:
@@ -438,7 +441,7 @@ class MicroBatchEngine:
                 f"{self.tables.output}: allowed: a new --output, or remove it yourself")
         if self.tables.checkpoint not in created:
             created.append(self.tables.checkpoint)
-        out = _local(self.tables.output)
+        out = local_path(self.tables.output)
         dirs = [self.tables.output] if _is_dir_tables(self.tables) and out and not os.path.exists(out) else []
         os.makedirs(p, exist_ok=True)
         ident = uuid.uuid4().hex
@@ -451,7 +454,7 @@ class MicroBatchEngine:
 
     def _identity(self) -> dict[str, Any] | None:
         """The checkpoint's identity file (None when there is none)."""
-        p = _local(self.tables.checkpoint)
+        p = local_path(self.tables.checkpoint)
         f = os.path.join(p or "", IDENTITY_FILE)
         if not os.path.exists(f):
             return None
@@ -459,7 +462,7 @@ class MicroBatchEngine:
             return dict(json.load(fh))
 
     def _write_identity(self, content: dict[str, Any]) -> None:
-        p = _local(self.tables.checkpoint)
+        p = local_path(self.tables.checkpoint)
         assert p is not None
         tmp = os.path.join(p, IDENTITY_FILE + ".tmp")
         with open(tmp, "w") as fh:
@@ -470,7 +473,7 @@ class MicroBatchEngine:
 
     def _input_ids(self) -> list[dict[str, Any]]:
         """Each input's Delta table id (``metaData.id``; None where it cannot be read here)."""
-        return [{"path": src, "table_id": delta_source.table_id(loc) if (loc := _local(src)) else None}
+        return [{"path": src, "table_id": delta_source.table_id(loc) if (loc := local_path(src)) else None}
                 for src in self.sources]
 
     def _spark_offsets(self) -> dict[str, dict[str, Any]]:
@@ -505,7 +508,7 @@ class MicroBatchEngine:
         last = self._direct_last("commits") if direct else -1
         read = self._direct_ranges(last) if direct and last >= 0 else None
         for k, src in enumerate(self.sources):
-            loc = _local(src)
+            loc = local_path(src)
             if loc is None:
                 continue  # not a local table: the streaming source checks its id itself
             cur = delta_source.table_id(loc)
@@ -580,7 +583,7 @@ class MicroBatchEngine:
             return
         have = list(ident["created"])
         new = [p for p in paths if p not in have and not any(_inside(p, h) for h in have)
-               and (loc := _local(p)) is not None and not os.path.exists(loc)]
+               and (loc := local_path(p)) is not None and not os.path.exists(loc)]
         if new:
             self._write_identity({**ident, "created": have + new})
 
@@ -659,13 +662,13 @@ class MicroBatchEngine:
         ident = self._identity() or {}
         targets = self._reset_targets()
         for p in targets:
-            if _local(p) is None:
+            if local_path(p) is None:
                 raise ValueError(f"--reset: {p} is not a local path; remove it with your storage tools")
         self._refuse_inputs_under(targets, "which --reset would remove")
         # the identity file goes last: a reset that fails half-way is done again from the same list
         ck = self.tables.checkpoint
         for p in sorted(targets, key=lambda t: t == ck):
-            loc = _local(p)
+            loc = local_path(p)
             assert loc is not None
             if os.path.isdir(loc):
                 shutil.rmtree(loc)
@@ -674,7 +677,7 @@ class MicroBatchEngine:
                 os.remove(loc)
                 removed.append(p)
         for d in ident.get("created_dirs") or []:
-            loc = _local(str(d))
+            loc = local_path(str(d))
             if loc is not None and os.path.isdir(loc) and not os.listdir(loc):
                 os.rmdir(loc)
                 removed.append(str(d))
@@ -712,7 +715,7 @@ class MicroBatchEngine:
         deltalake cannot read it (the caller then uses :meth:`open_unit`)."""
         prog = self.progress()
         ident = self.verify(prog)
-        local = _local(self.tables.records)
+        local = local_path(self.tables.records)
         if local is None or not os.path.isdir(os.path.join(local, "_delta_log")):
             if local is not None and not os.path.exists(local):
                 return None
@@ -796,7 +799,7 @@ class MicroBatchEngine:
             direct = self._direct_possible()
             for k, src in enumerate(self.sources):
                 if direct:
-                    loc = _local(src)
+                    loc = local_path(src)
                     assert loc is not None
                     stream_schema_check(delta_source.spark_schema(loc, delta_source.latest_version(loc)), src,
                                         self.ts_unit, per_source[k], payload_text)
@@ -995,16 +998,16 @@ class MicroBatchEngine:
         done, planned = self._direct_last("commits"), self._direct_last("offsets")
         if planned > done:
             b, ranges, kind = planned, self._direct_ranges(planned), "replayed"
-            files = [delta_source.files_between(_local(src) or src, r) for src, r in zip(self.sources, ranges,
+            files = [delta_source.files_between(local_path(src) or src, r) for src, r in zip(self.sources, ranges,
                                                                                           strict=True)]
         else:
             prev = self._direct_ranges(done) if done >= 0 else [delta_source.Range(-1, -1)] * len(self.sources)
             ranges = []
             for src, r in zip(self.sources, prev, strict=True):
-                loc = _local(src)
+                loc = local_path(src)
                 assert loc is not None
                 ranges.append(delta_source.Range(r.end, delta_source.latest_version(loc)))
-            files = [delta_source.files_between(_local(src) or src, r) for src, r in zip(self.sources, ranges,
+            files = [delta_source.files_between(local_path(src) or src, r) for src, r in zip(self.sources, ranges,
                                                                                           strict=True)]
             if not any(files):  # nothing appended (a compaction, or no input yet): nothing to record
                 return None
@@ -1037,7 +1040,7 @@ class MicroBatchEngine:
         t0 = time.perf_counter()
         parts = []
         for k, (src, r) in enumerate(zip(self.sources, ranges, strict=True)):
-            loc = _local(src)
+            loc = local_path(src)
             assert loc is not None
             schema = delta_source.spark_schema(loc, max(r.end, 0))
             files = files_of[k]
@@ -1104,7 +1107,7 @@ class MicroBatchEngine:
         return pa.Table.from_arrays(list(cols.values()), names=list(cols))
 
     def _direct_dir(self, kind: str) -> str:
-        base = _local(self.tables.checkpoint)
+        base = local_path(self.tables.checkpoint)
         assert base is not None
         return os.path.join(base, kind)
 
@@ -1136,7 +1139,7 @@ class MicroBatchEngine:
         quarantine tables are local, and ``SIMJOIN_LOCAL_INGEST`` is not 0."""
         if os.environ.get("SIMJOIN_LOCAL_INGEST", "1") == "0":
             return False
-        return _local(self.tables.records) is not None and _local(self.tables.quarantine) is not None
+        return local_path(self.tables.records) is not None and local_path(self.tables.quarantine) is not None
 
     def _ingest_landing(self, stream: DataFrame, stage: Callable[[DataFrame, int], None], prog: Progress,
                         ident: str, max_files_per_trigger: int | None) -> None:
@@ -1261,7 +1264,7 @@ class MicroBatchEngine:
         ts = raw.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
         ts_null = np.asarray(ts.is_null().to_numpy(zero_copy_only=False), bool)
         ts_us = np.asarray(ts.fill_null(0).to_numpy(), np.int64)
-        bound = _epoch_us(now) + round(self.max_future_s * 1e6)
+        bound = epoch_us(now) + round(self.max_future_s * 1e6)
         out = [""] * n
         unit = f" (ts unit {self.ts_unit})" if self.ts_unit else ""
         for i in np.flatnonzero(id_null | raw_null | ts_null | (~ts_null & (ts_us > bound))).tolist():
@@ -1279,7 +1282,7 @@ class MicroBatchEngine:
     def _to_quarantine(self, t: Any, payload: Sequence[str], unit: int, batch_key: str) -> Any:
         """Rows with ``reason`` in ``QUARANTINE_SCHEMA`` (the payload as JSON in ``row``)."""
         n = t.num_rows
-        sch = delta._arrow_schema(QUARANTINE_SCHEMA)
+        sch = delta.arrow_schema(QUARANTINE_SCHEMA)
         rows = [json_row({c: t.column(c)[i].as_py() for c in payload}) if payload else None for i in range(n)]
         cols = {"side": t.column("side"), "id": t.column("id"), "ts": t.column("ts"), "ts_raw": t.column("ts_raw"),
                 "row": pa.array(rows, pa.string()), "reason": t.column("reason"),
@@ -1399,7 +1402,7 @@ class MicroBatchEngine:
     # ----------------------------------------------------------------- publish
 
     def _marker(self, unit: int) -> str:
-        base = _local(self.tables.work_dir)
+        base = local_path(self.tables.work_dir)
         assert base is not None
         return os.path.join(base, "_publishing", f"{self.checkpoint_id()}-{unit}")
 
@@ -1492,8 +1495,8 @@ class MicroBatchEngine:
         log.info("%s: unit %d published (%s), watermark %s", self.pipeline, unit.unit,
                  ", ".join(p for p, _, _ in pieces), wm)
         if got:  # event time to result: the newest and the oldest record of the unit
-            lo = _aware(min(r["lo"] for r in got))
-            hi = _aware(max(r["m"] for r in got))
+            lo = aware(min(r["lo"] for r in got))
+            hi = aware(max(r["m"] for r in got))
             log.info("%s: unit %d: %d records, published %.1fs after its newest and %.1fs after its oldest "
                      "record's ts", self.pipeline, unit.unit, sum(int(r["n"]) for r in got),
                      (now - hi).total_seconds(), (now - lo).total_seconds())
@@ -1515,11 +1518,11 @@ class MicroBatchEngine:
             size_us, slide_us = (round(x * 1e6) for x in windows)
 
             def closed(t: dt.datetime) -> int:
-                return (_epoch_us(t) - size_us) // slide_us
+                return (epoch_us(t) - size_us) // slide_us
 
             if closed(previous) == closed(watermark):
                 return
-        self.delete(path, f"{column} <= '{_aware(watermark).astimezone(UTC).isoformat()}'")
+        self.delete(path, f"{column} <= '{aware(watermark).astimezone(UTC).isoformat()}'")
 
 
 def assign_windows(df: DataFrame, size_s: float, slide_s: float | None = None, ts_col: str = "ts") -> DataFrame:

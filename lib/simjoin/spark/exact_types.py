@@ -51,9 +51,9 @@ class ExactTypes:
 
 def _schema(spark: SparkSession | None, path: str) -> Any:
     from simjoin.spark import delta_source
-    from simjoin.spark.engine import _local
+    from simjoin.spark.engine import local_path
 
-    loc = _local(path)
+    loc = local_path(path)
     if loc is not None:
         try:
             return delta_source.spark_schema(loc, delta_source.latest_version(loc))
