@@ -31,9 +31,10 @@ demo: $(STAMP)
 
 # The fast suite first, then the slow one (Airflow standalone through REST, the Spark cluster, a
 # fault in every stage of every pipeline, every bad input through whole pipelines, the report in
-# headless Chromium), each long matrix in its own pytest process: its own Spark driver.
+# headless Chromium); the fault matrix in pytest processes of its own.
 # Two pytest-xdist workers (one per core; each its own Spark driver). A module's tests stay on one
-# worker (its module fixtures are built once) unless the module spreads them (tests/conftest.py).
+# worker (its module fixtures are built once) unless the module spreads them (tests/conftest.py:
+# the fault matrix does, one walk per pipeline).
 # `make test XDIST=` runs everything in one process.
 SLOW := -m "slow and not exhaustive"
 XDIST ?= -n 2 --dist loadgroup
@@ -47,9 +48,7 @@ test-fast: $(STAMP)
 
 test-slow: $(STAMP) browser
 	$(PYTEST) $(SLOW) tests/reliability/test_faults.py
-	$(PYTEST) $(SLOW) tests/reliability/test_bad_input.py
-	$(PYTEST) $(SLOW) tests --ignore=tests/reliability/test_faults.py \
-	  --ignore=tests/reliability/test_bad_input.py
+	$(PYTEST) $(SLOW) tests --ignore=tests/reliability/test_faults.py
 
 # The rest of the matrices: the other fault kind of every stage, each bad row kind on its own.
 test-exhaustive: $(STAMP)

@@ -186,8 +186,6 @@ def _needle_escape(section: str, field_: str) -> tuple[str, ...]:
 
 
 T_LATE = dt.timedelta(milliseconds=1)
-#: Each case copies its own base into its own folder: pytest-xdist may run them on different workers.
-XDIST_SPREAD = True
 
 
 def _null(*cols: str, reason: str | None = None):
