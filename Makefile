@@ -31,30 +31,30 @@ demo: $(STAMP)
 
 # The fast suite first, then the slow one (Airflow standalone through REST, the Spark cluster, a
 # fault in every stage of every pipeline, every bad input through whole pipelines, the report in
-# headless Chromium); the fault matrix in pytest processes of its own.
-# Two pytest-xdist workers (one per core; each its own Spark driver). A module's tests stay on one
-# worker (its module fixtures are built once) unless the module spreads them (tests/conftest.py:
-# the fault matrix does, one walk per pipeline).
+# headless Chromium). Each runs on two pytest-xdist workers (one per core, each its own Spark
+# driver), a test file's tests on one worker (its module fixtures built once, its tests in order);
+# the fault matrix, one independent walk per pipeline, spreads its tests over both.
 # `make test XDIST=` runs everything in one process.
 SLOW := -m "slow and not exhaustive"
-XDIST ?= -n 2 --dist loadgroup
+XDIST ?= -n 2
 PYTEST := $(BIN)/python -m pytest -q $(XDIST)
+BYFILE := $(if $(XDIST),--dist loadfile)
 test: $(STAMP) browser
-	$(PYTEST) -m "not slow" tests
+	$(PYTEST) $(BYFILE) -m "not slow" tests
 	$(MAKE) --no-print-directory test-slow
 
 test-fast: $(STAMP)
-	$(PYTEST) -m "not slow" tests
+	$(PYTEST) $(BYFILE) -m "not slow" tests
 
 test-slow: $(STAMP) browser
 	$(PYTEST) $(SLOW) tests/reliability/test_faults.py
-	$(PYTEST) $(SLOW) tests --ignore=tests/reliability/test_faults.py
+	$(PYTEST) $(BYFILE) $(SLOW) tests --ignore=tests/reliability/test_faults.py
 
 # The rest of the matrices: the other fault kind of every stage, each bad row kind on its own.
 test-exhaustive: $(STAMP)
 	$(PYTEST) -m exhaustive tests/reliability/test_faults.py
 	$(PYTEST) -m exhaustive tests/reliability/test_bad_input.py
-	$(PYTEST) -m exhaustive tests --ignore=tests/reliability/test_faults.py \
+	$(PYTEST) $(BYFILE) -m exhaustive tests --ignore=tests/reliability/test_faults.py \
 	  --ignore=tests/reliability/test_bad_input.py
 
 # Debian's Chromium and ChromeDriver for the report's browser test, installed where missing (as root).

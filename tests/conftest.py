@@ -67,17 +67,9 @@ def airflow_db():
 
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Tests that start airflow standalone or a Spark cluster belong to the slow suite
-    (`make test` runs it after the fast one).
-
-    Under pytest-xdist's ``--dist loadgroup`` (``make test``), a module's tests stay on one worker,
-    so its module fixtures (a warm Spark, an Airflow stack, a pipeline's clean run) are built once;
-    a module whose tests are independent walks sets ``XDIST_SPREAD = True`` to spread them."""
+    (`make test` runs it after the fast one)."""
     for item in items:
         if item.get_closest_marker("airflow") or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.slow)
-        spread = getattr(getattr(item, "module", None), "XDIST_SPREAD", False)
-        if not spread and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

@@ -57,8 +57,6 @@ SPECS = _pipelines()
 #: Stages run as an Airflow task of a manually triggered DAG run does (a retry may replace what
 #: its first attempt wrote; every table stays under the test warehouse).
 TRIGGER = "manual"
-#: Each case is its own walk (its own tables): pytest-xdist may run them on different workers.
-XDIST_SPREAD = True
 
 
 def _case(name: str) -> Case:
