@@ -296,6 +296,7 @@ def _check_pipeline(spark, tmp_path, seed):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("seed", [0])
 def test_b_pipeline_out_of_order_within_lateness_equals_brute_force(spark, tmp_path, seed):
     _check_pipeline(spark, tmp_path, seed)
