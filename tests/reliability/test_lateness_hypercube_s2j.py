@@ -313,6 +313,10 @@ def _pipeline_property(spark, tmp_path, pipeline: str, seed: int, n_sides: int) 
 FAST = [("hypercube", 2, 0), ("s2j", 2, 1), ("s2j", 1, 2)]
 
 
+# make test keeps the two reproductions through each whole pipeline (rows 30 s behind, 60 s lateness) and the
+# 40 + 40 core seeds of this property over the pipelines' own step functions; the whole-pipeline seeds run here.
+@pytest.mark.slow
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("pipeline,n_sides,seed", FAST)
 def test_out_of_order_within_lateness_through_the_pipeline_equals_brute_force(spark, tmp_path, pipeline, n_sides,
                                                                                seed):

@@ -62,7 +62,9 @@ def _pairs(spark, out, run_id):
 
 MORE = [pytest.mark.slow, pytest.mark.exhaustive]  # make test-exhaustive
 CASES = [  # seed, threshold, similarity, workers, mod
-    (1, 0.6, "jaccard", 2, 2),
+    # make test: tests/reliability/test_ssj_paths.py runs this same check (jaccard 0.6, 2 workers, mod 2:
+    # a base run, an append, the incremental run against brute force) under two paths and a partitioned input
+    pytest.param(1, 0.6, "jaccard", 2, 2, marks=MORE),
     pytest.param(2, 0.75, "cosine", None, None, marks=MORE),
     pytest.param(3, 0.5, "dice", 3, 1, marks=MORE),
     pytest.param(4, 0.8, "jaccard", 2, 3, marks=MORE),
