@@ -39,12 +39,17 @@ SLOW := -m "slow and not exhaustive"
 XDIST ?= -n 2
 PYTEST := $(BIN)/python -m pytest -q $(XDIST)
 BYFILE := $(if $(XDIST),--dist loadfile)
+# The pure core's tests first: they compile the numba kernels once and cache them, so the Spark
+# tests' Python workers, CLI runs and Airflow tasks load the kernels instead of each compiling them.
+FAST := -m "not slow"
 test: $(STAMP) browser
-	$(PYTEST) $(BYFILE) -m "not slow" tests
+	$(PYTEST) $(BYFILE) $(FAST) tests/unit
+	$(PYTEST) $(BYFILE) $(FAST) tests --ignore=tests/unit
 	$(MAKE) --no-print-directory test-slow
 
 test-fast: $(STAMP)
-	$(PYTEST) $(BYFILE) -m "not slow" tests
+	$(PYTEST) $(BYFILE) $(FAST) tests/unit
+	$(PYTEST) $(BYFILE) $(FAST) tests --ignore=tests/unit
 
 test-slow: $(STAMP) browser
 	$(PYTEST) $(SLOW) tests/reliability/test_faults.py
