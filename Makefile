@@ -29,37 +29,40 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m jobs.tools.demo
 
-# The fast suite first, then the slow one (Airflow standalone through REST, the Spark cluster, a
-# fault in every stage of every pipeline, every bad input through whole pipelines, the report in
-# headless Chromium). Each runs on two pytest-xdist workers (one per core, each its own Spark
-# driver), a test file's tests on one worker (its module fixtures built once, its tests in order);
-# the fault matrix, one independent walk per pipeline, spreads its tests over both.
+# Every test but the exhaustive matrices: the fast suite and the slow one (Airflow standalone
+# through REST, the Spark cluster, a fault in every stage of every pipeline, every bad input
+# through whole pipelines, the report in headless Chromium), on two pytest-xdist workers (one per
+# core, each its own Spark driver). A test file's tests run on one worker (its module fixtures
+# built once, its tests in order), the heaviest files first (tests/durations.json) so no worker
+# idles at the end; the fault matrix, one independent walk per pipeline, spreads its tests.
 # `make test XDIST=` runs everything in one process.
-SLOW := -m "slow and not exhaustive"
 XDIST ?= -n 2
 PYTEST := $(BIN)/python -m pytest -q $(XDIST)
-BYFILE := $(if $(XDIST),--dist loadfile)
+BYFILE := $(if $(XDIST),--dist loadfile --no-loadscope-reorder)
+ALL := -m "not exhaustive"
+FAST := -m "not slow and not exhaustive"
+SLOW := -m "slow and not exhaustive"
+FAULTS := tests/reliability/test_faults.py
 # The pure core's tests first: they compile the numba kernels once and cache them, so the Spark
 # tests' Python workers, CLI runs and Airflow tasks load the kernels instead of each compiling them.
-FAST := -m "not slow"
 test: $(STAMP) browser
-	$(PYTEST) $(BYFILE) $(FAST) tests/unit
-	$(PYTEST) $(BYFILE) $(FAST) tests --ignore=tests/unit
-	$(MAKE) --no-print-directory test-slow
+	$(PYTEST) $(BYFILE) $(ALL) tests/unit
+	$(PYTEST) $(ALL) $(FAULTS)
+	$(PYTEST) $(BYFILE) $(ALL) tests --ignore=tests/unit --ignore=$(FAULTS)
 
 test-fast: $(STAMP)
 	$(PYTEST) $(BYFILE) $(FAST) tests/unit
 	$(PYTEST) $(BYFILE) $(FAST) tests --ignore=tests/unit
 
 test-slow: $(STAMP) browser
-	$(PYTEST) $(SLOW) tests/reliability/test_faults.py
-	$(PYTEST) $(BYFILE) $(SLOW) tests --ignore=tests/reliability/test_faults.py
+	$(PYTEST) $(SLOW) $(FAULTS)
+	$(PYTEST) $(BYFILE) $(SLOW) tests --ignore=$(FAULTS)
 
 # The rest of the matrices: the other fault kind of every stage, each bad row kind on its own.
 test-exhaustive: $(STAMP)
-	$(PYTEST) -m exhaustive tests/reliability/test_faults.py
+	$(PYTEST) -m exhaustive $(FAULTS)
 	$(PYTEST) -m exhaustive tests/reliability/test_bad_input.py
-	$(PYTEST) $(BYFILE) -m exhaustive tests --ignore=tests/reliability/test_faults.py \
+	$(PYTEST) $(BYFILE) -m exhaustive tests --ignore=$(FAULTS) \
 	  --ignore=tests/reliability/test_bad_input.py
 
 # Debian's Chromium and ChromeDriver for the report's browser test, installed where missing (as root).

@@ -66,10 +66,22 @@ def airflow_db():
     return os.environ["AIRFLOW_HOME"]
 
 
-
 def pytest_collection_modifyitems(config, items):
-    """Tests that start airflow standalone or a Spark cluster belong to the slow suite
-    (`make test` runs it after the fast one)."""
+    """Tests that start airflow standalone or a Spark cluster belong to the slow suite. Test files
+    run heaviest first (``tests/durations.json``), each file's tests in their order: xdist's
+    workers take whole files in this order (``--dist loadfile --no-loadscope-reorder``), so the
+    long files start first and the short ones fill the end instead of one worker idling."""
+    from collections import Counter
+
+    from tests.durations import load, order_key
+
     for item in items:
         if item.get_closest_marker("airflow") or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.slow)
+    weights = load()
+    files = [Path(str(item.path)).resolve().relative_to(ROOT).as_posix() for item in items]
+    counts = Counter(files)
+    first = {f: i for i, f in reversed(list(enumerate(files)))}
+    keyed = sorted(zip(files, range(len(items)), items),
+                   key=lambda t: (order_key(weights, t[0], counts[t[0]]), first[t[0]], t[1]))
+    items[:] = [item for _, _, item in keyed]

@@ -105,7 +105,8 @@ def test_rs_join_appends_on_either_side_are_joined_incrementally_and_exactly(spa
     _write(spark, rp, right)
     kw = {"input": lp, "right": rp, "output": out, "threshold": 0.6, "workers": 2, "mod": 2}
     run_named(spark, "ssj", run_id="r0", **kw)
-    for k, which in enumerate(("right", "both") if seed == 7 else ("left", "right", "both"), start=1):
+    # make test (seed 7): one append on both sides (new x old, old x new and new x new pairs)
+    for k, which in enumerate(("both",) if seed == 7 else ("left", "right", "both"), start=1):
         if which in ("left", "both"):
             more = _more(rng, 100_000 * k, 30, left)
             _write(spark, lp, more, version=k)
