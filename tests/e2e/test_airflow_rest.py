@@ -162,6 +162,7 @@ def _append_later(path: str, seconds: float) -> None:
 
 
 @pytest.mark.airflow
+@pytest.mark.exhaustive  # make test: test_s3j_dag runs the driver task through dag.test, against brute force
 def test_an_s3j_micro_batch_runs_in_one_driver_task_on_no_spark_session(stack):
     """simjoin_s3j through REST over a few hundred new rows: ingest reads the inputs by their
     Delta logs and hands the small unit to the one ``driver`` task (the per-stage tasks are

@@ -643,7 +643,8 @@ def _every_bad_row(name: str) -> Quarantine:
 ROW_PIPELINES = [n for n in _pipelines() if _has_rows(n)]
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n in FAST_ROWS else [pytest.mark.slow])
+# make test: the DAG task for FAST_ROWS; every pipeline's rows through the CLI run (the same stage functions)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n in FAST_ROWS else [pytest.mark.slow, pytest.mark.exhaustive])
                                   for n in ROW_PIPELINES])
 def test_every_bad_row_at_once_is_quarantined_by_the_dag_task(spark, bases, tmp_path, name):
     params, want, n_good = _dirty(spark, bases, name, _every_bad_row(name), str(tmp_path))

@@ -199,7 +199,7 @@ def test_a_task_is_refused_while_another_run_holds_the_output_and_airflow_may_re
 #: The race per pipeline: a tool that writes a few hundred thousand rows (fast), and a stream join,
 #: where two runs at once would append a unit twice (slow).
 RACES = [pytest.param("generate", {"rows": 300_000}, id="generate"),
-         pytest.param("s3j", {}, id="s3j", marks=pytest.mark.slow)]
+         pytest.param("s3j", {}, id="s3j", marks=(pytest.mark.slow, pytest.mark.exhaustive))]  # one lock for all
 
 
 @pytest.mark.parametrize("name,extra", RACES)

@@ -72,6 +72,8 @@ def _s3j_args(src: str, out: str) -> list[str]:
             CONF["metric"], "--window", CONF["window"], "--workers", str(CONF["workers"])]
 
 
+@pytest.mark.slow
+@pytest.mark.exhaustive  # make test: test_airflow_rest runs ssj on the warm Spark and compares it with a local run
 def test_ssj_on_the_warm_spark_equals_a_local_run(spark, warm, tmp_path):
     rows = [(i, " ".join(f"t{(i * 7 + j) % 23}" for j in range(3 + i % 4))) for i in range(300)]
     rows += [(300 + i, t) for i, (_, t) in enumerate(rows[:40])]  # exact duplicates
