@@ -11,16 +11,18 @@ each side's latest.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, ClassVar
 
 from simjoin.config import parse_duration
 from simjoin.pipeline.stream import StreamRun
 
-__all__ = ["IneqRun", "counts", "new_tuples", "tuple_bound"]
+__all__ = ["IneqRun", "counts", "new_tuples", "tuple_bound", "tuple_live"]
 
 
 class IneqRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"batches": "batches", "tuples": "tuples"}
+    IN_PROCESS: ClassVar[bool] = True
 
     @property
     def batches(self) -> str:
@@ -59,10 +61,11 @@ def counts(meta: dict[str, Any]) -> dict[int, int]:
 def new_tuples(spark: Any, run: IneqRun, u: Any) -> Any:
     """The open unit's new tuples per side (``simjoin.core.inequality.spo.Tuples``), kept for
     the later stages of the same process."""
-    from simjoin.spark.inequality import new_tuples as load
+    from simjoin.spark.inequality import new_tuples, new_tuples_arrow
 
     key = f"ineq_new_{u.id}"
     if key not in run.frames:
+        load = new_tuples_arrow if u.in_process else new_tuples
         run.keep(key, load(u.records, run.params(), counts(u.engine.progress().meta)))
     return run.frames[key]
 
@@ -71,12 +74,39 @@ def tuple_bound(p: Any, prog: Any, side: int, ts_col: str, seq_col: str, keep: b
     """SQL condition on a stored tuple of ``side``: still reachable (``keep``) or expired - a time
     window's by the other stream's committed max ts less W and the allowed lateness
     (``simjoin.core.inequality.spo.expired``)."""
-    n = counts(prog.meta)
+    bound = _bound(p, prog, side)
+    if p.window.time_us is not None:
+        if bound is None:
+            return "true" if keep else None
+        # the bound as a timestamp literal with its offset: Spark SQL and deltalake's DELETE read it alike
+        iso = (dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=bound)).isoformat()
+        return f"side = {side} AND {ts_col} {'>' if keep else '<='} '{iso}'"
+    return f"side = {side} AND {seq_col} {'>=' if keep else '<'} {bound}"
+
+
+def _bound(p: Any, prog: Any, side: int) -> int | None:
+    """``tuple_bound``'s limit: a stored tuple of ``side`` is live iff its ts (time window) is above
+    it, or its seq (count window) at or above it; None: every tuple is live."""
     if p.window.time_us is not None:
         mark = prog.max_ts.get(side if p.self_join else 1 - side)
         if mark is None:
-            return "true" if keep else None
-        bound = int(mark.timestamp() * 1_000_000) - int(p.window.time_us) - int(p.lateness_us)
-        return f"side = {side} AND unix_micros({ts_col}) {'>' if keep else '<='} {bound}"
-    bound = n.get(side, 0) - int(p.window.count)
-    return f"side = {side} AND {seq_col} {'>=' if keep else '<'} {bound}"
+            return None
+        return int(mark.timestamp() * 1_000_000) - int(p.window.time_us) - int(p.lateness_us)
+    return counts(prog.meta).get(side, 0) - int(p.window.count)
+
+
+def tuple_live(p: Any, prog: Any, side: int, t: Any) -> Any:
+    """``tuple_bound(keep=True)`` on a pyarrow Table of stored tuples (``side``, ``ts``, ``seq``): a
+    boolean numpy mask of the rows of ``side`` still reachable."""
+    import numpy as np
+    import pyarrow as pa
+
+    mine = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64) == side
+    bound = _bound(p, prog, side)
+    if bound is None:
+        return mine
+    if p.window.time_us is not None:
+        ts = np.asarray(t.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+                        .to_numpy(zero_copy_only=False), np.int64)
+        return mine & (ts > bound)
+    return mine & (np.asarray(t.column("seq").to_numpy(zero_copy_only=False), np.int64) >= bound)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.ineq.common import IneqRun
@@ -15,7 +17,13 @@ from simjoin.contracts import RowKind
 from simjoin.quality.gates import pairs_expectations, run_suite
 
 
-def staged_pairs(u: Any) -> DataFrame:
+def staged_pairs(u: Any) -> Any:
+    """The unit's pairs as the output holds them: a DataFrame, or a pyarrow Table (in process)."""
+    if u.in_process:
+        t = u.work("probed")
+        t = t.filter(pc.equal(t.column("kind"), int(RowKind.PAIR)))
+        return pa.table({"left_id": t.column("left_id"), "right_id": t.column("right_id"),
+                         "ts": t.column("ts").cast(pa.timestamp("us", tz="UTC"))})
     return (u.work("probed").where(F.col("kind") == int(RowKind.PAIR))
             .select("left_id", "right_id", F.timestamp_micros("ts").alias("ts")))
 
@@ -30,7 +38,10 @@ def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
         return {"unit": None}
     pairs = staged_pairs(u)
     ex = [*pairs_expectations(None, None, None, False), gxe.ExpectColumnValuesToNotBeNull(column="ts")]
-    if run_.self_join:  # two streams may share ids; one stream never pairs a tuple with itself
+    if run_.self_join and u.in_process:
+        pairs = pairs.append_column("_self", pc.equal(pairs.column("left_id"), pairs.column("right_id")))
+        ex.append(gxe.ExpectColumnValuesToNotBeInSet(column="_self", value_set=[True]))
+    elif run_.self_join:  # two streams may share ids; one stream never pairs a tuple with itself
         pairs = pairs.withColumn("_self", F.col("left_id") == F.col("right_id"))
         ex.append(gxe.ExpectColumnValuesToNotBeInSet(column="_self", value_set=[True]))
     res = run_suite(pairs, "ineq_pairs", ex)

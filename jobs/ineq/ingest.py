@@ -17,12 +17,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from jobs.ineq.common import IneqRun, tuple_bound
-from simjoin.quality.quarantine import late, numeric_rules, split_quarantine, stream_duplicates
+from jobs.ineq.common import IneqRun, tuple_bound, tuple_live
+from simjoin.quality.quarantine import (
+    late,
+    late_arrow,
+    numeric_rules,
+    numeric_rules_arrow,
+    split_quarantine,
+    split_quarantine_arrow,
+    stream_duplicates,
+    stream_duplicates_arrow,
+)
 from simjoin.spark import delta
 from simjoin.spark.engine import NUMERIC, BatchInfo, Prepared
 from simjoin.spark.exact_types import ExactTypes, exact_types
@@ -73,8 +83,42 @@ def preparer(spark: SparkSession, run: IneqRun, exact: ExactTypes | None = None)
     return prepare
 
 
+def _live_keys(run: IneqRun, info: BatchInfo) -> Any:
+    """(side, id) of the live tuples (``_seen``'s, read with deltalake: no Spark job)."""
+    import pyarrow as pa
+
+    t = delta.read_arrow(run.tuples, [("unit", "<", int(info.unit))], ["side", "id", "ts", "seq"])
+    if t is None or not t.num_rows:
+        return None
+    p = run.params()
+    keep = np.zeros(t.num_rows, bool)
+    side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
+    for s in p.sides:
+        keep |= (side == s) & tuple_live(p, info.progress, s, t)
+    return t.filter(pa.array(keep)).select(["side", "id"])
+
+
+def preparer_arrow(spark: SparkSession, run: IneqRun, exact: ExactTypes | None = None) -> Any:
+    """``preparer``'s twin on pyarrow Tables (a micro-batch staged through the driver, with no Spark
+    job): the same rules in the same order, so the same rows with the same reasons."""
+    p = run.params()
+    cols = sorted({c for s in p.sides for c in p.columns(s)})
+
+    def prepare(t: Any, info: BatchInfo) -> Prepared:
+        rules = numeric_rules_arrow({s: p.columns(s) for s in p.sides}) + (exact.arrow_rules() if exact else [])
+        rules += stream_duplicates_arrow(t, run.engine(spark).seen_keys(info, _live_keys(run, info)), ["ts", *cols])
+        if p.window.time_us is not None:
+            rules += late_arrow(info.progress.max_ts, info.progress.lateness)
+        good, bad = split_quarantine_arrow(t, rules)
+        return Prepared(good.select(["id", "ts", "side", *cols]), bad.select(["id", "ts", "ts_raw", "side", *cols,
+                                                                              "reason"]))
+
+    return prepare
+
+
 def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
     exact = types(spark, run_)
     return run_.engine(spark).ingest(  # type: ignore[no-any-return]
-        preparer(spark, run_, exact), payloads(run_), "<numeric predicate columns>", casts=exact.casts)
+        preparer(spark, run_, exact), payloads(run_), "<numeric predicate columns>", casts=exact.casts,
+        prepare_arrow=preparer_arrow(spark, run_, exact))

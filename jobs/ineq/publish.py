@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -29,8 +32,12 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
     p = run.params()
     prog = u.engine.progress()
     n = counts(prog.meta)
-    meta = (delta.read_table(u.engine.spark, run.batches).where(F.col("kind") == BATCH)
-            .select("batch_id", "side", "ts_max", "seq_max").collect())
+    if u.in_process:
+        t = delta.read_arrow(run.batches, None, ["kind", "batch_id", "side", "ts_max", "seq_max"])
+        meta = [] if t is None else t.filter(pc.equal(t.column("kind").cast(pa.string()), BATCH)).to_pylist()
+    else:
+        meta = (delta.read_table(u.engine.spark, run.batches).where(F.col("kind") == BATCH)
+                .select("batch_id", "side", "ts_max", "seq_max").collect())
     marks = {s: int(m.timestamp() * 1_000_000) for s, m in prog.max_ts.items()}
     gone = [int(r["batch_id"]) for r in meta if expired(
         p.window, int(r["ts_max"]), int(r["seq_max"]), marks.get(int(r["side"]) if p.self_join else 1 - int(r["side"])),
@@ -44,23 +51,49 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
     return gone
 
 
+# seq of each new tuple: its rank by (ts, id) in its side after the earlier units' count
+
+def _tuples_df(records: Any, before: dict[int, int], unit: int) -> Any:
+    from pyspark.sql import Window
+
+    seq = F.row_number().over(Window.partitionBy("side").orderBy("ts", "id")) - 1
+    base = F.element_at(F.array(*[F.lit(before.get(s, 0)) for s in (0, 1)]), F.col("side").cast("int") + 1)
+    return records.select("side", "id", "ts", (seq + base).cast("long").alias("seq"),
+                          F.lit(unit).cast("long").alias("unit"))
+
+
+def _tuples_arrow(records: pa.Table, before: dict[int, int], unit: int) -> pa.Table:
+    side = np.asarray(records.column("side").to_numpy(zero_copy_only=False), np.int64)
+    ids = np.asarray(records.column("id").to_numpy(zero_copy_only=False), np.int64)
+    ts = records.column("ts").cast(pa.timestamp("us", tz="UTC"))
+    us = np.asarray(ts.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64)
+    order = np.lexsort((ids, us, side))
+    s_sorted = side[order]
+    start = np.flatnonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]]) if side.size else np.zeros(0, np.int64)
+    rank = np.arange(side.size, dtype=np.int64) - np.repeat(start, np.diff(np.r_[start, side.size]))
+    seq = np.empty(side.size, np.int64)
+    seq[order] = rank + np.where(s_sorted == 0, before.get(0, 0), before.get(1, 0))
+    return pa.table({"side": records.column("side").cast(pa.int8()), "id": records.column("id").cast(pa.int64()),
+                     "ts": ts, "seq": pa.array(seq), "unit": pa.array(np.full(side.size, unit, np.int64))})
+
+
 def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
     b = u.id
-    unit_col = F.lit(b).cast("long").alias("unit")
     state = u.work("state", keep_unit=True)
-    merge = u.work("merge").first()
     before = counts(u.engine.progress().meta)
-    got = {int(r["side"]): int(r["n"]) for r in u.records.groupBy("side").agg(F.count("*").alias("n")).collect()}
+    if u.in_process:
+        merge = u.work("merge").to_pylist()[0]
+        tuples = _tuples_arrow(u.records, before, b)
+        sides = np.asarray(tuples.column("side").to_numpy(zero_copy_only=False), np.int64)
+        got = {int(s): int((sides == s).sum()) for s in np.unique(sides)}
+    else:
+        merge = u.work("merge").first()
+        tuples = _tuples_df(u.records, before, b)
+        got = {int(r["side"]): int(r["n"]) for r in u.records.groupBy("side").agg(F.count("*").alias("n")).collect()}
     n = {str(s): before.get(s, 0) + got.get(s, 0) for s in run_.params().sides}
-    # seq of each new tuple: its rank by (ts, id) in its side after the earlier units' count
-    from pyspark.sql import Window
-
-    seq = F.row_number().over(Window.partitionBy("side").orderBy("ts", "id")) - 1
-    base = F.element_at(F.array(*[F.lit(before.get(s, 0)) for s in (0, 1)]), F.col("side").cast("int") + 1)
-    tuples = u.records.select("side", "id", "ts", (seq + base).cast("long").alias("seq"), unit_col)
     pieces = [("pairs", staged_pairs(u), run_.output), ("stats", u.work("stats", keep_unit=True), run_.tables.stats),
               ("batches", state, run_.batches), ("tuples", tuples, run_.tuples)]
     res = u.engine.publish(u.unit, pieces, meta={"count": n, "next_batch": int(merge["next_batch"])})

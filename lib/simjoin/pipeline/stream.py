@@ -73,12 +73,19 @@ class StreamRun(Run):
     def reset_tables(self, spark: Any) -> list[str]:
         return self.engine(spark).reset()  # type: ignore[no-any-return]
 
+    #: whether the pipeline's stages run a unit on Arrow tables in this process (the in-process
+    #: executor, :func:`in_process_rows`); otherwise every unit runs on Spark
+    IN_PROCESS: ClassVar[bool] = False
+
     def open_unit(self, spark: Any) -> Any:
         """The engine's open unit (``simjoin.spark.engine.OpenUnit``), or None when nothing is
-        staged. Stages of one process share it (``frames``; cleared when the run's stages are done)."""
+        staged. Stages of one process share it (``frames``; cleared when the run's stages are done).
+        A pipeline with ``IN_PROCESS`` gets a unit of at most :func:`in_process_rows` records on
+        local tables as a pyarrow Table (``OpenUnit.in_process``), read with deltalake: its stages
+        then run without a Spark job, and every task of the unit decides alike."""
         if "open_unit" in self.frames:
             return self.frames["open_unit"]
-        u = OpenUnit.of(self.engine(spark), self)
+        u = OpenUnit.of(self.engine(spark), self, in_process=self.IN_PROCESS)
         if u is not None:
             self.keep("open_unit", u)
         return u
@@ -103,8 +110,10 @@ class OpenUnit:
     _checked: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def of(cls, engine: Any, run: Any = None) -> OpenUnit | None:
-        unit = engine.open_unit()
+    def of(cls, engine: Any, run: Any = None, in_process: bool = False) -> OpenUnit | None:
+        unit = _in_process_unit(engine) if in_process else False
+        if unit is False:
+            unit = engine.open_unit()
         if unit is None:
             return None
         meta = {**engine.progress().meta, **(json.loads(unit.meta) if unit.meta else {})}
@@ -126,8 +135,18 @@ class OpenUnit:
     def in_memory(self) -> bool:
         return bool(self.run is not None and self.run.in_process)
 
+    @property
+    def in_process(self) -> bool:
+        """Whether the unit runs on the in-process executor: its records and work tables are
+        pyarrow Tables, read and written with deltalake."""
+        import pyarrow as pa
+
+        return isinstance(self.unit.records, pa.Table)
+
     def work(self, name: str, keep_unit: bool = False) -> Any:
         kept = self.run.frames.get(self._key(name)) if self.in_memory else None
+        if self.in_process:
+            return self._work_arrow(name, kept, keep_unit)
         if kept is not None:
             if keep_unit:
                 from pyspark.sql import functions as F
@@ -139,8 +158,38 @@ class OpenUnit:
         df = self._checked[name]
         return df if keep_unit else df.drop("unit")
 
+    def _work_arrow(self, name: str, kept: Any, keep_unit: bool) -> Any:
+        from simjoin.spark import delta
+        from simjoin.spark.engine import StaleUnit
+
+        t = kept
+        if t is None:
+            path = self.engine.tables.work(name)
+            t = delta.read_arrow(path)
+            if t is None:
+                raise StaleUnit(f"no {name} table at {path}: run the previous stage first")
+            units = set(t.column("unit").unique().to_pylist())
+            if units and units != {self.id}:
+                raise StaleUnit(f"{path} holds unit {sorted(units)}, expected {self.id}: rerun the previous stage")
+        if keep_unit:
+            return _with_unit(t, self.id)
+        return t.drop_columns(["unit"]) if "unit" in t.column_names else t
+
     def write_work(self, df: Any, name: str) -> str:
-        """Hand ``df`` to the unit's later stages as ``name``; returns where it went."""
+        """Hand ``df`` to the unit's later stages as ``name``; returns where it went. A pyarrow
+        Table (a unit on the in-process executor) is kept in memory by a run of every stage in
+        this process, else written with deltalake: no Spark job either way."""
+        import pyarrow as pa
+
+        if isinstance(df, pa.Table):
+            if self.in_memory:
+                self.run.keep(self._key(name), df)
+                return f"memory:{self.engine.tables.work(name)}"
+            from simjoin.spark import delta
+
+            path = self.engine.tables.work(name)
+            delta.overwrite_arrow(self.engine.spark, _with_unit(df, self.id), path)
+            return path
         if self.in_memory:
             # computed now, once, and cut from its lineage: a later commit to a table it was read
             # from (publish appends to the state) must not re-plan or recompute it
@@ -152,3 +201,53 @@ class OpenUnit:
 
     def _key(self, name: str) -> str:
         return f"work:{name}:{self.id}"
+
+
+def _with_unit(t: Any, unit: int) -> Any:
+    """``t`` with its ``unit`` column (replaced in place, or appended) set to ``unit``."""
+    import numpy as np
+    import pyarrow as pa
+
+    col = pa.array(np.full(t.num_rows, unit, np.int64))
+    if "unit" in t.column_names:
+        return t.set_column(t.column_names.index("unit"), "unit", col)
+    return t.append_column("unit", col)
+
+
+def in_process_rows() -> int:
+    """Units of up to this many staged records run on the in-process executor
+    (``SIMJOIN_LOCAL_UNIT_ROWS``, default 200,000; 0: every unit on Spark)."""
+    import os
+
+    raw = os.environ.get("SIMJOIN_LOCAL_UNIT_ROWS", "200000")
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"SIMJOIN_LOCAL_UNIT_ROWS={raw!r}: allowed an integer >= 0") from None
+    if n < 0:
+        raise ValueError(f"SIMJOIN_LOCAL_UNIT_ROWS={n}: allowed an integer >= 0 (0: every unit on Spark)")
+    return n
+
+
+def _in_process_unit(engine: Any) -> Any:
+    """The open unit with its records as a pyarrow Table when it may run in this process (local
+    tables deltalake reads, at most :func:`in_process_rows` records), None when no unit is open,
+    False when it runs on Spark."""
+    from simjoin.log import get_logger
+    from simjoin.spark import delta
+
+    limit = in_process_rows()
+    if limit <= 0 or not engine.local_tables():
+        return False
+    try:
+        head = engine.open_unit_table(["side"])
+        if head is None or head.records.num_rows > limit:
+            if head is not None:
+                get_logger("simjoin.pipeline").info(
+                    "%s: unit %d has %d records (> SIMJOIN_LOCAL_UNIT_ROWS=%d): it runs on Spark", engine.pipeline,
+                    head.unit, head.records.num_rows, limit)
+            return None if head is None else False
+        return engine.open_unit_table()
+    except delta.NotLocal as e:
+        get_logger("simjoin.pipeline").info("%s: the unit runs on Spark: %s", engine.pipeline, e)
+        return False

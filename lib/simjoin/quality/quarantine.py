@@ -29,6 +29,9 @@ __all__ = [
     "DUPLICATE_ID",
     "late",
     "stream_duplicates",
+    "numeric_rules_arrow",
+    "late_arrow",
+    "stream_duplicates_arrow",
 ]
 
 log = get_logger("simjoin.quality")
@@ -297,3 +300,99 @@ def first_by(keys: Sequence[Any], order: Sequence[Any], tie: Any = None) -> Any:
     out = np.zeros(n, bool)
     out[idx] = later
     return out
+
+
+def numeric_rules_arrow(columns_by_side: dict[int, Sequence[str]]) -> list[ArrowRule]:
+    """``numeric_rules`` on Arrow: a column the row's side needs is null, or NaN or infinite."""
+    import numpy as np
+    import pyarrow as pa
+
+    def side_is(t: Any, s: int) -> Any:
+        return np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64) == s
+
+    def null(s: int, c: str) -> Any:
+        return lambda t: side_is(t, s) & np.asarray(t.column(c).is_null().to_numpy(zero_copy_only=False), bool)
+
+    def not_finite(s: int, c: str) -> Any:
+        def bad(t: Any) -> Any:
+            col = t.column(c)
+            if not pa.types.is_floating(col.type):  # an integer is never NaN or infinite
+                return np.zeros(t.num_rows, bool)
+            v = np.asarray(col.fill_null(0.0).to_numpy(zero_copy_only=False), np.float64)
+            return side_is(t, s) & ~np.isfinite(v)
+        return bad
+
+    rules = []
+    for side, cols in sorted(columns_by_side.items()):
+        for c in cols:
+            rules.append(ArrowRule(null(side, c), f"null {c}"))
+            rules.append(ArrowRule(not_finite(side, c), f"NaN or inf in {c}"))
+    return rules
+
+
+def late_arrow(max_ts: dict[int, Any], lateness: Any = None) -> list[ArrowRule]:
+    """``late`` on Arrow: the same rows and reasons (``ts`` as Spark writes a timestamp)."""
+    import datetime as dt
+
+    import numpy as np
+    import pyarrow as pa
+
+    from simjoin.spark.engine import epoch_us, spark_ts_string
+
+    lag = lateness if lateness is not None else dt.timedelta(0)
+    behind = f"more than {lag.total_seconds():g}s before" if lag else "before"
+
+    def ts_us(t: Any) -> Any:
+        return np.asarray(t.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+                          .fill_null(np.iinfo(np.int64).max).to_numpy(zero_copy_only=False), np.int64)
+
+    def rule(s: int, mark: Any) -> ArrowRule:
+        bound = epoch_us(mark - lag)
+        text = f" is {behind} {mark.isoformat()}, the latest ts its stream already committed"
+
+        def bad(t: Any) -> Any:
+            side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
+            return (side == s) & (ts_us(t) < bound)
+
+        return ArrowRule(bad, lambda t, rows: [f"late: ts {spark_ts_string(int(u))}{text}" for u in ts_us(t)[rows]])
+
+    return [rule(s, mark) for s, mark in sorted(max_ts.items())]
+
+
+def _order_keys(t: Any, columns: Sequence[str]) -> list[Any]:
+    """Sort keys giving Spark's ascending order of ``columns``: a null first, NaN after every number."""
+    import numpy as np
+    import pyarrow as pa
+
+    keys = []
+    for c in columns:
+        col = t.column(c)
+        if pa.types.is_timestamp(col.type):
+            col = col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        nulls = np.asarray(col.is_null().to_numpy(zero_copy_only=False), bool)
+        if pa.types.is_floating(col.type):
+            v = np.asarray(col.fill_null(0.0).to_numpy(zero_copy_only=False), np.float64)
+            keys += [~nulls, np.isnan(v), np.where(np.isnan(v), 0.0, v) + 0.0]  # -0.0 sorts as 0.0
+        else:
+            keys += [~nulls, np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), np.int64)]
+    return keys
+
+
+def stream_duplicates_arrow(t: Any, seen: Any, order: Sequence[str]) -> list[ArrowRule]:
+    """``stream_duplicates`` on Arrow: a (side, id) repeated inside the batch (all but the first by
+    ``order``), or in ``seen`` (a Table of distinct (side, id), ``MicroBatchEngine.seen_keys``)."""
+    import numpy as np
+
+    side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
+    ids = np.asarray(t.column("id").to_numpy(zero_copy_only=False), np.int64)
+    dup = first_by([side, ids], _order_keys(t, order))
+    rules = [ArrowRule(lambda x: dup, lambda x, rows: [f"duplicate id {ids[i]}" for i in rows.tolist()])]
+    if seen is not None:
+        hit = np.zeros(t.num_rows, bool)
+        ks = np.asarray(seen.column("side").to_numpy(), np.int64)
+        ki = np.asarray(seen.column("id").to_numpy(), np.int64)
+        for s in np.unique(ks).tolist():
+            hit |= (side == s) & np.isin(ids, ki[ks == s])
+        rules.append(ArrowRule(lambda x: hit, lambda x, rows: [f"duplicate id {ids[i]} (a live tuple has it)"
+                                                                for i in rows.tolist()]))
+    return rules

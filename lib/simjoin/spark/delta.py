@@ -429,6 +429,24 @@ def _overwrite_rows_deltalake(rows: Sequence[Sequence[Any]], schema: str, path: 
     write_deltalake(path, data, mode="overwrite", predicate=cond, schema_mode="merge" if merge_schema else None)
 
 
+def overwrite_arrow(spark: SparkSession, t: Any, ref: str) -> None:
+    """Replace the whole table at ``ref`` (a unit's work table) by the pyarrow Table ``t``: one
+    ``deltalake`` commit for a local table (its schema replaced too), else Spark's overwrite."""
+    def write(local: str) -> None:
+        from deltalake import write_deltalake
+
+        faults.check_rows(t.num_rows)
+        exists = table_exists(spark, ref)
+        write_deltalake(local, t, mode="overwrite", schema_mode="overwrite" if exists else None,
+                        description=None if exists else delta_files.owner_description())
+
+    if _by_deltalake(ref, "the overwrite", write):
+        return
+    from simjoin.spark.session import arrow_frame
+
+    overwrite(arrow_frame(spark, t), ref)
+
+
 def append_idempotent(df: DataFrame, ref: str, app_id: str, version: int,
                       partition_by: Sequence[str] | None = None, options: Mapping[str, Any] | None = None) -> None:
     """Append once per (app_id, version): Delta skips a write whose txn it has already committed.
@@ -603,6 +621,11 @@ def _to_arrow(rows: Any, schema: str) -> Any:
         return rows
     sch = arrow_schema(schema)
     return pa.Table.from_pylist([dict(zip(sch.names, r)) for r in rows], schema=sch)
+
+
+def rows_table(rows: Any, schema: str) -> Any:
+    """Driver-side rows (tuples in the DDL ``schema``'s order) as a pyarrow Table of that schema."""
+    return _to_arrow(rows, schema)
 
 
 def append_rows(spark: SparkSession, rows: Any, schema: str, ref: str, app_id: str, version: int,

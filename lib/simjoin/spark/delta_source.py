@@ -143,7 +143,11 @@ def files_between(path: str, r: Range) -> list[str]:
 
 
 def _plain(uri: str) -> str:
-    return unquote(uri.removeprefix("file://")) if uri.startswith("file://") else uri
+    """A data file's URI as deltalake gives it, as a local path (deltalake percent-encodes a local
+    path too: ``in dir`` comes back as ``in%20dir``)."""
+    if uri.startswith("file://"):
+        return unquote(uri.removeprefix("file://"))
+    return unquote(uri) if "://" not in uri else uri
 
 
 def _appended(path: str, version: int) -> Sequence[str]:

@@ -409,7 +409,7 @@ class MicroBatchEngine:
         is one ``delta_source`` reads, and ``SIMJOIN_DIRECT_INGEST`` is not 0."""
         if os.environ.get("SIMJOIN_DIRECT_INGEST", "1") == "0" or getattr(self, "_prepare_arrow", None) is None:
             return False
-        if not self._local_tables() or local_path(self.tables.checkpoint) is None:
+        if not self.local_tables() or local_path(self.tables.checkpoint) is None:
             return False
         for src in self.sources:
             loc = local_path(src)
@@ -807,7 +807,7 @@ class MicroBatchEngine:
                     self._read(k, src, per_source[k], payload_text, casts or {})
         ident = self.verify(prog)
         open_ = None
-        if self._local_tables():  # read with deltalake: no Spark job
+        if self.local_tables():  # read with deltalake: no Spark job
             try:
                 open_ = self.open_unit_table(["side"])
             except delta.NotLocal:
@@ -1076,7 +1076,7 @@ class MicroBatchEngine:
         import pyarrow.parquet as pq
 
         stream_schema_check(schema, path, self.ts_unit, payload, payload_text)
-        if not self._local_tables() or not isinstance(schema["ts"].dataType, (T.TimestampType, T.TimestampNTZType)):
+        if not self.local_tables() or not isinstance(schema["ts"].dataType, (T.TimestampType, T.TimestampNTZType)):
             return None
         if isinstance(schema["ts"].dataType, T.TimestampNTZType) and self.ts_zone.upper() not in ("UTC", "Z", "GMT",
                                                                                                    "ETC/UTC"):
@@ -1134,7 +1134,7 @@ class MicroBatchEngine:
             os.fsync(fh.fileno())
         os.replace(tmp, os.path.join(d, str(b)))
 
-    def _local_tables(self) -> bool:
+    def local_tables(self) -> bool:
         """Whether a batch may be staged through the driver (``_stage_local``): the records and
         quarantine tables are local, and ``SIMJOIN_LOCAL_INGEST`` is not 0."""
         if os.environ.get("SIMJOIN_LOCAL_INGEST", "1") == "0":
@@ -1216,7 +1216,7 @@ class MicroBatchEngine:
         """One micro-batch staged. Through the driver when the tables are local: with the
         pipeline's Arrow hook entirely (:meth:`_stage_arrow`), else in follow mode with one Spark
         job (``_stage_batch(local=True)``); otherwise by Spark's jobs and writes."""
-        if self._local_tables():
+        if self.local_tables():
             pa_prep = getattr(self, "_prepare_arrow", None)
             if pa_prep is not None:
                 return self._stage_arrow(batch, batch_id, info, pa_prep)

@@ -48,6 +48,23 @@ class ExactTypes:
                      "double only below 2^53")
                 for k, c in self.wide]
 
+    def arrow_rules(self) -> list[Any]:
+        """:meth:`rules` on Arrow (``simjoin.quality.quarantine.ArrowRule``): the same rows and reasons."""
+        import numpy as np
+
+        from simjoin.quality.quarantine import ArrowRule
+
+        def wide(k: int, c: str) -> Any:
+            def bad(t: Any) -> Any:
+                side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
+                v = np.asarray(t.column(c).fill_null(0).to_numpy(zero_copy_only=False), np.float64)
+                return (side == k) & (np.abs(v) >= float(WIDE))
+            return bad
+
+        return [ArrowRule(wide(k, c), f"{c} of magnitude 2^53 or more: an integer compared with a float column is "
+                          "exact in double only below 2^53")
+                for k, c in self.wide]
+
 
 def _schema(spark: SparkSession | None, path: str) -> Any:
     from simjoin.spark import delta_source

@@ -21,7 +21,7 @@ module ships its arrays around:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,8 @@ from simjoin.core.inequality.spo import new_tuples as split_new
 from simjoin.spark.routing import route_to_tasks
 from simjoin.spark.session import arrow_frame
 
-__all__ = ["STATE_SCHEMA", "PROBE_SCHEMA", "new_tuples", "probe_df", "state_frame"]
+__all__ = ["STATE_SCHEMA", "PROBE_SCHEMA", "new_tuples", "new_tuples_arrow", "probe_df", "probe_table", "probe_task",
+           "state_frame", "state_table"]
 
 STATE_ARROW = pa.schema([("batch_id", pa.int64()), ("side", pa.int8()), ("kind", pa.string()),
                          ("worker", pa.int32()), ("n", pa.int64()), ("ts_min", pa.int64()), ("ts_max", pa.int64()),
@@ -83,27 +84,70 @@ def probe_df(spark: SparkSession, state: DataFrame | None, new: dict[int, Tuples
     rows = route_to_tasks(rows.withColumn("blob_t", F.lit(None).cast("binary")), "worker", p.workers)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        q = parse_query(q_text)
-        for b in batches:
-            for r in b.to_pylist():
-                t0 = time.perf_counter()
-                lid, rid, ts, probed = probe_row(q, r, new, window, self_join)
-                secs = time.perf_counter() - t0
-                n, w, bid = int(lid.shape[0]), int(r["worker"]), int(r["batch_id"])
-                if n:
-                    yield pa.RecordBatch.from_arrays(
-                        [pa.array(np.full(n, int(RowKind.PAIR), np.int8)), pa.array(lid), pa.array(rid),
-                         pa.array(ts), pa.array(np.full(n, w, np.int32)), pa.array(np.full(n, bid, np.int64)),
-                         pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.float64())],
-                        schema=PROBE_ARROW)
-                yield pa.RecordBatch.from_pylist([{
-                    "kind": int(RowKind.STATS), "left_id": None, "right_id": None, "ts": n, "worker": w,
-                    "batch_id": bid, "stored": int(r["n"] or 0), "probed": probed, "seconds": secs}],
-                    schema=PROBE_ARROW)
+        return probe_task(batches, new, q_text, window, self_join)
 
     return rows.mapInArrow(task, PROBE_SCHEMA)
 
 
+def probe_task(batches: Iterable[pa.RecordBatch], new: dict[int, Tuples], q_text: str, window: Any,
+               self_join: bool) -> Iterator[pa.RecordBatch]:
+    """One probe task (of either executor): every state row of ``batches`` (``STATE_ARROW``, or the
+    ``NEW`` pseudo row) probed by the new tuples: ``PAIR`` rows and one ``STATS`` row each (its
+    ``ts`` column holds the row's pair count), as ``PROBE_ARROW`` batches."""
+    q = parse_query(q_text)
+    for b in batches:
+        for r in b.to_pylist():
+            t0 = time.perf_counter()
+            lid, rid, ts, probed = probe_row(q, r, new, window, self_join)
+            secs = time.perf_counter() - t0
+            n, w, bid = int(lid.shape[0]), int(r["worker"]), int(r["batch_id"])
+            if n:
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(np.full(n, int(RowKind.PAIR), np.int8)), pa.array(lid), pa.array(rid),
+                     pa.array(ts), pa.array(np.full(n, w, np.int32)), pa.array(np.full(n, bid, np.int64)),
+                     pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.float64())],
+                    schema=PROBE_ARROW)
+            yield pa.RecordBatch.from_pylist([{
+                "kind": int(RowKind.STATS), "left_id": None, "right_id": None, "ts": n, "worker": w,
+                "batch_id": bid, "stored": int(r["n"] or 0), "probed": probed, "seconds": secs}],
+                schema=PROBE_ARROW)
+
+
+def probe_table(state: pa.Table | None, new: dict[int, Tuples], p: IneqParams) -> pa.Table:
+    """:func:`probe_df` on the in-process executor: the same state rows, routed by ``worker`` to
+    the same tasks (``p.workers``), each :func:`probe_task` on a thread of this process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pseudo = pa.Table.from_pylist([{"batch_id": -1, "side": 0, "kind": NEW, "worker": 0, "n": 0}], schema=STATE_ARROW)
+    rows = pseudo if state is None else pa.concat_tables([state.select(STATE_ARROW.names).cast(STATE_ARROW), pseudo])
+    rows = rows.set_column(rows.schema.get_field_index("blob_t"), "blob_t", pa.nulls(rows.num_rows, pa.binary()))
+    n = max(1, int(p.workers))
+    task_of = np.asarray(rows.column("worker").to_numpy(zero_copy_only=False), np.int64) % n
+    groups = [rows.filter(pa.array(task_of == k)) for k in range(n)]
+
+    def one(t: pa.Table) -> list[pa.RecordBatch]:
+        return list(probe_task(t.to_batches(), new, p.where, p.window, p.self_join))
+
+    with ThreadPoolExecutor(n, thread_name_prefix="ineq-probe") as pool:
+        out = [b for got in pool.map(one, [g for g in groups if g.num_rows]) for b in got]
+    return pa.Table.from_batches(out, schema=PROBE_ARROW)
+
+
+def new_tuples_arrow(records: pa.Table, p: IneqParams, counts: dict[int, int]) -> dict[int, Tuples]:
+    """:func:`new_tuples` of a unit's records read in this process (a pyarrow Table)."""
+    cols = sorted({c for s in p.sides for c in p.columns(s)})
+    ts = records.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    t = pa.table({"side": records.column("side").cast(pa.int64()), "id": records.column("id"), "ts": ts,
+                  **{c: records.column(c) for c in cols}})
+    return split_new(_np(t, "side", np.int64), _np(t, "id", np.int64), _np(t, "ts", np.int64),
+                     {c: _col(t, c) for c in cols}, p, counts)
+
+
+def state_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """State rows (``spo.state_row`` dicts) as a pyarrow Table of ``STATE_ARROW``."""
+    return pa.Table.from_pylist(rows, schema=STATE_ARROW)
+
+
 def state_frame(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
     """State rows (``spo.state_row`` dicts) as a DataFrame of ``STATE_SCHEMA``."""
-    return arrow_frame(spark, pa.Table.from_pylist(rows, schema=STATE_ARROW))
+    return arrow_frame(spark, state_table(rows))
