@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from jobs.ineq.common import IneqRun
 from simjoin.contracts import RowKind
-from simjoin.quality.gates import pairs_expectations, run_suite
+from simjoin.quality.gates import Expect, pairs_expectations, run_suite
 
 
 def staged_pairs(u: Any) -> Any:
@@ -29,20 +29,16 @@ def staged_pairs(u: Any) -> Any:
 
 
 def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
-    from simjoin.quality.gates import expectations
-
-    gxe = expectations()
-
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
     pairs = staged_pairs(u)
-    ex = [*pairs_expectations(None, None, None, False), gxe.ExpectColumnValuesToNotBeNull(column="ts")]
+    ex = [*pairs_expectations(None, None, None, False), Expect.of("ExpectColumnValuesToNotBeNull", column="ts")]
     if run_.self_join and u.in_process:
         pairs = pairs.append_column("_self", pc.equal(pairs.column("left_id"), pairs.column("right_id")))
-        ex.append(gxe.ExpectColumnValuesToNotBeInSet(column="_self", value_set=[True]))
+        ex.append(Expect.of("ExpectColumnValuesToNotBeInSet", column="_self", value_set=[True]))
     elif run_.self_join:  # two streams may share ids; one stream never pairs a tuple with itself
         pairs = pairs.withColumn("_self", F.col("left_id") == F.col("right_id"))
-        ex.append(gxe.ExpectColumnValuesToNotBeInSet(column="_self", value_set=[True]))
+        ex.append(Expect.of("ExpectColumnValuesToNotBeInSet", column="_self", value_set=[True]))
     res = run_suite(pairs, "ineq_pairs", ex)
     return {"unit": u.id, "expectations": res.evaluated, "success": res.success}

@@ -105,3 +105,33 @@ def test_uniqueness_check_is_great_expectations_own(spark, monkeypatch, on_drive
                 assert r.failures[0]["unexpected_count"] == theirs.results[0].result["unexpected_count"]
             ds.delete_asset(asset.name)
     assert list(unique._repeated(__import__("numpy").array([5, 1, 5, 2, 1, 5]))) == [1, 5]
+
+
+def test_the_gate_process_validates_as_this_process_does(monkeypatch):
+    """``preload(process=True)`` (a CLI run whose units may run in process): a suite of ``Expect``
+    on a pyarrow Table is validated in the gate process, with this process's result - a pass, and a
+    failure naming the same expectations and counts."""
+    import pyarrow as pa
+
+    good = pa.table({"left_id": pa.array([1, 2, 3], pa.int64()), "right_id": pa.array([2, 3, 4], pa.int64())})
+    bad = pa.table({"left_id": pa.array([1, 1, 5], pa.int64()), "right_id": pa.array([2, 2, 4], pa.int64())})
+    ex = gates.pairs_expectations(None, None, None, True)
+    assert all(isinstance(e, gates.Expect) for e in ex)
+    here = [gates.run_suite(t, "here", ex, raise_on_failure=False) for t in (good, bad)]
+    monkeypatch.setattr(gates, "_gate_pool", None)
+    gates.preload(process=True)
+    pool = gates._gate_pool
+    assert pool is not None
+    try:
+        there = [gates.run_suite(t, "there", ex, raise_on_failure=False) for t in (good, bad)]
+        with pytest.raises(gates.GateFailed, match="expect_compound_columns_to_be_unique"):
+            gates.run_suite(bad, "there", ex)
+    finally:
+        pool.terminate()
+        monkeypatch.setattr(gates, "_gate_pool", None)
+    assert [r.success for r in there] == [r.success for r in here] == [True, False]
+
+    def key(r):
+        return sorted((f["expectation"], f["unexpected_count"]) for f in r.failures)
+
+    assert key(there[1]) == key(here[1]) and len(key(here[1])) == 2

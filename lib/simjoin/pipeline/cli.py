@@ -110,7 +110,8 @@ def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
         if any(st.gate for st in spec.stages):  # Great Expectations imports (seconds) while the JVM starts
             from simjoin.quality.gates import preload
 
-            preload()
+            # a pipeline whose units may run in process: in a gate process, on the other core
+            preload(process=bool(getattr(run, "IN_PROCESS", False)))
         spark = lazy_spark(load_config(SparkConfig, "spark", {"master": master}))
         if follow:
             from simjoin.pipeline.runner import follow_pipeline

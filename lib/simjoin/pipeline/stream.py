@@ -111,7 +111,7 @@ class OpenUnit:
 
     @classmethod
     def of(cls, engine: Any, run: Any = None, in_process: bool = False) -> OpenUnit | None:
-        unit = _in_process_unit(engine) if in_process else False
+        unit: Any = _in_process_unit(engine) if in_process else False
         if unit is False:
             unit = engine.open_unit()
         if unit is None:

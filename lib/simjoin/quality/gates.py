@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 
 from simjoin.log import get_logger
 
-__all__ = ["GateFailed", "GateResult", "preload", "run_suite", "pairs_expectations", "columns_expectations"]
+__all__ = ["GateFailed", "GateResult", "Expect", "preload", "run_suite", "pairs_expectations", "columns_expectations"]
 
 log = get_logger("simjoin.quality")
 _counter = itertools.count()
@@ -47,6 +47,28 @@ class GateResult:
     success: bool
     evaluated: int
     failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """An expectation as data: the name of a Great Expectations expectation class
+    (``great_expectations.expectations.<name>``) and its arguments. It becomes the GX object
+    where the suite runs (:func:`materialize`), so a stage can declare its gate without
+    importing Great Expectations (seconds), and a suite can run in the gate process."""
+
+    name: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, name: str, **kwargs: Any) -> Expect:
+        return cls(name, tuple(sorted(kwargs.items())))
+
+
+def materialize(e: Any) -> Any:
+    """``e`` as a Great Expectations expectation (an :class:`Expect` is built; a GX object is kept)."""
+    if isinstance(e, Expect):
+        return getattr(expectations(), e.name)(**dict(e.kwargs))
+    return e
 
 
 def _context() -> Any:
@@ -86,13 +108,34 @@ def _spark_source(ctx: Any) -> Any:
 
 
 _preload: threading.Thread | None = None
+#: the gate process (:func:`preload` with ``process``), or None
+_gate_pool: Any = None
 
 
-def preload() -> None:
+def _warm() -> bool:
+    _context()
+    return True
+
+
+def preload(process: bool = False) -> None:
     """Import Great Expectations in a background thread (it takes seconds) while Spark works.
     Every other import of it waits for this one (:func:`expectations`): two threads importing
-    its modules at once can see one of them half initialized."""
-    global _preload
+    its modules at once can see one of them half initialized.
+
+    ``process`` (a CLI run whose units may run in process): import it in a gate process instead,
+    on the other core, while this process runs the stages; :func:`run_suite` then validates a
+    pyarrow Table whose expectations are all :class:`Expect` there, and this process never imports
+    Great Expectations. ``SIMJOIN_GATE_PROCESS=0`` keeps the thread."""
+    global _preload, _gate_pool
+
+    if process and os.environ.get("SIMJOIN_GATE_PROCESS", "1") != "0":
+        import atexit
+        import multiprocessing as mp
+
+        _gate_pool = mp.get_context("spawn").Pool(1)
+        _gate_pool.apply_async(_warm)
+        atexit.register(_gate_pool.terminate)  # never waits for an import the run no longer needs
+        return
 
     def load() -> None:
         # the import holds the GIL for seconds: hand it back to the stages' threads (their numba
@@ -190,6 +233,17 @@ def _named_columns(expectations: list[Any]) -> set[str] | None:
 
 
 def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bool = True) -> GateResult:
+    """:func:`validate` in the gate process when there is one and ``df`` is a pyarrow Table whose
+    expectations are all :class:`Expect` (the same suite, the same result), else here."""
+    pool = _gate_pool
+    if pool is not None and _is_arrow(df) and all(isinstance(e, Expect) for e in expectations):
+        res: GateResult = pool.apply(validate, (df, suite, expectations, False, True))
+        return _result(suite, res.evaluated, res.failures, raise_on_failure)
+    return validate(df, suite, expectations, raise_on_failure)
+
+
+def validate(df: Any, suite: str, expectations: list[Any], raise_on_failure: bool = True,
+             quiet: bool = False) -> GateResult:
     """Validate ``df`` - a Spark DataFrame, or a pyarrow Table the stage holds in the driver
     (validated as pandas) - with the given GX expectations; raise :class:`GateFailed` on failure.
 
@@ -200,6 +254,7 @@ def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bo
     _wait_preload()
     import great_expectations as gx
 
+    expectations = [materialize(e) for e in expectations]
     local = not isinstance(df, DataFrame)
     if local:
         expectations = [_on_pandas(e) for e in expectations]
@@ -213,7 +268,7 @@ def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bo
             df = df.select([c for c in df.column_names if c in named])
         df = df.to_pandas()
     if not theirs:
-        return _result(suite, len(expectations), own_failures, raise_on_failure)
+        return _result(suite, len(expectations), own_failures, raise_on_failure, quiet)
     ctx = _context()
     ds = ctx.data_sources.get("simjoin_pandas") if local else _spark_source(ctx)
     from great_expectations.validator.v1_validator import Validator
@@ -246,11 +301,14 @@ def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bo
                 "exception": (r.exception_info or {}).get("exception_message"),
             })
     ds.delete_asset(asset.name)
-    return _result(suite, len(expectations), failures + own_failures, raise_on_failure)
+    return _result(suite, len(expectations), failures + own_failures, raise_on_failure, quiet)
 
 
-def _result(suite: str, evaluated: int, failures: list[dict[str, Any]], raise_on_failure: bool) -> GateResult:
+def _result(suite: str, evaluated: int, failures: list[dict[str, Any]], raise_on_failure: bool,
+            quiet: bool = False) -> GateResult:
     out = GateResult(suite, not failures, evaluated, failures)
+    if quiet:
+        return out
     if out.success:
         log.info("quality gate %s: %d expectations passed", suite, out.evaluated)
     elif raise_on_failure:
@@ -260,29 +318,26 @@ def _result(suite: str, evaluated: int, failures: list[dict[str, Any]], raise_on
 
 def columns_expectations(columns: dict[str, str], not_null: list[str] | None = None) -> list[Any]:
     """Columns exist with the given Spark type names (e.g. ``{"id": "LongType"}``); some are not null."""
-    gxe = expectations()
-
     ex: list[Any] = []
     for c, t in columns.items():  # a missing column fails its type expectation too
-        ex.append(gxe.ExpectColumnValuesToBeOfType(column=c, type_=t))
+        ex.append(Expect.of("ExpectColumnValuesToBeOfType", column=c, type_=t))
     for c in not_null or []:
-        ex.append(gxe.ExpectColumnValuesToNotBeNull(column=c))
+        ex.append(Expect.of("ExpectColumnValuesToNotBeNull", column=c))
     return ex
 
 
 def pairs_expectations(score_col: str | None, low: float | None, high: float | None,
                        self_join: bool, window_col: str | None = None) -> list[Any]:
     """The pair-output contract: schema, score range, left_id < right_id (self-join), no pair twice."""
-    gxe = expectations()
-
     cols = {"left_id": "LongType", "right_id": "LongType"}
     if score_col:
         cols[score_col] = "DoubleType"
     ex = columns_expectations(cols, not_null=["left_id", "right_id"])
     if score_col and (low is not None or high is not None):
-        ex.append(gxe.ExpectColumnValuesToBeBetween(column=score_col, min_value=low, max_value=high))
+        ex.append(Expect.of("ExpectColumnValuesToBeBetween", column=score_col, min_value=low, max_value=high))
     if self_join:
-        ex.append(gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="right_id", column_B="left_id", or_equal=False))
+        ex.append(Expect.of("ExpectColumnPairValuesAToBeGreaterThanB", column_A="right_id", column_B="left_id",
+                            or_equal=False))
     key = ["left_id", "right_id"] + ([window_col] if window_col else [])
-    ex.append(gxe.ExpectCompoundColumnsToBeUnique(column_list=key))
+    ex.append(Expect.of("ExpectCompoundColumnsToBeUnique", column_list=key))
     return ex

@@ -49,6 +49,9 @@ _MUTABLE_FORMAT = 2
 # cost of sorting them) is answered by a PO-Join snapshot of the mutable part instead, kept until the next insert.
 SNAPSHOT_COST_PER_TUPLE = 20
 SNAPSHOT_MIN_TUPLES = 4096
+# The scan cost is estimated (O(probes log n)) once the part holds this many tuples: a micro-batch of 50,000
+# probes against 2,400 stored tuples under Q1 checks 60 million candidates (2.5 s) where a snapshot takes 0.05 s.
+SNAPSHOT_MIN_STORED = 256
 
 
 @njit(cache=True)
@@ -326,7 +329,7 @@ class MutablePart:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         pkeys = args.keys if args.keys is not None else np.empty(0, dtype=np.int64)
         leader, checks, n_checks = self._classes()
-        if self._snapshot is None and len(self) >= SNAPSHOT_MIN_TUPLES:
+        if self._snapshot is None and len(self) >= SNAPSHOT_MIN_STORED:
             cost = _scan_cost(
                 self.sorted_keys, self.sorted_values, leader, self.keys is not None, pkeys, args.values, self.op_codes
             )
