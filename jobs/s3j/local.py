@@ -24,7 +24,6 @@ takes the distributed stages.
 from __future__ import annotations
 
 import json
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -41,6 +40,7 @@ from jobs.s3j.stats import STATS_SCHEMA, stats_rows
 from simjoin.contracts import Role, RowKind
 from simjoin.faults import maybe_fail
 from simjoin.log import get_logger
+from simjoin.pipeline.stream import in_process_rows
 from simjoin.spark import delta
 from simjoin.spark.delta_files import write_file
 from simjoin.spark.metric import (
@@ -55,25 +55,12 @@ log = get_logger("simjoin.s3j")
 
 
 
-def local_rows() -> int:
-    """Units of up to this many staged records run in the driver (``SIMJOIN_LOCAL_UNIT_ROWS``,
-    default 200,000; 0: never)."""
-    raw = os.environ.get("SIMJOIN_LOCAL_UNIT_ROWS", "200000")
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"SIMJOIN_LOCAL_UNIT_ROWS={raw!r}: allowed an integer >= 0") from None
-    if n < 0:
-        raise ValueError(f"SIMJOIN_LOCAL_UNIT_ROWS={n}: allowed an integer >= 0 (0: never in the driver)")
-    return n
-
-
 def fits(run_: S3JRun, ingested: dict[str, Any]) -> bool:
     """Whether the unit ingest staged (``ingested``, its result) may run in the driver: the
     Airflow DAG then runs stages 2-8 in one task (``driver``), as the CLI does. :func:`run`
     decides again there, on the tables themselves."""
     rows = ingested.get("unit_rows")
-    n = local_rows()
+    n = in_process_rows()
     return (n > 0 and run_.cfg.algorithm == "s3j" and ingested.get("unit") is not None
             and isinstance(rows, int) and rows <= n)
 STAGES = ("partition", "worksets", "join", "gate", "stats", "rebalance", "publish")
@@ -116,7 +103,7 @@ CENTROID_DDL = "partition int, workset_id long, vector array<double>, worker int
 def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any] | None:
     """Stages 2-8 of the open unit in the driver; their results by stage name, or None when the
     unit takes the distributed stages (too large, ClusterJoin, or a table that is not local)."""
-    cfg, limit = run_.cfg, local_rows()
+    cfg, limit = run_.cfg, in_process_rows()
     if limit <= 0 or cfg.algorithm != "s3j":
         return None
     target = delta.file_target(run_.output, PAIR_ARROW)
