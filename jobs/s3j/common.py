@@ -18,11 +18,13 @@ from typing import Any, ClassVar
 
 from simjoin.pipeline.stream import OpenUnit, StreamRun
 
-__all__ = ["S3JRun", "S3JUnit", "expire_state", "open_unit", "micros", "read_assignment", "read_state"]
+__all__ = ["S3JRun", "S3JUnit", "expire_state", "open_unit", "micros", "read_assignment", "read_state",
+           "state_arrow", "assignment_arrow", "window_state_arrow", "us"]
 
 
 class S3JRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"join_state": "join", "centroids": "centroids", "assignment": "assignment"}
+    IN_PROCESS: ClassVar[bool] = True
 
     @property
     def join_state(self) -> str:
@@ -79,6 +81,44 @@ def read_assignment(spark: Any, run: S3JRun, before_unit: int) -> Any:
         return None
     last = a.agg(F.max("unit")).first()[0]
     return None if last is None else a.where(F.col("unit") == last).drop("unit")
+
+
+def us(col: Any) -> Any:
+    """A timestamp column of a pyarrow Table as epoch microseconds (int64): ``micros``'s twin."""
+    import pyarrow as pa
+
+    return col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+
+
+def state_arrow(path: str, before_unit: int, columns: list[str] | None = None) -> Any:
+    """:func:`read_state` of a unit on the in-process executor (deltalake), or None."""
+    from simjoin.spark import delta
+
+    t = delta.read_arrow(path, [("unit", "<", int(before_unit))], columns)
+    return t if t is not None and t.num_rows else None
+
+
+def assignment_arrow(run: S3JRun, before_unit: int) -> Any:
+    """:func:`read_assignment` of a unit on the in-process executor, or None."""
+    import pyarrow.compute as pc
+
+    a = state_arrow(run.assignment, before_unit)
+    if a is None:
+        return None
+    return a.filter(pc.equal(a.column("unit"), pc.max(a.column("unit")))).drop_columns(["unit"])
+
+
+def window_state_arrow(run: S3JRun, before_unit: int, windows: Any) -> Any:
+    """The join state of the windows starting at ``windows`` (epoch microseconds) that units
+    before ``before_unit`` left, with ``w`` and ``we`` (epoch microseconds), or None."""
+    import pyarrow.compute as pc
+
+    js = state_arrow(run.join_state, before_unit)
+    if js is None:
+        return None
+    js = js.append_column("w", us(js.column("window_start"))).append_column("we", us(js.column("window_end")))
+    js = js.filter(pc.is_in(js.column("w"), windows))
+    return js if js.num_rows else None
 
 
 class S3JUnit(OpenUnit):

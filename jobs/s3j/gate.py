@@ -12,12 +12,13 @@ import os
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.s3j.common import S3JRun, open_unit
 from simjoin.contracts import RowKind
-from simjoin.quality.gates import pairs_expectations, run_suite
+from simjoin.quality.gates import Expect, pairs_expectations, run_suite
 from simjoin.spark import delta
 
 #: Up to this many pairs, the gate reads the unit's pair files in the driver and validates them
@@ -34,14 +35,26 @@ def staged_files(run_: S3JRun, u: Any) -> delta.Files | None:
     target = delta.file_target(run_.output, PAIR_ARROW)
     if target is None:
         return None
-    rows = u.work("joined").where(F.col("kind") == int(RowKind.FILE)).select("file").collect()
-    return delta.Files(target[0], target[1], tuple(json.loads(r["file"]) for r in rows))
+    if u.in_process:
+        j = u.work("joined")
+        names = j.filter(pc.equal(j.column("kind"), int(RowKind.FILE))).column("file").to_pylist()
+    else:
+        names = [r["file"] for r in u.work("joined").where(F.col("kind") == int(RowKind.FILE)).select("file").collect()]
+    return delta.Files(target[0], target[1], tuple(json.loads(f) for f in names))
 
 
 def staged_pairs(run_: S3JRun, u: Any, files: delta.Files | None = None) -> Any:
     """The unit's pairs in the output's columns: read from the join tasks' files (``files`` when
-    the caller has listed them already), or the rows."""
+    the caller has listed them already), or the rows; a pyarrow Table on the in-process executor."""
     files = staged_files(run_, u) if files is None else files
+    if u.in_process:
+        if files is not None and files.rows:
+            return delta.files_table(files)
+        j = u.work("joined")
+        j = j.filter(pc.equal(j.column("kind"), int(RowKind.PAIR)))
+        return pa.table({"left_id": j.column("left_id"), "right_id": j.column("right_id"),
+                         "distance": j.column("distance"), "window_start": j.column("w").cast(PAIR_ARROW.field(
+                             "window_start").type)}, schema=PAIR_ARROW)
     if files is not None and files.rows:
         return delta.files_frame(u.engine.spark, files)
     return (u.work("joined").where(F.col("kind") == int(RowKind.PAIR))
@@ -102,12 +115,8 @@ def new_record_column(pairs: Any, records: Any, self_join: bool) -> Any:
 def check(pairs: Any, records: Any, threshold: float, self_join: bool) -> Any:
     """The gate's suite on a unit's ``pairs`` and its staged ``records`` (``window_start, side,
     id``), both Spark DataFrames or both pyarrow Tables (raises ``GateFailed``)."""
-    from simjoin.quality.gates import expectations
-
-    gxe = expectations()
-
     ex = pairs_expectations("distance", 0.0, float(threshold), self_join, "window_start")
-    ex.append(gxe.ExpectColumnValuesToBeInSet(column="new_record", value_set=[True]))
+    ex.append(Expect.of("ExpectColumnValuesToBeInSet", column="new_record", value_set=[True]))
     if isinstance(pairs, pa.Table):
         return run_suite(pairs.append_column("new_record", new_record_column(pairs, records, self_join)),
                          "s3j_pairs", ex)
@@ -123,6 +132,10 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     if u is None:
         return {"unit": None}
     files = staged_files(run_, u)
+    if u.in_process:
+        res = check(staged_pairs(run_, u, files), u.records.select(["window_start", "side", "id"]),
+                    run_.cfg.threshold, run_.self_join)
+        return {"unit": u.id, "expectations": res.evaluated, "success": res.success}
     recs = u.records.select("window_start", "side", "id")
     if files is not None and files.n <= DRIVER_ROWS:  # the pairs' files, read here: no Spark job
         res = check(delta.files_table(files), recs.toArrow(), run_.cfg.threshold, run_.self_join)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.s3j.common import S3JRun, expire_state, open_unit
 from jobs.s3j.gate import staged_files, staged_pairs
 from simjoin.contracts import Role, RowKind
+from simjoin.spark import delta
 
 
 def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
@@ -22,6 +25,11 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     if u is None:
         return {"unit": None}
     b = u.id
+    if u.in_process:
+        pieces = _pieces_arrow(run_, u)
+        res = u.engine.publish(u.unit, pieces, meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}})
+        expire_state(u.engine, run_, res)
+        return res  # type: ignore[no-any-return]
     unit_col = F.lit(b).cast("long").alias("unit")
     members = u.work("members")
     cols: list[Any] = [F.timestamp_micros("w").alias("window_start"), F.timestamp_micros("we").alias("window_end"),
@@ -48,3 +56,51 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
                            small=("stats", "centroids"))
     expire_state(u.engine, run_, res)
     return res  # type: ignore[no-any-return]
+
+
+STATE_DDL = ("window_start timestamp, window_end timestamp, partition int, workset_id long, worker int, "
+             "side byte, id long, vector array<double>, role byte, unit long")
+CENTROID_DDL = "partition int, workset_id long, vector array<double>, worker int, window_start timestamp, unit long"
+
+
+def _as(ddl: str, n: int, **cols: Any) -> pa.Table:
+    """``cols`` (pyarrow arrays, or one value for every row) as a table of the DDL's schema."""
+    sch = delta.arrow_schema(ddl)
+    arrays = []
+    for f in sch:
+        v = cols[f.name]
+        if not isinstance(v, (pa.Array, pa.ChunkedArray)):
+            v = pa.array(np.full(n, v))
+        if pa.types.is_timestamp(f.type) and pa.types.is_integer(v.type):
+            v = v.cast(pa.int64()).cast(f.type)
+        arrays.append(v.cast(f.type))
+    return pa.Table.from_arrays(arrays, schema=sch)
+
+
+def _pieces_arrow(run_: S3JRun, u: Any) -> list[tuple[str, Any, str]]:
+    """The pieces a unit on the in-process executor publishes: the rows of the Spark path's."""
+    b = u.id
+    members = u.work("members")
+    kind = np.asarray(members.column("kind").to_numpy(zero_copy_only=False), np.int8)
+    mem = members.filter(pa.array(kind == int(RowKind.MEMBER)))
+    state = [_as(STATE_DDL, mem.num_rows, window_start=mem.column("w"), window_end=mem.column("we"),
+                 **{c: mem.column(c) for c in ("partition", "workset_id", "worker", "side", "id", "vector", "role")},
+                 unit=b)]
+    stats = u.work("stats", keep_unit=True)
+    if run_.cfg.algorithm == "s3j" and run_.cfg.rebalance != "off":
+        stats = pa.concat_tables([stats, u.work("rebalance", keep_unit=True).cast(stats.schema)])
+    files = staged_files(run_, u)
+    pairs = files if files is not None and files.rows else staged_pairs(run_, u, files)
+    pieces = [("pairs", pairs, run_.output), ("stats", stats, run_.tables.stats)]
+    if run_.cfg.algorithm == "s3j":
+        copies = u.work("copies")
+        buf = copies.filter(copies.column("is_outer"))
+        state.append(_as(STATE_DDL, buf.num_rows, window_start=buf.column("w"), window_end=buf.column("we"),
+                         partition=buf.column("partition"), workset_id=0, worker=-1, side=buf.column("side"),
+                         id=buf.column("id"), vector=buf.column("vector"), role=int(Role.BUFFER), unit=b))
+        cen = members.filter(pa.array(kind == int(RowKind.CENTROID)))
+        pieces.append(("centroids", _as(CENTROID_DDL, cen.num_rows, window_start=cen.column("w"), unit=b,
+                                        **{c: cen.column(c) for c in ("partition", "workset_id", "vector", "worker")}),
+                       run_.centroids))
+    pieces.append(("join_state", pa.concat_tables(state), run_.join_state))
+    return pieces

@@ -19,10 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.s3j.common import S3JRun, open_unit, read_assignment, read_state
+from jobs.s3j.common import S3JRun, assignment_arrow, open_unit, read_assignment, read_state, state_arrow
 from jobs.s3j.stats import ROW_BYTES, STATS_SCHEMA, stats_row
 from simjoin.contracts import RowKind
 from simjoin.core.metric import Assignment, rebalance
@@ -39,24 +40,49 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     cfg = run_.cfg
     if cfg.algorithm != "s3j" or cfg.rebalance == "off":
         return {"unit": u.id, "rebalance": "off"}
-    ws = (u.work("counters").where(F.col("kind") == int(RowKind.WORKSET))
-          .groupBy("partition", "workset_id")
-          .agg(F.sum("load").alias("load"), F.max("n_inner").alias("rows"), F.min("worker").alias("worker"))
-          .orderBy("partition", "workset_id").collect())
+    if u.in_process:
+        ws, prev, homes = _inputs_arrow(run_, u)
+    else:
+        ws = (u.work("counters").where(F.col("kind") == int(RowKind.WORKSET))
+              .groupBy("partition", "workset_id")
+              .agg(F.sum("load").alias("load"), F.max("n_inner").alias("rows"), F.min("worker").alias("worker"))
+              .orderBy("partition", "workset_id").collect())
+        if ws:
+            prev_df = read_assignment(spark, run_, u.id)
+            prev = None if prev_df is None else prev_df.collect()
+            cent = read_state(spark, run_.centroids, u.id)
+            new_c = (u.work("members").where(F.col("kind") == int(RowKind.CENTROID))
+                     .select("partition", "workset_id", "worker"))
+            homes = [*(cent.select("partition", "workset_id", "worker").collect() if cent is not None else []),
+                     *new_c.collect()]
     if not ws:
-        return {"unit": u.id, "rebalance": u.write_work(small_frame(spark, [], STATS_SCHEMA), "rebalance"),
-                "fired": False}
-    prev_df = read_assignment(spark, run_, u.id)
-    prev = None if prev_df is None else prev_df.collect()
-    cent = read_state(spark, run_.centroids, u.id)
-    new_c = u.work("members").where(F.col("kind") == int(RowKind.CENTROID)).select("partition", "workset_id", "worker")
-    homes = [*(cent.select("partition", "workset_id", "worker").collect() if cent is not None else []),
-             *new_c.collect()]
+        return {"unit": u.id, "rebalance": u.write_work(_stats(spark, u, []), "rebalance"), "fired": False}
     res, assignment, out = decide(cfg, u.id, u.dim, ws, prev, homes)
     if assignment:
-        delta.append_idempotent(small_frame(spark, assignment, ASSIGNMENT_SCHEMA), run_.assignment,
-                                u.engine.write_id("assignment", u.unit.checkpoint_id), u.id)
-    return {**res, "rebalance": u.write_work(small_frame(spark, out, STATS_SCHEMA), "rebalance")}
+        delta.append_rows(spark, assignment, ASSIGNMENT_SCHEMA, run_.assignment,
+                          u.engine.write_id("assignment", u.unit.checkpoint_id), u.id)
+    return {**res, "rebalance": u.write_work(_stats(spark, u, out), "rebalance")}
+
+
+def _stats(spark: SparkSession, u: Any, rows: list[tuple[Any, ...]]) -> Any:
+    return delta.rows_table(rows, STATS_SCHEMA) if u.in_process else small_frame(spark, rows, STATS_SCHEMA)
+
+
+def _inputs_arrow(run_: S3JRun, u: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None,
+                                                  list[dict[str, Any]]]:
+    """:func:`decide`'s inputs of a unit on the in-process executor: the per-workset loads, the
+    assignment in force and the worksets' home workers."""
+    c = u.work("counters")
+    c = c.filter(pc.equal(c.column("kind"), int(RowKind.WORKSET)))
+    agg = (c.group_by(["partition", "workset_id"]).aggregate([("load", "sum"), ("n_inner", "max"), ("worker", "min")])
+           .rename_columns(["partition", "workset_id", "load", "rows", "worker"])
+           .sort_by([("partition", "ascending"), ("workset_id", "ascending")]))
+    a = assignment_arrow(run_, u.id)
+    cent = state_arrow(run_.centroids, u.id, ["partition", "workset_id", "worker"])
+    m = u.work("members")
+    new_c = m.filter(pc.equal(m.column("kind"), int(RowKind.CENTROID))).select(["partition", "workset_id", "worker"])
+    homes = [*(cent.to_pylist() if cent is not None else []), *new_c.to_pylist()]
+    return agg.to_pylist(), (None if a is None else a.to_pylist()), homes
 
 
 def decide(cfg: Any, unit: int, dim: int, ws: list[Any], prev_rows: list[Any] | None, home_rows: list[Any]

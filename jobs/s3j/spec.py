@@ -67,8 +67,6 @@ SPEC = PipelineSpec(
               doc="Pairs, stats and state, exactly once per unit; the unit is committed."),
     ),
     run_class="jobs.s3j.common:S3JRun",
-    local="jobs.s3j.local:run",
-    local_fits="jobs.s3j.local:fits",
     summary="jobs.s3j.spec:summary",
     output_columns={"output": ("left_id", "right_id", "distance", "window_start")},
     tags=("streaming",),

@@ -16,9 +16,10 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.s3j.common import S3JRun, micros, open_unit
+from jobs.s3j.common import S3JRun, micros, open_unit, us
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.metric import comparisons_ratio, imbalance
+from simjoin.spark import delta
 from simjoin.spark.session import small_frame
 
 STATS_SCHEMA = (
@@ -52,6 +53,9 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     u = open_unit(spark, run_)
     if u is None:
         return {"unit": None}
+    if u.in_process:
+        rows, res = stats_rows(run_.cfg, u.id, u.dim, *_inputs_arrow(u))
+        return {**res, "stats": u.write_work(delta.rows_table(rows, STATS_SCHEMA), "stats")}
     counters = u.work("counters").collect()  # a few rows per (window, worker) and per workset
     members = u.work("members")
     copies = u.work("copies")
@@ -140,3 +144,28 @@ def stats_rows(cfg: Any, b: int, dim: int, counters: list[Any], form: dict[tuple
         tot["copies"] += copies_n
         tot["computations"] += s["computations"]
     return rows, {"unit": b, "windows": sorted(by_w), **tot}
+
+
+def _inputs_arrow(u: Any) -> tuple[list[Any], dict[tuple[int, int], int], dict[int, tuple[int, int]], dict[int, int]]:
+    """:func:`stats_rows`' inputs of a unit on the in-process executor: the counter rows, the
+    formulation's counts per (window, kind), the copies per window and the records per window."""
+    import pyarrow as pa
+
+    def col(t: pa.Table, name: str, dtype: Any) -> np.ndarray:
+        return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype)
+
+    counters = u.work("counters").to_pylist()
+    members = u.work("members")
+    kind, mw = col(members, "kind", np.int8), col(members, "w", np.int64)
+    n = col(members, "n", np.int64)
+    form: dict[tuple[int, int], int] = {}
+    for w in np.unique(mw[kind != int(RowKind.MEMBER)]).tolist():
+        sel = mw == w
+        form[(w, int(RowKind.CENTROID))] = int((sel & (kind == int(RowKind.CENTROID))).sum())
+        form[(w, int(RowKind.COUNTER))] = int(n[sel & (kind == int(RowKind.COUNTER))].sum())
+    copies = u.work("copies")
+    cw, outer = col(copies, "w", np.int64), col(copies, "is_outer", bool)
+    cp = {w: (int((cw == w).sum()), int(outer[cw == w].sum())) for w in np.unique(cw).tolist()}
+    rw = np.asarray(us(u.records.column("window_start")).to_numpy(), np.int64)
+    recs = {w: int((rw == w).sum()) for w in np.unique(rw).tolist()}
+    return counters, form, cp, recs

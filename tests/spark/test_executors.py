@@ -3,11 +3,12 @@ and the same unit on the Spark executor (``SIMJOIN_LOCAL_UNIT_ROWS=0``: the stag
 Spark jobs) write identical tables - output, state, stats (less the seconds), quarantine and
 progress - whichever executor ran the units before it.
 
-Property test over seeds and shapes: self-joins and two streams, time and count windows, cuts
-inside windows, out-of-order rows within the allowed lateness, late rows, duplicate ids, nulls and
-NaN. Each seed runs its units twice: all in process, then all on Spark (even seeds) or alternating
-(odd seeds: the state one executor wrote is read by the other). A few seeds in ``make test``; more
-with ``-m exhaustive``.
+Property test per pipeline over seeds and shapes: self-joins and two streams, cuts inside
+windows, out-of-order rows within the allowed lateness, late rows, duplicate ids, nulls and NaN;
+for ineq time and count windows, for S3J tumbling and sliding windows, both metrics, S3J and
+ClusterJoin, rebalancing that moves and splits worksets. Each seed runs its units twice: all in
+process, then all on Spark (even seeds) or alternating (odd seeds: the state one executor wrote
+is read by the other). A few seeds in ``make test``; more with ``-m exhaustive``.
 Every run is also checked pair for pair against the brute force."""
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ T0 = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
 T0_US = int(T0.timestamp() * 1_000_000)
 US = pa.timestamp("us", tz="UTC")
 #: columns that hold wall-clock time or a run's own identity, not its result
-NOT_RESULTS = {"seconds", "merge_seconds", "probe_seconds", "max_task_seconds", "checkpoint_id", "batch"}
+NOT_RESULTS = {"seconds", "merge_seconds", "probe_seconds", "max_task_seconds", "checkpoint_id", "batch",
+               "latency_p50_s", "latency_p99_s", "latency_max_s"}
+INEQ_TABLES = {"output": "", "stats": "_stats", "quarantine": "_quarantine", "batches": "_state/batches",
+               "tuples": "_state/tuples", "progress": "_state/progress"}
+S3J_TABLES = {"output": "", "stats": "_stats", "quarantine": "_quarantine", "join": "_state/join",
+              "centroids": "_state/centroids", "assignment": "_state/assignment", "progress": "_state/progress"}
 
 
 def _case(seed: int) -> tuple[dict, list[list[pa.Table]], bool]:
@@ -70,15 +76,13 @@ def _case(seed: int) -> tuple[dict, list[list[pa.Table]], bool]:
     return conf, pieces, timed
 
 
-def _tables(out: str) -> dict[str, list[tuple]]:
+def _tables(out: str, names: dict[str, str]) -> dict[str, list[tuple]]:
     from deltalake import DeltaTable
 
-    names = {"output": out, "stats": out + "_stats", "quarantine": out + "_quarantine",
-             "batches": out + "_state/batches", "tuples": out + "_state/tuples", "progress": out + "_state/progress"}
     got = {}
-    for k, p in names.items():
+    for k, suffix in names.items():
         try:
-            t = DeltaTable(p).to_pyarrow_table()
+            t = DeltaTable(out + suffix).to_pyarrow_table()
         except Exception:
             got[k] = []
             continue
@@ -88,7 +92,8 @@ def _tables(out: str) -> dict[str, list[tuple]]:
     return got
 
 
-def _run(spark, tmp, conf: dict, pieces: list[list[pa.Table]], on_spark, monkeypatch) -> dict:
+def _run(spark, tmp, conf: dict, pieces: list[list[pa.Table]], on_spark, monkeypatch, pipeline: str = "ineq",
+         names: dict[str, str] = INEQ_TABLES) -> dict:
     from deltalake import write_deltalake
 
     conf = {**conf, "left": str(tmp / "l"), "output": str(tmp / "out")}
@@ -98,10 +103,9 @@ def _run(spark, tmp, conf: dict, pieces: list[list[pa.Table]], on_spark, monkeyp
         for path, t in zip([conf["left"], conf.get("right")], per_side, strict=False):
             write_deltalake(path, t, mode="append")
         monkeypatch.setenv("SIMJOIN_LOCAL_UNIT_ROWS", "0" if on_spark(u) else "200000")
-        _, res = run_named(spark, "ineq", **conf)
-        ran = [r.get("probe", {}) for r in res["rounds"]]
-        assert ran and all(isinstance(r, dict) for r in ran)
-    return _tables(conf["output"])
+        _, res = run_named(spark, pipeline, **conf)
+        assert res["rounds"] and all(len(r) > 1 for r in res["rounds"]), res  # every stage ran
+    return _tables(conf["output"], names)
 
 
 def _admitted(pieces: list[list[pa.Table]], out: str) -> list[dict[str, np.ndarray] | None]:
@@ -182,3 +186,138 @@ def test_ineq_executors_write_identical_tables(spark, tmp_path, monkeypatch, see
 @pytest.mark.parametrize("seed", [s for s in range(3, 25) if s not in SEEDS])
 def test_ineq_executors_write_identical_tables_more_seeds(spark, tmp_path, monkeypatch, seed):
     _check(spark, tmp_path, monkeypatch, seed)
+
+
+# ------------------------------------------------------------------------------------------ S3J
+
+
+def _s3j_case(seed: int) -> tuple[dict, list[list[pa.Table]]]:
+    """A random S3J shape: the config and, per unit, the rows appended to each stream. Vectors
+    cluster around a hot spot (worksets the rebalance moves and splits); bad rows: a null vector,
+    a NaN element, a wrong dimension, a duplicate id, rows far behind every open window (late), a
+    zero vector under the angular metric; out-of-order rows stay within the allowed lateness."""
+    rng = np.random.default_rng(1000 + seed)
+    two = bool(rng.integers(0, 2))
+    metric = ["euclidean", "angular"][int(rng.integers(0, 2))]
+    dim = int(rng.integers(2, 4))
+    window = int([10, 20, 30][int(rng.integers(0, 3))])
+    lateness = int(rng.integers(2, 8))
+    conf: dict = {"metric": metric, "threshold": float(rng.uniform(0.15, 0.3) if metric == "euclidean"
+                                                      else rng.uniform(0.04, 0.08)),
+                  "window": f"{window}s", "workers": int(rng.integers(1, 4)), "allowed_lateness": f"{lateness}s"}
+    if rng.integers(0, 2):
+        conf["slide"] = f"{window // 2}s"
+    if seed % 4 == 3:
+        conf["algorithm"] = "clusterjoin"
+    elif rng.integers(0, 3):
+        conf.update(rebalance="split", rebalance_trigger=0.05)
+    units = int(rng.integers(2, 4))
+    n = int(rng.integers(40, 80))
+    pieces: list[list[pa.Table]] = []
+    next_id = 10
+    for u in range(units):
+        per_side = []
+        for _ in range(2 if two else 1):
+            ids = np.arange(next_id, next_id + n, dtype=np.int64)
+            next_id += n
+            secs = u * 40 + np.round(rng.uniform(0, 40, n), 1)  # ties in ts
+            if u:  # out of order: behind the previous unit's ts, within the lateness
+                back = rng.random(n) < 0.15
+                secs = np.where(back, u * 40 - np.round(rng.uniform(0, lateness - 1, n), 1), secs)
+            hot = rng.random(n) < 0.5
+            X = np.where(hot[:, None], 0.4 + rng.normal(0, 0.05, (n, dim)), rng.uniform(-1, 1, (n, dim)))
+            vec: list = [list(map(float, x)) for x in X]
+            bad = rng.random(n)
+            for i in np.flatnonzero(bad < 0.02):
+                vec[i] = None
+            for i in np.flatnonzero((bad >= 0.02) & (bad < 0.04)):
+                vec[i][0] = float("nan")
+            for i in np.flatnonzero((bad >= 0.04) & (bad < 0.06)):
+                vec[i] = vec[i] + [0.5]
+            if metric == "angular":
+                for i in np.flatnonzero((bad >= 0.06) & (bad < 0.07)):
+                    vec[i] = [0.0] * dim
+            dup = (bad > 0.96) & (ids > next_id - n + 3)
+            ids = np.where(dup, ids - 3, ids)  # an id of this unit: a duplicate in an open window
+            secs = np.where(dup, secs + 0.05, secs)
+            if u:
+                late = rng.random(n) < 0.05
+                secs = np.where(late, -1000 - np.round(rng.uniform(0, 5, n), 1), secs)
+            t = pa.table({"id": pa.array(ids), "ts": pa.array((T0_US + secs * 1e6).astype(np.int64)).cast(US),
+                          "vector": pa.array(vec, pa.list_(pa.float64()))})
+            per_side.append(t)
+        pieces.append(per_side)
+    return conf, pieces
+
+
+def _s3j_brute_force(conf: dict, pieces: list[list[pa.Table]], out: str) -> set[tuple[int, int, int]]:
+    """(left_id, right_id, window start in seconds) of every pair the brute force finds among the
+    rows ingest admitted (every row less the quarantined ones: a quarantined row is quarantined
+    in all its windows here, by the case's construction)."""
+    from deltalake import DeltaTable
+
+    from simjoin.core.metric import brute_force_join
+
+    q = DeltaTable(out + "_quarantine").to_pyarrow_table().to_pylist()
+    gone = {(r["side"], r["id"], r["ts"]) for r in q}
+    assert all(r["id"] is not None for r in q)
+    rows = []
+    for per_side in pieces:
+        for side, t in enumerate(per_side):
+            for r in t.to_pylist():
+                if (side, r["id"], r["ts"]) not in gone:
+                    rows.append((side, r["id"], (r["ts"] - T0).total_seconds(), r["vector"]))
+    size = float(conf["window"][:-1])
+    slide = float(conf.get("slide", conf["window"])[:-1])
+    two = len(pieces[0]) == 2
+    ref = set()
+    starts = {s for _, _, ts, _ in rows for s in np.arange(np.floor(ts / slide) * slide - size + slide,
+                                                             np.floor(ts / slide) * slide + slide, slide)}
+    for w in sorted(starts):
+        inside = [r for r in rows if w <= r[2] < w + size]
+        if len(inside) < 2:
+            continue
+        X = np.array([r[3] for r in inside])
+        ids = np.array([r[1] for r in inside])
+        side = np.array([r[0] for r in inside]) if two else None
+        L, R, _ = brute_force_join(X, ids, side, conf["metric"], conf["threshold"])
+        ref |= {(int(a), int(b), int(round(w))) for a, b in zip(L, R, strict=True)}
+    return ref
+
+
+def _check_s3j(spark, tmp_path, monkeypatch, seed):
+    from deltalake import DeltaTable
+
+    conf, pieces = _s3j_case(seed)
+    local = _run(spark, tmp_path / "local", conf, pieces, lambda u: False, monkeypatch, "s3j", S3J_TABLES)
+    other = _run(spark, tmp_path / "other", conf, pieces, (lambda u: u % 2 == 1) if seed % 2 else (lambda u: True),
+                 monkeypatch, "s3j", S3J_TABLES)
+    for k in local:
+        assert local[k] == other[k], f"seed {seed}: {k} differs between the executors"
+    out = str(tmp_path / "local" / "out")
+    t = DeltaTable(out).to_pyarrow_table()
+    got = [(a, b, int((w - T0).total_seconds())) for a, b, w in zip(
+        t.column("left_id").to_pylist(), t.column("right_id").to_pylist(), t.column("window_start").to_pylist(),
+        strict=True)]
+    assert len(got) == len(set(got)), f"seed {seed}: a pair twice"
+    ref = _s3j_brute_force(conf, pieces, out)
+    assert set(got) == ref, f"seed {seed}: {len(got)} pairs, the brute force {len(ref)}"
+    assert got and local["quarantine"], "the case has pairs and bad rows"
+    if conf.get("rebalance") == "split" and seed in S3J_SEEDS:
+        assert local["assignment"], f"seed {seed}: the rebalance never fired"
+
+
+#: fast seeds cover: a self-join with sliding windows and rebalancing on Spark (0), two streams,
+#: alternating executors (1) and ClusterJoin (3)
+S3J_SEEDS = [0, 1, 3]
+
+
+@pytest.mark.parametrize("seed", S3J_SEEDS)
+def test_s3j_executors_write_identical_tables(spark, tmp_path, monkeypatch, seed):
+    _check_s3j(spark, tmp_path, monkeypatch, seed)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("seed", [s for s in range(2, 20) if s not in S3J_SEEDS])
+def test_s3j_executors_write_identical_tables_more_seeds(spark, tmp_path, monkeypatch, seed):
+    _check_s3j(spark, tmp_path, monkeypatch, seed)

@@ -151,8 +151,8 @@ def test_follow_killed_between_staging_and_publishing_resumes_exactly(tmp_path):
     assert len(got) == len(set(got)) and set(got) == s.brute_force()
 
 
-def test_follow_crashing_inside_a_driver_units_publish_resumes_exactly(tmp_path):
-    """A unit run in the driver (``jobs.s3j.local``) fails after its pieces were appended and
+def test_follow_crashing_inside_an_in_process_units_publish_resumes_exactly(tmp_path):
+    """A unit on the in-process executor fails after its pieces were appended and
     before the unit is committed: the follower exits with the fault, and the next start finishes
     the unit (skipping the committed pieces by their txn ids), catches up and follows - exact."""
     s = Streams(tmp_path, 11)
@@ -161,7 +161,7 @@ def test_follow_crashing_inside_a_driver_units_publish_resumes_exactly(tmp_path)
     p = _follow(tmp_path, log)
     _wait(p, log, lambda: _units(tmp_path) >= 1, "unit 0")
     p.send_signal(signal.SIGINT)
-    assert p.wait(120) == 0 and "ran in the driver" in log.read_text()
+    assert p.wait(120) == 0 and "runs on the in-process executor" in log.read_text()
     s.append(1)
     p = _follow(tmp_path, log, SIMJOIN_FAULTS="s3j.publish.mid")
     assert p.wait(300) != 0 and "injected fault at s3j.publish.mid" in log.read_text()

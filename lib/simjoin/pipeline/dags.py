@@ -10,10 +10,8 @@
   :func:`simjoin.pipeline.runner.run_task`; retries from the spec, and an ``execution_timeout``
   (:func:`task_timeout`, 4 h by default) so that a hung task is failed and its output's lock
   freed (the lock of a process that is gone is stale). A ``background`` gate runs
-  beside the stages after it, as in one process, and every publishing stage waits for it. A
-  pipeline with ``local_fits`` (S3J) also has a ``driver`` task: its first task is a branch
-  that, for a unit small enough for one process, runs ``driver`` (every later stage in one task,
-  as the CLI runs them) and skips the per-stage tasks; a larger unit takes the stages.
+  beside the stages after it, as in one process, and every publishing stage waits for it. A task
+  opens Spark only when its stage runs a unit on the Spark executor (a lazy session).
 - **Assets:** a stage's ``outlets`` name tables. Each is an ``AssetAlias``
   (``simjoin_<name>.<table>``) through which the task announces, when it succeeds, the Asset of
   the table it really wrote (``file://<path>`` of this run's params, not only the default path),
@@ -36,7 +34,7 @@ import os
 from typing import Any
 
 from simjoin.pipeline.registry import get_spec
-from simjoin.pipeline.spec import DRIVER_TASK, PipelineSpec
+from simjoin.pipeline.spec import PipelineSpec
 
 __all__ = ["build_dag", "dag_params", "warehouse", "schedule_of", "alias_name", "task_timeout", "TASK_TIMEOUT"]
 
@@ -173,7 +171,6 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
 
         prev = None  # the last stage that is not a background gate
         pending: list[Any] = []  # background gates not yet awaited
-        first: Any = None
         for st in spec.stages:
             outlets = [AssetAlias(alias_name(spec.name, k)) for k in st.outlets]
 
@@ -181,23 +178,6 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
                            for k, v in (("reads", st.reads), ("writes", st.writes)) if v)
             kind = " Quality gate: writes nothing." if st.gate else ""
             doc_md = f"{st.doc}{kind}\n\n{io} (at the default paths)"
-            if prev is None and spec.local_fits:  # the first stage chooses: one driver task or the stages
-                doc_md += (f"\n\nThen runs `{DRIVER_TASK}` for a unit small enough for one process, else "
-                           f"`{spec.stages[1].name}` and the stages after it.")
-
-                @task.branch(task_id=st.name, outlets=outlets, doc_md=doc_md)
-                def _first(params: Any = None, run_id: Any = None, outlet_events: Any = None, _name: str = st.name,
-                           _outlets: tuple[str, ...] = st.outlets) -> list[str]:
-                    from simjoin.pipeline.runner import next_tasks, run_task
-
-                    out = run_task(spec.name, _name, dict(params), run_id)
-                    announce(params, run_id, outlet_events, _name, _outlets)
-                    return next_tasks(spec, dict(params), run_id, out)
-
-                t = first = _first()
-                prev = t
-                continue
-
             @task(task_id=st.name, outlets=outlets, doc_md=doc_md)
             def _stage(params: Any = None, run_id: Any = None, outlet_events: Any = None, _name: str = st.name,
                        _outlets: tuple[str, ...] = st.outlets) -> dict[str, Any]:
@@ -218,19 +198,4 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
                 pending.append(t)
                 continue
             prev = t
-        if first is not None:  # every later stage of a small unit, in one task (PipelineSpec.local_fits)
-            keys = tuple(k for st in spec.stages[1:] for k in st.outlets)
-
-            @task(task_id=DRIVER_TASK, outlets=[AssetAlias(alias_name(spec.name, k)) for k in keys],
-                  doc_md=f"Stages {', '.join(s.name for s in spec.stages[1:])} of a small unit, in this one task "
-                         "as a CLI run has them (the per-stage tasks are skipped): one task process instead of "
-                         f"{len(spec.stages) - 1}. The same tables, gate and exactly-once publish.")
-            def _driver(params: Any = None, run_id: Any = None, outlet_events: Any = None) -> dict[str, Any]:
-                from simjoin.pipeline.runner import run_task
-
-                out = run_task(spec.name, DRIVER_TASK, dict(params), run_id)
-                announce(params, run_id, outlet_events, DRIVER_TASK, keys)
-                return out
-
-            first >> _driver()
     return dag

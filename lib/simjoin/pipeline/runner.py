@@ -31,9 +31,9 @@ from simjoin.log import get_logger
 from simjoin.log import stage as log_stage
 from simjoin.pipeline.lock import OutputLocked, output_lock, output_of
 from simjoin.pipeline.registry import get_spec
-from simjoin.pipeline.spec import DRIVER_TASK, TRIGGERS, NothingNew, PipelineSpec, Run, resolve
+from simjoin.pipeline.spec import TRIGGERS, NothingNew, PipelineSpec, Run
 
-__all__ = ["run_stage", "run_driver", "next_tasks", "run_task", "run_pipeline", "follow_pipeline", "Follow",
+__all__ = ["run_stage", "run_task", "run_pipeline", "follow_pipeline", "Follow",
            "guard_outputs", "InjectedFault", "one_line", "VALIDATION_ERRORS"]
 
 log = get_logger("simjoin.pipeline")
@@ -143,62 +143,8 @@ def _spark_kind(spark: Any) -> str:
 VALIDATION_ERRORS: tuple[type[BaseException], ...] = (ConfigError, ValueError, FileNotFoundError)
 
 
-def run_driver(pipeline: str | PipelineSpec, params: dict[str, Any], run_id: str = "cli", spark: Any = None,
-               attempt: int = 1, mode: str = "cli", trigger: str = "cli", as_of: Any = None) -> dict[str, Any]:
-    """Every stage after the first, in this process, for the unit the first stage staged: what
-    the Airflow task ``driver`` runs when the spec's ``local_fits`` accepted the unit. The spec's
-    ``local`` runs them (or, when it declines the unit, each stage runs here in turn, as in a
-    CLI run). Holds the output's lock; returns the results by stage name."""
-    from simjoin.pipeline.timing import TaskTiming, process_age
-    from simjoin.quality.gates import preload
-
-    spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
-    if not spec.local:
-        raise ValueError(f"pipeline {spec.name} has no driver path (its spec sets no local): allowed only for "
-                         "pipelines with one")
-    preload()  # Great Expectations imports (2-3 s) while the stages before the gate run
-    timing = TaskTiming(run_id, spec.name, DRIVER_TASK, mode, attempt=attempt, process_s=process_age())
-    run = spec.make_run(params, run_id, trigger=trigger, as_of=as_of)
-    run.in_process = True  # the stages hand each other their frames, as in one CLI process
-    timing.output, timing.invocation = _abs_output(run), run_id
-    if spark is None:
-        from simjoin.spark.session import lazy_spark
-
-        spark = lazy_spark(connect_now=False)
-    timing.spark = _spark_kind(spark)
-    t1 = time.perf_counter()
-    timed: list[Any] = []
-    try:
-        with output_lock(output_of(run), run.run_id, f"task {DRIVER_TASK}"), \
-                current_stage(f"{spec.name}.{DRIVER_TASK}"):
-            done = _run_stages(spark, run, spec.stages[1:], timed)
-            last = done.get(spec.stages[-1].name)
-            timing.count(last if isinstance(last, dict) else {})
-            maybe_fail(f"{spec.name}.{DRIVER_TASK}")
-    except BaseException:
-        timing.ok = False
-        raise
-    finally:
-        if timed:
-            log.info("task %s %s: %s", spec.name, DRIVER_TASK, ", ".join(f"{n} {sec:.2f}s" for n, sec, _ in timed))
-        _finish(timing, spark, t1)
-    return _jsonable(done)  # type: ignore[no-any-return]
-
-
-def next_tasks(pipeline: str | PipelineSpec, params: dict[str, Any], run_id: str, first: dict[str, Any]) -> list[str]:
-    """The Airflow tasks to run after the first stage, from its result: ``driver`` when the
-    spec's ``local_fits`` accepts the unit it staged, else the second stage's."""
-    spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
-    if spec.local_fits and resolve(spec.local_fits)(spec.make_run(params, run_id), first):
-        log.info("%s: unit %s (%s rows) runs its later stages in one task, %s", spec.name, first.get("unit"),
-                 first.get("unit_rows"), DRIVER_TASK)
-        return [DRIVER_TASK]
-    return [spec.stages[1].name]
-
-
 def run_task(pipeline: str, stage: str, params: dict[str, Any], run_id: str) -> dict[str, Any]:
-    """Airflow's task body: a validation error fails the task at once (no retry), with one line.
-    ``stage`` is a stage's name, or ``driver`` (:func:`run_driver`)."""
+    """Airflow's task body: a validation error fails the task at once (no retry), with one line."""
     attempt, trigger, as_of = 1, "manual", None
     try:
         from airflow.sdk import get_current_context
@@ -209,8 +155,6 @@ def run_task(pipeline: str, stage: str, params: dict[str, Any], run_id: str) -> 
     except Exception:  # outside a running task (tests calling it directly)
         pass
     try:
-        if stage == DRIVER_TASK:
-            return run_driver(pipeline, params, run_id, attempt=attempt, mode="airflow", trigger=trigger, as_of=as_of)
         return run_stage(pipeline, stage, params, run_id, attempt=attempt, mode="airflow", trigger=trigger,
                          as_of=as_of)
     except NothingNew as e:
@@ -333,15 +277,7 @@ def _run_stages(spark: Any, run: Run, stages: Any, timed: list[Any]) -> dict[str
         writes = delta.background_writes() if spec.run_type == "batch" else nullcontext()
         with writes, ThreadPoolExecutor(1, thread_name_prefix="gate") as pool:
             pending: list[tuple[str, Future[Any]]] = []
-            local = resolve(spec.local) if spec.local and getattr(run, "in_process", False) else None
             for st in stages:
-                if local is not None and len(spec.stages) > 1 and st is spec.stages[1]:
-                    # a small unit: every later stage in this process (``PipelineSpec.local``)
-                    got = _timed(spec, "driver", local, spark, run, timed)
-                    if got is not None:
-                        done.update(got)
-                        break
-                    timed.pop()
                 fn = st.function()
                 if st.publishes:
                     for name, fut in pending:

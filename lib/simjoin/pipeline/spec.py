@@ -67,10 +67,6 @@ class Stage:
         return resolve(self.fn)  # type: ignore[no-any-return]
 
 
-#: The Airflow task that runs every stage after the first for a unit ``local_fits`` accepts.
-DRIVER_TASK = "driver"
-
-
 @dataclass(frozen=True)
 class PipelineSpec:
     name: str
@@ -81,15 +77,6 @@ class PipelineSpec:
     section: str = ""
     #: The run object stages receive; a subclass of :class:`Run` with the pipeline's helpers.
     run_class: str = "simjoin.pipeline.spec:Run"
-    #: ``fn(spark, run) -> results by stage name, or None``: every stage after the first for a
-    #: small unit in this process (a run that holds all its stages: the CLI, follow mode); None
-    #: hands the unit to the stages.
-    local: str = ""
-    #: ``fn(run, first stage's result) -> bool``: whether the unit the first stage staged is small
-    #: enough for ``local``. In Airflow, the first task then hands the unit to one task,
-    #: ``driver`` (:data:`DRIVER_TASK`), which runs every later stage as the CLI does, instead
-    #: of one task per stage; the per-stage tasks are skipped.
-    local_fits: str = ""
     #: ``fn(run, results) -> str``: the CLI's one-line summary.
     summary: str = ""
     #: Tables (``Run.tables`` keys) -> expected column names, checked by the overwrite guard.
@@ -119,8 +106,6 @@ class PipelineSpec:
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names) or not names:
             raise ValueError(f"pipeline {self.name}: stage names must be unique and non-empty, got {names}")
-        if self.local_fits and (not self.local or DRIVER_TASK in names):
-            raise ValueError(f"pipeline {self.name}: local_fits needs local, and no stage named {DRIVER_TASK}")
         if self.run_type not in ("batch", "stream", "tool"):
             raise ValueError(f"pipeline {self.name}: invalid run_type {self.run_type!r}: allowed batch, stream, tool")
 

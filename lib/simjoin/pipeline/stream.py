@@ -87,6 +87,11 @@ class StreamRun(Run):
             return self.frames["open_unit"]
         u = OpenUnit.of(self.engine(spark), self, in_process=self.IN_PROCESS)
         if u is not None:
+            from simjoin.log import get_logger
+
+            get_logger("simjoin.pipeline").info(
+                "%s: unit %d runs on the %s", self.pipeline, u.id,
+                f"in-process executor ({u.records.num_rows} records)" if u.in_process else "Spark executor")
             self.keep("open_unit", u)
         return u
 

@@ -33,7 +33,7 @@ from simjoin.contracts import RowKind
 from simjoin.core.inequality.query import parse_query
 from simjoin.core.inequality.spo import NEW, IneqParams, Tuples, probe_row
 from simjoin.core.inequality.spo import new_tuples as split_new
-from simjoin.spark.routing import route_to_tasks
+from simjoin.spark.routing import map_tasks, route_to_tasks
 from simjoin.spark.session import arrow_frame
 
 __all__ = ["STATE_SCHEMA", "PROBE_SCHEMA", "new_tuples", "new_tuples_arrow", "probe_df", "probe_table", "probe_task",
@@ -116,20 +116,16 @@ def probe_task(batches: Iterable[pa.RecordBatch], new: dict[int, Tuples], q_text
 def probe_table(state: pa.Table | None, new: dict[int, Tuples], p: IneqParams) -> pa.Table:
     """:func:`probe_df` on the in-process executor: the same state rows, routed by ``worker`` to
     the same tasks (``p.workers``), each :func:`probe_task` on a thread of this process."""
-    from concurrent.futures import ThreadPoolExecutor
-
     pseudo = pa.Table.from_pylist([{"batch_id": -1, "side": 0, "kind": NEW, "worker": 0, "n": 0}], schema=STATE_ARROW)
     rows = pseudo if state is None else pa.concat_tables([state.select(STATE_ARROW.names).cast(STATE_ARROW), pseudo])
     rows = rows.set_column(rows.schema.get_field_index("blob_t"), "blob_t", pa.nulls(rows.num_rows, pa.binary()))
     n = max(1, int(p.workers))
     task_of = np.asarray(rows.column("worker").to_numpy(zero_copy_only=False), np.int64) % n
-    groups = [rows.filter(pa.array(task_of == k)) for k in range(n)]
 
     def one(t: pa.Table) -> list[pa.RecordBatch]:
         return list(probe_task(t.to_batches(), new, p.where, p.window, p.self_join))
 
-    with ThreadPoolExecutor(n, thread_name_prefix="ineq-probe") as pool:
-        out = [b for got in pool.map(one, [g for g in groups if g.num_rows]) for b in got]
+    out = [b for got in map_tasks(rows, task_of, one, "ineq-probe") for b in got]
     return pa.Table.from_batches(out, schema=PROBE_ARROW)
 
 

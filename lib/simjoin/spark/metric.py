@@ -66,6 +66,7 @@ __all__ = [
     "JOIN_OUT_SCHEMA",
     "MEMBER_SCHEMA",
     "JoinParams",
+    "clusterjoin_members_arrow",
     "clusterjoin_members_df",
     "formulate_worksets_df",
     "formulate_partition_arrow",
@@ -74,6 +75,8 @@ __all__ = [
     "route_by_assignment_arrow",
     "space_partition_arrow",
     "join_counters",
+    "join_counters_arrow",
+    "join_task_arrow",
     "join_worksets_df",
     "route_by_assignment",
     "space_partition_df",
@@ -196,16 +199,30 @@ def space_partition_df(records: DataFrame, p: JoinParams) -> DataFrame:
     return records.select(*_COPY_COLS).mapInArrow(fn, COPY_SCHEMA)
 
 
-def clusterjoin_members_df(copies: DataFrame, p: JoinParams) -> DataFrame:
+def clusterjoin_members_arrow(copies: pa.Table | pa.RecordBatch, p: JoinParams) -> pa.Table:
     """ClusterJoin (Section 9.4): each virtual partition is one group; home rows probe
     everything (role outlier), outer copies probe home rows only (role outer); virtual
-    partition v runs on worker ``v % P``."""
-    return copies.select(
-        "w", "we", "partition", F.lit(1).cast("long").alias("workset_id"),
-        (F.col("partition") % p.workers).cast("int").alias("worker"), "side", "id", "vector",
-        F.when(F.col("is_outer"), OUTER).otherwise(OUTLIER).cast("byte").alias("role"),
-        F.lit(True).alias("is_new"),
-    )
+    partition v runs on worker ``v % P``. ``COPY_SCHEMA`` rows in, ``FORM_SCHEMA`` rows
+    (``RowKind.MEMBER``) out."""
+    n = copies.num_rows
+    part = _np(copies, "partition", np.int64)
+    role = np.where(_np(copies, "is_outer", bool), OUTER, OUTLIER).astype(np.int8)
+    cols = {"w": copies.column("w"), "we": copies.column("we"), "partition": copies.column("partition"),
+            "workset_id": pa.array(np.ones(n, np.int64)), "worker": pa.array((part % p.workers).astype(np.int32)),
+            "side": copies.column("side"), "id": copies.column("id"), "vector": copies.column("vector"),
+            "role": pa.array(role), "is_new": pa.array(np.ones(n, bool)),
+            "kind": pa.array(np.full(n, int(RowKind.MEMBER), np.int8)), "n": pa.array(np.zeros(n, np.int64))}
+    return pa.Table.from_arrays([cols[f.name].cast(f.type) for f in _FORM_ARROW], schema=_FORM_ARROW)
+
+
+def clusterjoin_members_df(copies: DataFrame, p: JoinParams) -> DataFrame:
+    """:func:`clusterjoin_members_arrow` in ``mapInArrow`` tasks."""
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            yield from clusterjoin_members_arrow(b, p).to_batches()
+
+    return copies.mapInArrow(fn, FORM_SCHEMA)
 
 
 # --------------------------------------------------------------------------- Section 7.1-7.5
@@ -532,13 +549,31 @@ def join_worksets_df(members: DataFrame, p: JoinParams, pair_files: tuple[str, p
 
     def fn(t: pa.Table) -> pa.Table:
         file_schema = pa.ipc.read_schema(pa.py_buffer(file_ipc)) if file_ipc is not None else None
-        out, pairs = join_worker_arrow(t, p, file_schema)
-        if root is not None and pairs is not None and pairs.num_rows:
-            out = pa.concat_tables([out, pa.Table.from_batches([_file_batch(
-                int(t.column("worker")[0].as_py()), write_file(root, pairs))], schema=_JOIN_ARROW)])
-        return out
+        return join_task_arrow(t, p, None if root is None else (root, file_schema))
 
     return members.groupBy("worker").applyInArrow(fn, JOIN_OUT_SCHEMA)
+
+
+def join_task_arrow(t: pa.Table, p: JoinParams, pair_files: tuple[str, Any] | None = None) -> pa.Table:
+    """One join task (a worker's rows): :func:`join_worker_arrow`, its pairs written as one
+    Parquet file into ``pair_files`` (directory, Arrow schema) and named by a ``RowKind.FILE`` row,
+    or kept as ``PAIR`` rows without it. The body of ``join_worksets_df``'s tasks and of the
+    in-process executor's (``JOIN_OUT_SCHEMA`` rows)."""
+    out, pairs = join_worker_arrow(t, p, None if pair_files is None else pair_files[1])
+    if pair_files is not None and pairs is not None and pairs.num_rows:
+        out = pa.concat_tables([out, pa.Table.from_batches([_file_batch(
+            int(t.column("worker")[0].as_py()), write_file(pair_files[0], pairs))], schema=_JOIN_ARROW)])
+    return out
+
+
+def join_counters_arrow(joined: pa.Table) -> pa.Table:
+    """:func:`join_counters` of a pyarrow Table: the STATS and WORKSET rows, counters as columns."""
+    kind = _np(joined, "kind", np.int8)
+    t = joined.filter(pa.array((kind == int(RowKind.STATS)) | (kind == int(RowKind.WORKSET))))
+    c = t.column("c").combine_chunks() if t.num_rows else pa.nulls(0, _COUNTERS_ARROW)
+    return pa.Table.from_arrays([t.column("kind"), t.column("w"), t.column("worker"),
+                                 *[c.field(name) for name, _ in _COUNTER_FIELDS]],
+                                names=["kind", "w", "worker", *[name for name, _ in _COUNTER_FIELDS]])
 
 
 def join_worker_arrow(t: pa.Table, p: JoinParams, pairs_schema: pa.Schema | None = None

@@ -9,13 +9,20 @@ SSJ routes its units (Fier & Freytag's n x m units), the inequality join its PO-
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from simjoin.core.hashing import spark_hash_long
 
-__all__ = ["spark_hash_long", "partition_keys", "route_to_tasks"]
+__all__ = ["spark_hash_long", "partition_keys", "route_to_tasks", "map_tasks"]
+
+R = TypeVar("R")
 
 
 def partition_keys(n: int) -> np.ndarray:
@@ -41,3 +48,23 @@ def route_to_tasks(df: DataFrame, task_col: str, n: int) -> DataFrame:
     keys = F.array(*[F.lit(int(k)) for k in partition_keys(n)])
     return (df.withColumn("_route", F.element_at(keys, (F.col(task_col) % n).cast("int") + 1))
             .repartition(n, "_route").drop("_route"))
+
+
+def map_tasks(t: pa.Table, task: np.ndarray, fn: Callable[[pa.Table], R], name: str = "task") -> list[R]:
+    """The in-process executor's ``groupBy(task).applyInArrow``: ``fn`` on the rows of each task
+    (``task``: a task id per row of ``t``; rows keep their order), task ids ascending, on a thread
+    pool of at most one thread per core. The Spark executor runs the same ``fn`` per task."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    task = np.asarray(task)
+    if t.num_rows == 0:
+        return []
+    order = np.argsort(task, kind="stable")
+    ids, start = np.unique(task[order], return_index=True)
+    rows = t.take(pa.array(order))
+    bounds = [*start.tolist(), int(task.size)]
+    groups = [rows.slice(bounds[i], bounds[i + 1] - bounds[i]) for i in range(ids.size)]
+    if len(groups) == 1:
+        return [fn(groups[0])]
+    with ThreadPoolExecutor(min(len(groups), os.cpu_count() or 1), thread_name_prefix=name) as pool:
+        return list(pool.map(fn, groups))
