@@ -72,7 +72,8 @@ def main() -> None:
 
 def s3j_demo(spark: Any, warehouse: str) -> str:
     """Small two-stream S3J demo: 2 x 1,500 uniform 2-D vectors over 3 windows of 10 s, run by
-    the in-process runner exactly as `simjoin s3j` runs it."""
+    the in-process runner exactly as `simjoin s3j` runs it, its one micro-batch on the Spark
+    executor (the ineq demo's DAG runs its unit on the in-process executor)."""
     from simjoin.pipeline import get_spec
     from simjoin.pipeline.runner import run_pipeline
 
@@ -85,8 +86,19 @@ def s3j_demo(spark: Any, warehouse: str) -> str:
     s3j = get_spec("s3j")
     run = s3j.make_run({"left": left, "right": right, "output": out, "threshold": 0.02, "metric": "euclidean",
                         "window": "10s", "workers": 3}, reset=True)
-    line = resolve(s3j.summary)(run, run_pipeline(spark, run))
-    return f"s3j demo: {line}; stats {out}_stats, quarantine {out}_quarantine, state {out}_state"
+    # this micro-batch on the Spark executor (a unit this small would run in process): the stage
+    # functions in Spark tasks, as a unit above SIMJOIN_LOCAL_UNIT_ROWS runs them
+    before = os.environ.get("SIMJOIN_LOCAL_UNIT_ROWS")
+    os.environ["SIMJOIN_LOCAL_UNIT_ROWS"] = "0"
+    try:
+        line = resolve(s3j.summary)(run, run_pipeline(spark, run))
+    finally:
+        if before is None:
+            os.environ.pop("SIMJOIN_LOCAL_UNIT_ROWS", None)
+        else:
+            os.environ["SIMJOIN_LOCAL_UNIT_ROWS"] = before
+    return (f"s3j demo (one micro-batch on the Spark executor): {line}; stats {out}_stats, "
+            f"quarantine {out}_quarantine, state {out}_state")
 
 
 def ineq_demo(spark: Any, bag: Any, warehouse: str) -> str:
