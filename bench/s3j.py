@@ -278,9 +278,9 @@ def cli_part(a: argparse.Namespace) -> list[dict]:
     S = spark_streams(n, W, a.seed)
     work = Path(tempfile.mkdtemp(prefix="s3j-cli-bench-"))
     raw = []
-    # "driver": the default (a unit of up to SIMJOIN_LOCAL_UNIT_ROWS records runs its stages in the
-    # driver); "spark": the distributed stages forced (SIMJOIN_LOCAL_UNIT_ROWS=0), as on larger units
-    for sel, path in [(s_, p_) for s_ in (0.01, 0.005, 0.001) for p_ in ("driver", "spark")]:
+    # "in-process": the default (a unit of up to SIMJOIN_LOCAL_UNIT_ROWS records runs on the in-process
+    # executor); "spark": the Spark executor forced (SIMJOIN_LOCAL_UNIT_ROWS=0), as on larger units
+    for sel, path in [(s_, p_) for s_ in (0.01, 0.005, 0.001) for p_ in ("in-process", "spark")]:
         t = calibrate(sel, np.random.default_rng(11))
         base = work / f"sel{sel}{path}"
         for k in range(W):
@@ -551,6 +551,15 @@ def render(res: dict) -> str:
             if goal:
                 goals.append(f"- {r['selectivity']:.1%} ({path}): end to end {r['seconds']:.1f}s <= {goal:.0f}s: "
                              f"{_yes(r['seconds'] <= goal)}")
+            if path in ("in-process", "driver") and r["selectivity"] == 0.01:  # issue 38
+                goals.append(f"- 1.0% (in-process): end to end {r['seconds']:.1f}s within 5x of BallTree + Delta's "
+                             f"{bt:.2f}s ({r['seconds'] / bt:.1f}x): {_yes(r['seconds'] <= 5 * bt)}")
+            same = [x for x in c["rows"] if x["selectivity"] == r["selectivity"] and x.get("path") in
+                    ("in-process", "driver")]
+            if path == "spark" and same:  # issue 38: the Spark executor is not the slow path
+                ip = same[0]["seconds"]
+                goals.append(f"- {r['selectivity']:.1%} (spark): {r['seconds']:.1f}s within 1.5x of the in-process "
+                             f"executor's {ip:.1f}s ({r['seconds'] / ip:.1f}x): {_yes(r['seconds'] <= 1.5 * ip)}")
             goals.append(f"- {r['selectivity']:.1%} ({path}): kernel {k:.2f}s within 3x of BallTree's {q:.2f}s: "
                          f"{_yes(k <= 3 * q)}")
         n, W, P = ca["spark_records"], ca["spark_windows"], ca["workers"]
@@ -560,10 +569,10 @@ def render(res: dict) -> str:
                  f"`<`. *BallTree + Delta*: scikit-learn BallTree per window (build, query_radius for every left "
                  f"record) plus writing the same pairs to Delta with `deltalake`, summed over the windows. "
                  f"*Kernel*: the join tasks' seconds per window (their join thread's CPU time), summed over tasks (stats table, `worker` rows), "
-                 f"against BallTree's query time per window. *Path*: `driver` is the default - a unit of up to "
-                 f"`SIMJOIN_LOCAL_UNIT_ROWS` (200,000) records runs its stages in the driver with the Spark tasks' "
-                 f"own functions; `spark` forces the distributed stages (`SIMJOIN_LOCAL_UNIT_ROWS=0`), as a larger "
-                 f"unit takes them.\n\n"
+                 f"against BallTree's query time per window. *Path*: `in-process` is the default - a unit of up to "
+                 f"`SIMJOIN_LOCAL_UNIT_ROWS` (200,000) records runs on the in-process executor (no JVM); `spark` "
+                 f"forces the Spark executor (`SIMJOIN_LOCAL_UNIT_ROWS=0`) with the same stage functions, as a "
+                 f"larger unit takes it.\n\n"
                  "| selectivity | path | pairs | = BallTree | seconds | records/s | BallTree + Delta (s) | ratio | "
                  "kernel per window (s) | BallTree per window (s) | kernel / BallTree |\n"
                  "|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\nGoals:\n\n"
