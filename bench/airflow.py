@@ -90,7 +90,7 @@ def tasks(stack: Stack, dag_id: str, run_id: str, wh: str) -> list[dict]:
     tim = tim[(tim["mode"] == "airflow")]
     out = []
     for ti in sorted(stack.task_instances(dag_id, run_id), key=lambda t: t["start_date"] or ""):
-        if str(ti.get("state")) == "skipped":  # the path not taken (the s3j DAG's driver branch)
+        if str(ti.get("state")) == "skipped":  # the path not taken (the stream DAGs' in_process branch)
             out.append({"task": ti["task_id"], "skipped": True})
             continue
         row = tim[(tim["stage"] == ti["task_id"]) & (tim["pipeline"] == dag_id.removeprefix("simjoin_"))
@@ -196,7 +196,7 @@ def write(rows: list[dict], breakdown: list[tuple[str, list[dict]]], repeat: int
               "tables, where one process hands DataFrames from stage to stage in memory; the gate_tokens "
               "task runs beside optimize and join, as it does in one process. s3j: ingest reads the inputs' "
               "new Delta versions itself (`direct`) and, for a unit small enough for one process, hands it to "
-              "the one `driver` task, which runs partition -> publish as the CLI does (the per-stage tasks "
+              "the one `in_process` task, which runs partition -> publish as the CLI does (the per-stage tasks "
               "are skipped); about 2.5 s of its work is importing Great Expectations for the gate. The s3j "
               "inputs are written by simjoin_generate runs first; the first task a fresh stack runs takes "
               "3-5 s longer once (Airflow warming up), which falls on those.", ""]

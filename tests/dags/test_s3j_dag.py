@@ -20,28 +20,30 @@ def test_tasks_params_and_outlets(dag):
     from airflow.sdk.exceptions import ParamValidationError
 
     assert [t.task_id for t in dag.topological_sort()] == ["ingest", "partition", "worksets", "join", "gate", "stats",
-                                                                 "rebalance", "publish"]
-    assert dag.get_task("ingest").downstream_task_ids == {"partition"}
+                                                                 "rebalance", "publish", "in_process"]
+    # ingest chooses: the per-stage tasks, or one in_process task for a small unit
+    assert dag.get_task("ingest").downstream_task_ids == {"partition", "in_process"}
+    assert type(dag.get_task("ingest")).__name__ == "_BranchPythonDecoratedOperator"
     assert all(t.retries >= 2 for t in dag.tasks) and "simjoin" in dag.tags and dag.doc_md
     for key, bad in (("threshold", 0), ("metric", "manhattan"), ("workers", 0), ("algorithm", "x"),
                      ("window", "soon"), ("rebalance", "always"), ("rebalance_trigger", 0)):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)
     outs = {t: {u.rsplit("/", 2)[-2] + "/" + u.rsplit("/", 1)[-1] for u in us} for t, us in outlet_uris(dag).items()}
-    # Assets are announced only after the gate, by publish
-    assert {"s3j/pairs", "s3j/pairs_stats"} <= outs["publish"]
+    # Assets are announced only after the gate, by publish (or the in_process task, which publishes)
+    assert {"s3j/pairs", "s3j/pairs_stats"} <= outs["publish"] and outs["publish"] <= outs["in_process"]
     assert not any(outs[t] for t in ("ingest", "partition", "worksets", "join", "gate", "stats", "rebalance"))
 
 
-@pytest.mark.parametrize("path", ["in_process", "spark"])
+@pytest.mark.parametrize("path", ["in_process", "stages"])
 def test_dag_run_matches_brute_force(dag, spark, tmp_path, monkeypatch, path):
-    """A unit of 300 records runs task by task on the in-process executor (the default), or, with
-    SIMJOIN_LOCAL_UNIT_ROWS=0, on Spark; both runs are exact."""
+    """A unit of 300 records runs in the one ``in_process`` task (the default), or, with
+    SIMJOIN_LOCAL_UNIT_ROWS=0, task by task; both runs are exact, and the other path is skipped."""
     from deltalake import DeltaTable
 
     from simjoin.core.metric import brute_force_join
 
-    if path == "spark":
+    if path == "stages":
         monkeypatch.setenv("SIMJOIN_LOCAL_UNIT_ROWS", "0")
 
     rng = np.random.default_rng(3)
@@ -55,8 +57,11 @@ def test_dag_run_matches_brute_force(dag, spark, tmp_path, monkeypatch, path):
                              "window": "10s", "workers": 3})
     assert str(run.state) in ("success", "DagRunState.SUCCESS")
     states = {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
-    stages = ("ingest", "partition", "worksets", "join", "gate", "stats", "rebalance", "publish")
-    assert states == {s: "success" for s in stages}, states
+    stages = ("partition", "worksets", "join", "gate", "stats", "rebalance", "publish")
+    if path == "in_process":
+        assert states == {"ingest": "success", "in_process": "success", **{s: "skipped" for s in stages}}, states
+    else:
+        assert states == {"ingest": "success", "in_process": "skipped", **{s: "success" for s in stages}}, states
     t = DeltaTable(out).to_pyarrow_table()
     got = set(zip(t.column("left_id").to_pylist(), t.column("right_id").to_pylist(),
                   [w.timestamp() for w in t.column("window_start").to_pylist()]))
@@ -69,9 +74,9 @@ def test_dag_run_matches_brute_force(dag, spark, tmp_path, monkeypatch, path):
     assert DeltaTable(out + "_stats").to_pyarrow_table().num_rows > 0
 
 
-def test_a_failed_task_reruns_exactly(airflow_db, spark, tmp_path, monkeypatch):
-    """The publish task killed midway (pairs appended, unit not committed), then the gate task:
-    nothing is committed twice, and the next run finishes the same unit exactly."""
+def test_the_in_process_task_fails_and_reruns_exactly(airflow_db, spark, tmp_path, monkeypatch):
+    """The one in_process task killed inside publish (pairs appended, unit not committed), then after
+    its gate: nothing is committed twice, and the next run finishes the same unit exactly."""
     from deltalake import DeltaTable
 
     from simjoin.core.metric import brute_force_join
@@ -85,12 +90,12 @@ def test_a_failed_task_reruns_exactly(airflow_db, spark, tmp_path, monkeypatch):
     spark.createDataFrame(rows, "id long, ts timestamp, vector array<double>").write.format("delta").save(src)
     conf = {"left": src, "output": out, "threshold": 0.1, "metric": "euclidean", "window": "10s"}
     dag = load_dag("s3j", fail_fast=True)
-    for fault, task in (("s3j.publish.mid", "publish"), ("s3j.gate", "gate")):
+    for fault in ("s3j.publish.mid", "s3j.gate"):
         monkeypatch.setenv("SIMJOIN_FAULTS", fault)
         run = dag.test(run_conf=conf)
         assert str(run.state).rsplit(".", 1)[-1].lower() == "failed", fault
         states = {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
-        assert states[task] == "failed", states
+        assert states["in_process"] == "failed" and states["partition"] == "skipped", states
         assert not os.path.isdir(out + "_state/progress/_delta_log"), f"the unit was committed although {fault}"
     monkeypatch.delenv("SIMJOIN_FAULTS")
     run = dag.test(run_conf=conf)

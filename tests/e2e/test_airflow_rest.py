@@ -162,12 +162,12 @@ def _append_later(path: str, seconds: float) -> None:
 
 
 @pytest.mark.airflow
-@pytest.mark.exhaustive  # make test: test_s3j_dag runs every task through dag.test, against brute force
-def test_an_s3j_micro_batch_runs_its_tasks_on_no_spark_session(stack):
+@pytest.mark.exhaustive  # make test: test_s3j_dag runs the in_process task through dag.test, against brute force
+def test_an_s3j_micro_batch_runs_in_one_in_process_task_on_no_spark_session(stack):
     """simjoin_s3j through REST over a few hundred new rows: ingest reads the inputs by their
-    Delta logs and every stage task runs the small unit on the in-process executor; none opens a
-    Spark session; publish announces the pairs' Asset; two micro-batches equal the CLI's pairs,
-    pair for pair."""
+    Delta logs and hands the small unit to the one ``in_process`` task (the per-stage tasks are
+    skipped); neither opens a Spark session; that task announces the pairs' Asset; two
+    micro-batches equal the CLI's pairs, pair for pair."""
     from deltalake import DeltaTable
 
     wh = stack.env["SIMJOIN_WAREHOUSE"]
@@ -176,7 +176,7 @@ def test_an_s3j_micro_batch_runs_its_tasks_on_no_spark_session(stack):
     _cli(stack, "generate", "vectors", "--out", right, "--rows", "250", "--dim", "2", "--seed", "2")
     conf = {"left": left, "right": right, "threshold": 0.02, "metric": "angular"}
     args = ["s3j", "--left", left, "--right", right, "--threshold", "0.02", "--metric", "angular"]
-    stages = {"ingest", "partition", "worksets", "join", "gate", "stats", "rebalance", "publish"}
+    stages = {"partition", "worksets", "join", "gate", "stats", "rebalance", "publish"}
     for k in range(2):
         if k:  # the next micro-batch: as many new rows, a minute later
             for path in (left, right):
@@ -185,14 +185,16 @@ def test_an_s3j_micro_batch_runs_its_tasks_on_no_spark_session(stack):
         run = stack.wait("simjoin_s3j", run_id, timeout=600)
         tis = {t["task_id"]: t for t in stack.task_instances("simjoin_s3j", run_id)}
         assert run["state"] == "success", {t: ti["state"] for t, ti in tis.items()}
-        assert {t for t, ti in tis.items() if ti["state"] == "success"} == stages, tis
+        assert {t for t, ti in tis.items() if ti["state"] == "success"} == {"ingest", "in_process"}, tis
+        assert {t for t, ti in tis.items() if ti["state"] == "skipped"} == stages
         _cli(stack, *args, "--output", ref)
         got = _pairs(out)
         assert got and got == _pairs(ref), f"micro-batch {k}: the DAG's pairs differ from the CLI's"
         timing = DeltaTable(f"{wh}/_simjoin/task_timing").to_pandas()
         mine = timing[(timing["run_id"] == run_id) & (timing["mode"] == "airflow")]
-        assert set(mine["stage"]) == stages and (mine["spark"] == "none").all(), mine
-    assert "runs on the in-process executor" in stack.task_log("simjoin_s3j", run_id, "join")
-    _, body = stack.request("GET", "/api/v2/assets/events?source_dag_id=simjoin_s3j&source_task_id=publish")
+        assert set(mine["stage"]) == {"ingest", "in_process"} and (mine["spark"] == "none").all(), mine
+    assert "runs its later stages in one task, in_process" in stack.task_log("simjoin_s3j", run_id, "ingest")
+    assert "runs on the in-process executor" in stack.task_log("simjoin_s3j", run_id, "in_process")
+    _, body = stack.request("GET", "/api/v2/assets/events?source_dag_id=simjoin_s3j&source_task_id=in_process")
     uris = {e.get("uri") or (e.get("asset") or {}).get("uri", "") for e in body["asset_events"]}
     assert any(u.endswith("/s3j_dag") for u in uris), body

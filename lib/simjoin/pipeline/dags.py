@@ -10,8 +10,12 @@
   :func:`simjoin.pipeline.runner.run_task`; retries from the spec, and an ``execution_timeout``
   (:func:`task_timeout`, 4 h by default) so that a hung task is failed and its output's lock
   freed (the lock of a process that is gone is stale). A ``background`` gate runs
-  beside the stages after it, as in one process, and every publishing stage waits for it. A task
-  opens Spark only when its stage runs a unit on the Spark executor (a lazy session).
+  beside the stages after it, as in one process, and every publishing stage waits for it. A
+  stream pipeline whose units may run on the in-process executor (``PipelineSpec.unit_task``:
+  S3J, ineq) also has an ``in_process`` task: its first task is a branch that, for a unit small
+  enough for that executor, runs ``in_process`` (every later stage in one task process, as the
+  CLI runs them: one process start and one Great Expectations import instead of one per stage)
+  and skips the per-stage tasks; a larger unit takes the stages, each opening Spark.
 - **Assets:** a stage's ``outlets`` name tables. Each is an ``AssetAlias``
   (``simjoin_<name>.<table>``) through which the task announces, when it succeeds, the Asset of
   the table it really wrote (``file://<path>`` of this run's params, not only the default path),
@@ -34,7 +38,7 @@ import os
 from typing import Any
 
 from simjoin.pipeline.registry import get_spec
-from simjoin.pipeline.spec import PipelineSpec
+from simjoin.pipeline.spec import UNIT_TASK, PipelineSpec
 
 __all__ = ["build_dag", "dag_params", "warehouse", "schedule_of", "alias_name", "task_timeout", "TASK_TIMEOUT"]
 
@@ -171,6 +175,7 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
 
         prev = None  # the last stage that is not a background gate
         pending: list[Any] = []  # background gates not yet awaited
+        first: Any = None
         for st in spec.stages:
             outlets = [AssetAlias(alias_name(spec.name, k)) for k in st.outlets]
 
@@ -178,6 +183,23 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
                            for k, v in (("reads", st.reads), ("writes", st.writes)) if v)
             kind = " Quality gate: writes nothing." if st.gate else ""
             doc_md = f"{st.doc}{kind}\n\n{io} (at the default paths)"
+            if prev is None and spec.unit_task:  # the first stage chooses: one in-process task or the stages
+                doc_md += (f"\n\nThen runs `{UNIT_TASK}` for a unit small enough for one process, else "
+                           f"`{spec.stages[1].name}` and the stages after it.")
+
+                @task.branch(task_id=st.name, outlets=outlets, doc_md=doc_md)
+                def _first(params: Any = None, run_id: Any = None, outlet_events: Any = None, _name: str = st.name,
+                           _outlets: tuple[str, ...] = st.outlets) -> list[str]:
+                    from simjoin.pipeline.runner import next_tasks, run_task
+
+                    out = run_task(spec.name, _name, dict(params), run_id)
+                    announce(params, run_id, outlet_events, _name, _outlets)
+                    return next_tasks(spec, dict(params), run_id, out)
+
+                t = first = _first()
+                prev = t
+                continue
+
             @task(task_id=st.name, outlets=outlets, doc_md=doc_md)
             def _stage(params: Any = None, run_id: Any = None, outlet_events: Any = None, _name: str = st.name,
                        _outlets: tuple[str, ...] = st.outlets) -> dict[str, Any]:
@@ -198,4 +220,19 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
                 pending.append(t)
                 continue
             prev = t
+        if first is not None:  # every later stage of a small unit, in one task (PipelineSpec.unit_task)
+            keys = tuple(k for st in spec.stages[1:] for k in st.outlets)
+
+            @task(task_id=UNIT_TASK, outlets=[AssetAlias(alias_name(spec.name, k)) for k in keys],
+                  doc_md=f"Stages {', '.join(s.name for s in spec.stages[1:])} of a small unit, in this one task "
+                         "as a CLI run has them (the per-stage tasks are skipped): one task process instead of "
+                         f"{len(spec.stages) - 1}. The same tables, gate and exactly-once publish.")
+            def _unit(params: Any = None, run_id: Any = None, outlet_events: Any = None) -> dict[str, Any]:
+                from simjoin.pipeline.runner import run_task
+
+                out = run_task(spec.name, UNIT_TASK, dict(params), run_id)
+                announce(params, run_id, outlet_events, UNIT_TASK, keys)
+                return out
+
+            first >> _unit()
     return dag

@@ -31,9 +31,9 @@ from simjoin.log import get_logger
 from simjoin.log import stage as log_stage
 from simjoin.pipeline.lock import OutputLocked, output_lock, output_of
 from simjoin.pipeline.registry import get_spec
-from simjoin.pipeline.spec import TRIGGERS, NothingNew, PipelineSpec, Run
+from simjoin.pipeline.spec import TRIGGERS, UNIT_TASK, NothingNew, PipelineSpec, Run
 
-__all__ = ["run_stage", "run_task", "run_pipeline", "follow_pipeline", "Follow",
+__all__ = ["run_stage", "run_unit_task", "next_tasks", "run_task", "run_pipeline", "follow_pipeline", "Follow",
            "guard_outputs", "InjectedFault", "one_line", "VALIDATION_ERRORS"]
 
 log = get_logger("simjoin.pipeline")
@@ -143,8 +143,68 @@ def _spark_kind(spark: Any) -> str:
 VALIDATION_ERRORS: tuple[type[BaseException], ...] = (ConfigError, ValueError, FileNotFoundError)
 
 
+def run_unit_task(pipeline: str | PipelineSpec, params: dict[str, Any], run_id: str = "cli", spark: Any = None,
+                  attempt: int = 1, mode: str = "cli", trigger: str = "cli", as_of: Any = None) -> dict[str, Any]:
+    """Every stage after the first, in this process, for the unit the first stage staged: what
+    the Airflow task ``in_process`` (:data:`UNIT_TASK`) runs when :func:`next_tasks` chose it.
+    The stages run as in a CLI run, the gate beside the stages after it; a unit that turns out
+    to need Spark (a table deltalake cannot read) runs its stages on the Spark executor here.
+    Holds the output's lock; returns the results by stage name."""
+    from simjoin.pipeline.timing import TaskTiming, process_age
+    from simjoin.quality.gates import preload
+
+    spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
+    if not spec.unit_task:
+        raise ValueError(f"pipeline {spec.name} has no {UNIT_TASK} task: allowed only for stream pipelines whose "
+                         "units may run in process")
+    preload(process=True)  # Great Expectations imports in the gate process while the stages run
+    timing = TaskTiming(run_id, spec.name, UNIT_TASK, mode, attempt=attempt, process_s=process_age())
+    run = spec.make_run(params, run_id, trigger=trigger, as_of=as_of)
+    run.in_process = True  # the stages hand each other their frames, as in one CLI process
+    timing.output, timing.invocation = _abs_output(run), run_id
+    if spark is None:
+        from simjoin.spark.session import lazy_spark
+
+        spark = lazy_spark(connect_now=False)
+    timing.spark = _spark_kind(spark)
+    t1 = time.perf_counter()
+    timed: list[Any] = []
+    try:
+        with output_lock(output_of(run), run.run_id, f"task {UNIT_TASK}"), \
+                current_stage(f"{spec.name}.{UNIT_TASK}"):
+            done = _run_stages(spark, run, spec.stages[1:], timed, fault_points=True)
+            last = done.get(spec.stages[-1].name)
+            timing.count(last if isinstance(last, dict) else {})
+            maybe_fail(f"{spec.name}.{UNIT_TASK}")
+    except BaseException:
+        timing.ok = False
+        raise
+    finally:
+        if timed:
+            log.info("task %s %s: %s", spec.name, UNIT_TASK, ", ".join(f"{n} {sec:.2f}s" for n, sec, _ in timed))
+        _finish(timing, spark, t1)
+    return _jsonable(done)  # type: ignore[no-any-return]
+
+
+def next_tasks(pipeline: str | PipelineSpec, params: dict[str, Any], run_id: str, first: dict[str, Any]) -> list[str]:
+    """The Airflow tasks to run after the first stage, from its result: :data:`UNIT_TASK` when
+    the unit it staged has at most ``SIMJOIN_LOCAL_UNIT_ROWS`` records (the in-process
+    executor's bound), else the second stage's (each stage its own task, on Spark)."""
+    from simjoin.pipeline.stream import in_process_rows
+
+    spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
+    rows, limit = first.get("unit_rows"), in_process_rows()
+    if (spec.unit_task and first.get("unit") is not None and isinstance(rows, int) and not isinstance(rows, bool)
+            and limit > 0 and rows <= limit):
+        log.info("%s: unit %s (%s rows) runs its later stages in one task, %s", spec.name, first.get("unit"),
+                 first.get("unit_rows"), UNIT_TASK)
+        return [UNIT_TASK]
+    return [spec.stages[1].name]
+
+
 def run_task(pipeline: str, stage: str, params: dict[str, Any], run_id: str) -> dict[str, Any]:
-    """Airflow's task body: a validation error fails the task at once (no retry), with one line."""
+    """Airflow's task body: a validation error fails the task at once (no retry), with one line.
+    ``stage`` is a stage's name, or :data:`UNIT_TASK` (:func:`run_unit_task`)."""
     attempt, trigger, as_of = 1, "manual", None
     try:
         from airflow.sdk import get_current_context
@@ -155,6 +215,9 @@ def run_task(pipeline: str, stage: str, params: dict[str, Any], run_id: str) -> 
     except Exception:  # outside a running task (tests calling it directly)
         pass
     try:
+        if stage == UNIT_TASK:
+            return run_unit_task(pipeline, params, run_id, attempt=attempt, mode="airflow", trigger=trigger,
+                                 as_of=as_of)
         return run_stage(pipeline, stage, params, run_id, attempt=attempt, mode="airflow", trigger=trigger,
                          as_of=as_of)
     except NothingNew as e:
@@ -264,7 +327,7 @@ def _record_cli(run: Run, timed: list[Any], timings: dict[str, float] | None, ki
     record(rows)
 
 
-def _run_stages(spark: Any, run: Run, stages: Any, timed: list[Any]) -> dict[str, Any]:
+def _run_stages(spark: Any, run: Run, stages: Any, timed: list[Any], fault_points: bool = False) -> dict[str, Any]:
     """``stages`` in order in this process (background gates beside the next stages, done
     before a publishing stage); the frames they handed each other are dropped at the end."""
     from simjoin.spark import delta
@@ -284,9 +347,9 @@ def _run_stages(spark: Any, run: Run, stages: Any, timed: list[Any]) -> dict[str
                         done[name] = fut.result()
                     pending.clear()
                 if st.background:
-                    pending.append((st.name, pool.submit(_timed, spec, st.name, fn, spark, run, timed)))
+                    pending.append((st.name, pool.submit(_timed, spec, st.name, fn, spark, run, timed, fault_points)))
                     continue
-                done[st.name] = _timed(spec, st.name, fn, spark, run, timed)
+                done[st.name] = _timed(spec, st.name, fn, spark, run, timed, fault_points)
             for name, fut in pending:
                 done[name] = fut.result()
     finally:
@@ -399,13 +462,18 @@ def heartbeat(spark: Any, label: str, every: float = HEARTBEAT_S) -> Iterator[No
             th.join(timeout=5)  # no progress line after the stage's own "done"
 
 
-def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run, timed: list[Any]) -> Any:
+def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run, timed: list[Any],
+           fault_points: bool = False) -> Any:
+    """One stage of an in-process run; ``fault_points``: the stage's own fault point after it, as
+    its Airflow task has it (the :data:`UNIT_TASK` task runs the stages' tasks' fault points)."""
     t0 = time.perf_counter()
     res: Any = None
     try:
         with current_stage(f"{spec.name}.{name}"), log_stage(f"{spec.name} {name}", log), \
                 heartbeat(spark, f"{spec.name} {name}"):
             res = fn(spark, run)
+            if fault_points:
+                maybe_fail(f"{spec.name}.{name}")
             return res
     finally:
         timed.append((name, time.perf_counter() - t0, res))

@@ -67,6 +67,11 @@ class Stage:
         return resolve(self.fn)  # type: ignore[no-any-return]
 
 
+#: The Airflow task that runs every stage after the first, in one process, for a stream unit
+#: small enough for the in-process executor (:attr:`PipelineSpec.unit_task`).
+UNIT_TASK = "in_process"
+
+
 @dataclass(frozen=True)
 class PipelineSpec:
     name: str
@@ -106,8 +111,18 @@ class PipelineSpec:
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names) or not names:
             raise ValueError(f"pipeline {self.name}: stage names must be unique and non-empty, got {names}")
+        if UNIT_TASK in names:
+            raise ValueError(f"pipeline {self.name}: {UNIT_TASK!r} is the platform task name: not allowed for a stage")
         if self.run_type not in ("batch", "stream", "tool"):
             raise ValueError(f"pipeline {self.name}: invalid run_type {self.run_type!r}: allowed batch, stream, tool")
+
+    @property
+    def unit_task(self) -> bool:
+        """Whether the DAG has the :data:`UNIT_TASK` branch: a stream pipeline whose units may run
+        on the in-process executor (``StreamRun.IN_PROCESS``). Its first task then hands a unit
+        small enough for that executor to one task that runs every later stage in its process, as
+        the CLI does (one task process instead of one per stage); a larger unit takes the stages."""
+        return self.run_type == "stream" and bool(getattr(resolve(self.run_class), "IN_PROCESS", False))
 
     @property
     def config_section(self) -> str:
