@@ -108,8 +108,11 @@ def _spark_source(ctx: Any) -> Any:
 
 
 _preload: threading.Thread | None = None
-#: the gate process (:func:`preload` with ``process``), or None
+#: the gate process (:func:`preload` with ``process``), or None; and its warm-up's result
 _gate_pool: Any = None
+_gate_warm: Any = None
+#: seconds the gate process may take to import Great Expectations before the gate runs here
+GATE_PROCESS_START_S = 120.0
 
 
 def _warm() -> bool:
@@ -132,8 +135,9 @@ def preload(process: bool = False) -> None:
         import atexit
         import multiprocessing as mp
 
+        global _gate_warm
         _gate_pool = mp.get_context("spawn").Pool(1)
-        _gate_pool.apply_async(_warm)
+        _gate_warm = _gate_pool.apply_async(_warm)
         atexit.register(_gate_pool.terminate)  # never waits for an import the run no longer needs
         return
 
@@ -235,11 +239,29 @@ def _named_columns(expectations: list[Any]) -> set[str] | None:
 def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bool = True) -> GateResult:
     """:func:`validate` in the gate process when there is one and ``df`` is a pyarrow Table whose
     expectations are all :class:`Expect` (the same suite, the same result), else here."""
-    pool = _gate_pool
+    pool = _gate_pool if _gate_process_ready() else None
     if pool is not None and _is_arrow(df) and all(isinstance(e, Expect) for e in expectations):
         res: GateResult = _in_gate_process(pool, df, suite, expectations)
         return _result(suite, res.evaluated, res.failures, raise_on_failure)
     return validate(df, suite, expectations, raise_on_failure)
+
+
+def _gate_process_ready() -> bool:
+    """Whether the gate process is up with Great Expectations imported. One that cannot start (a
+    parent whose ``__main__`` a spawned process cannot import again, as an Airflow task's) is
+    stopped, and the gate runs in this process instead (logged once)."""
+    global _gate_pool
+    if _gate_pool is None:
+        return False
+    try:
+        _gate_warm.get(timeout=GATE_PROCESS_START_S)
+        return True
+    except Exception as e:  # a worker that dies on start-up is respawned forever: the result never comes
+        why = f"no answer in {GATE_PROCESS_START_S:g}s" if not str(e) else f"{type(e).__name__}: {e}"
+        log.warning("the gate process did not start (%s): the gate runs in this process", why)
+        _gate_pool.terminate()
+        _gate_pool = None
+        return False
 
 
 #: Up to this many rows a table goes to the gate process pickled; a larger one as an Arrow IPC
