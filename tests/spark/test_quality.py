@@ -124,6 +124,10 @@ def test_the_gate_process_validates_as_this_process_does(monkeypatch):
     assert pool is not None
     try:
         there = [gates.run_suite(t, "there", ex, raise_on_failure=False) for t in (good, bad)]
+        # a large table goes as a memory-mapped Arrow file, not through the pool's pipe: the same result
+        monkeypatch.setattr(gates, "PICKLE_ROWS", 1)
+        by_file = [gates.run_suite(t, "there", ex, raise_on_failure=False) for t in (good, bad)]
+        assert [(r.success, r.evaluated) for r in by_file] == [(r.success, r.evaluated) for r in there]
         with pytest.raises(gates.GateFailed, match="expect_compound_columns_to_be_unique"):
             gates.run_suite(bad, "there", ex)
     finally:
@@ -134,4 +138,33 @@ def test_the_gate_process_validates_as_this_process_does(monkeypatch):
     def key(r):
         return sorted((f["expectation"], f["unexpected_count"]) for f in r.failures)
 
-    assert key(there[1]) == key(here[1]) and len(key(here[1])) == 2
+    assert key(there[1]) == key(here[1]) == key(by_file[1]) and len(key(here[1])) == 2
+
+
+def _slow_start() -> bool:
+    import time
+
+    time.sleep(30)
+    return True
+
+
+def test_a_gate_process_that_does_not_start_leaves_the_gate_to_this_process(monkeypatch, caplog):
+    """A gate process whose warm-up never answers (one spawned from a ``__main__`` it cannot import
+    again respawns forever) is stopped after ``GATE_PROCESS_START_S``; the suite then runs here,
+    with the same result, and says so once."""
+    import multiprocessing as mp
+
+    import pyarrow as pa
+
+    bad = pa.table({"left_id": pa.array([1, 1, 5], pa.int64()), "right_id": pa.array([2, 2, 4], pa.int64())})
+    ex = gates.pairs_expectations(None, None, None, True)
+    pool = mp.get_context("spawn").Pool(1)
+    monkeypatch.setattr(gates, "_gate_pool", pool)
+    monkeypatch.setattr(gates, "_gate_warm", pool.apply_async(_slow_start))
+    monkeypatch.setattr(gates, "GATE_PROCESS_START_S", 0.5)
+    try:
+        res = gates.run_suite(bad, "fallback", ex, raise_on_failure=False)
+    finally:
+        pool.terminate()
+    assert not res.success and gates._gate_pool is None
+    assert "the gate process did not start" in caplog.text
