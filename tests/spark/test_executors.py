@@ -177,17 +177,6 @@ def _check(spark, tmp_path, monkeypatch, seed):
 SEEDS = [0, 1, 2, 11]
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_ineq_executors_write_identical_tables(spark, tmp_path, monkeypatch, seed):
-    _check(spark, tmp_path, monkeypatch, seed)
-
-
-@pytest.mark.exhaustive
-@pytest.mark.parametrize("seed", [s for s in range(3, 25) if s not in SEEDS])
-def test_ineq_executors_write_identical_tables_more_seeds(spark, tmp_path, monkeypatch, seed):
-    _check(spark, tmp_path, monkeypatch, seed)
-
-
 # ------------------------------------------------------------------------------------------ S3J
 
 
@@ -312,12 +301,17 @@ def _check_s3j(spark, tmp_path, monkeypatch, seed):
 S3J_SEEDS = [0, 1, 3]
 
 
-@pytest.mark.parametrize("seed", S3J_SEEDS)
-def test_s3j_executors_write_identical_tables(spark, tmp_path, monkeypatch, seed):
-    _check_s3j(spark, tmp_path, monkeypatch, seed)
+CHECKS = {"ineq": _check, "s3j": _check_s3j}
+FAST = [("ineq", s) for s in SEEDS] + [("s3j", s) for s in S3J_SEEDS]
+MORE = [("ineq", s) for s in range(3, 25) if s not in SEEDS] + [("s3j", s) for s in range(2, 20) if s not in S3J_SEEDS]
+
+
+@pytest.mark.parametrize("pipeline,seed", FAST)
+def test_executors_write_identical_tables(spark, tmp_path, monkeypatch, pipeline, seed):
+    CHECKS[pipeline](spark, tmp_path, monkeypatch, seed)
 
 
 @pytest.mark.exhaustive
-@pytest.mark.parametrize("seed", [s for s in range(2, 20) if s not in S3J_SEEDS])
-def test_s3j_executors_write_identical_tables_more_seeds(spark, tmp_path, monkeypatch, seed):
-    _check_s3j(spark, tmp_path, monkeypatch, seed)
+@pytest.mark.parametrize("pipeline,seed", MORE)
+def test_executors_write_identical_tables_more_seeds(spark, tmp_path, monkeypatch, pipeline, seed):
+    CHECKS[pipeline](spark, tmp_path, monkeypatch, seed)
