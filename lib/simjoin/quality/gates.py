@@ -246,6 +246,22 @@ def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bo
     return validate(df, suite, expectations, raise_on_failure)
 
 
+def stop_gate_process() -> None:
+    """Stop the gate process, and release what multiprocessing holds for it (its semaphores): a
+    process that ends with ``os._exit`` (the CLI) runs no atexit hook, and the resource tracker
+    would warn about leaked semaphores on stderr after the command's last line."""
+    global _gate_pool, _gate_warm
+    pool, _gate_pool, _gate_warm = _gate_pool, None, None
+    if pool is None:
+        return
+    pool.terminate()
+    pool.join()
+    del pool
+    from multiprocessing import util
+
+    util._exit_function()  # type: ignore[attr-defined]  # the finalizers a normal exit runs: each semaphore unlinked and unregistered
+
+
 def _gate_process_ready() -> bool:
     """Whether the gate process is up with Great Expectations imported. One that cannot start (a
     parent whose ``__main__`` a spawned process cannot import again, as an Airflow task's) is
