@@ -1,0 +1,100 @@
+"""The micro-batch engine under every stream pipeline (DESIGN.md, "How streams become micro-batches").
+
+A stream is an append-only Delta table (``id``, ``ts``, payload). A run of a stream pipeline
+goes ``ingest -> stages -> gate -> publish`` over one *unit*:
+
+- **ingest** (:meth:`MicroBatchEngine.ingest`) reads what arrived since the last run with
+  Structured Streaming (``availableNow``, checkpoint ``<output>_checkpoint``), or - an output's
+  ``direct`` mode, local tables - by reading the inputs' new Delta versions itself (the same
+  snapshot-then-appends semantics, version offsets in the same checkpoint, no query to start:
+  seconds less per run, and per follow-mode unit). Each micro-batch
+  is checked (the schema before any cast; per row: a null or unreadable ``id``/``ts``, a ``ts``
+  more than ``max_future`` past the current time), bad rows go to ``<output>_quarantine`` with
+  their reason, the pipeline's ``prepare`` hook applies its own rules and windows, and the good
+  rows are staged in ``<output>_work/records`` tagged with the unit. A unit is numbered
+  ``last committed + 1`` and never changes: if a staged unit is still open (a run failed after
+  ingest), ingest consumes nothing and the run finishes that unit first.
+- the pipeline's stages read :meth:`open_unit` and write ``<output>_work/<name>`` tables tagged
+  with the unit (:meth:`write_work` / :meth:`work`), so any stage can be rerun.
+- **publish** (:meth:`publish`), after the gate, appends every piece (pairs, stats, state)
+  with ``txnAppId = <pipeline>/<piece>/<checkpoint id>`` and ``txnVersion = unit``, then the
+  progress row that marks the unit committed. A publish rerun after a crash skips what Delta
+  already committed: published rows are never repeated or lost. Small pieces (stats) and the
+  progress row are committed with ``deltalake`` on a local path (``delta.append_rows``: the same
+  ``txn`` action, milliseconds instead of a second of small Spark jobs).
+
+**Replay contract.** Every write is idempotent per (checkpoint, unit) or per (checkpoint,
+micro-batch); stages only read state committed by earlier units. **Identity.** The checkpoint
+holds ``simjoin.json`` with a random id that every progress row records. A deleted or foreign
+checkpoint, or a config whose fingerprint differs from the state's, is refused with one line
+naming ``--reset``, which clears the output, its state, work, stats, quarantine and checkpoint
+together. **Watermark.** The minimum over the stream's sides of the largest committed ``ts``;
+quarantined rows (e.g. future ones) never move it.
+
+**Layout**, one concern per module; :class:`MicroBatchEngine` composes them:
+
+- :mod:`.units`: progress, units, batch info and the value helpers every part shares;
+- :mod:`.rules`: the input schema check and the ts parse (row rules);
+- :mod:`.base`: identity (checkpoint, fingerprint, inputs), progress, ``--reset``, units and work tables;
+- :mod:`.staging`: a micro-batch's row rules, quarantine, duplicate ids, the staged unit;
+- :mod:`.follow`: follow mode's streaming query;
+- :mod:`.sources`: ingest, the direct read of local Delta inputs or Structured Streaming;
+- :mod:`.publish`: publish exactly once, and state expiry;
+- :mod:`.windows`: time and count window assignment.
+"""
+
+from __future__ import annotations
+
+from simjoin.spark.engine.publish import Publisher
+from simjoin.spark.engine.rules import INTEGRAL, NUMERIC, stream_schema_check
+from simjoin.spark.engine.sources import Sources
+from simjoin.spark.engine.units import (
+    QUARANTINE_SCHEMA,
+    WATERMARK_SKEW,
+    BatchInfo,
+    CheckpointMismatch,
+    Prepare,
+    PrepareArrow,
+    Prepared,
+    Progress,
+    StaleUnit,
+    Unit,
+    aware,
+    epoch_us,
+    local_path,
+    micros,
+    read_state,
+    spark_ts_string,
+)
+from simjoin.spark.engine.windows import assign_count_windows, assign_windows
+from simjoin.spark.tables import StreamTables
+
+__all__ = [
+    "StreamTables",
+    "Progress",
+    "Unit",
+    "BatchInfo",
+    "Prepared",
+    "MicroBatchEngine",
+    "CheckpointMismatch",
+    "StaleUnit",
+    "QUARANTINE_SCHEMA",
+    "assign_windows",
+    "assign_count_windows",
+    "stream_schema_check",
+    "read_state",
+    "micros",
+    "aware",
+    "epoch_us",
+    "local_path",
+    "INTEGRAL",
+    "NUMERIC",
+    "WATERMARK_SKEW",
+    "Prepare",
+    "PrepareArrow",
+    "spark_ts_string",
+]
+
+
+class MicroBatchEngine(Sources, Publisher):
+    """One stream pipeline's engine over its tables (see the module docstring)."""

@@ -1,0 +1,156 @@
+"""Publish and expiry: a unit's pieces exactly once, then its progress row; state expiry by watermark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from simjoin.faults import maybe_fail
+from simjoin.spark import delta
+from simjoin.spark.engine.base import EngineBase
+from simjoin.spark.engine.units import (
+    PROGRESS_SCHEMA,
+    RECORDS_HOUSEKEEPING_EVERY,
+    UTC,
+    WATERMARK_SKEW,
+    Unit,
+    aware,
+    epoch_us,
+    local_path,
+    log,
+    naive_utc,
+    records_summary,
+)
+
+
+class Publisher(EngineBase):
+    """Publishes a unit exactly once (:meth:`publish`) and expires state (:meth:`expire`)."""
+
+    def _marker(self, unit: int) -> str:
+        base = local_path(self.tables.work_dir)
+        assert base is not None
+        return os.path.join(base, "_publishing", f"{self.checkpoint_id()}-{unit}")
+
+    def publishing(self, unit: int) -> bool:
+        """Whether publishing of ``unit`` began (its gate passed before)."""
+        return os.path.exists(self._marker(unit))
+
+    def publish(self, unit: Unit, pieces: Sequence[tuple[str, DataFrame | delta.Files | Any, str]],
+                meta: dict[str, Any] | None = None,
+                options: Mapping[str, Mapping[str, str]] | None = None,
+                small: Collection[str] = ("stats",)) -> dict[str, Any]:
+        """Append each ``(piece, df, path)`` once per (checkpoint, unit), then commit the unit. ``df``
+        may be ``delta.Files``: Parquet files tasks already wrote into ``path``, committed as they are.
+        ``df`` may also be a pyarrow Table (rows computed in this process, e.g. by a unit run in the
+        driver): one ``delta.append_rows`` commit.
+        ``options``: extra Delta write options per piece (e.g. a commit's ``userMetadata``).
+        ``small``: pieces of a few rows (stats), collected and committed with ``delta.append_rows``.
+        Only called after the unit's gate passed."""
+        marker = self._marker(unit.unit)
+        os.makedirs(os.path.dirname(marker), exist_ok=True)
+        open(marker, "w").close()
+        self.own([path for _, _, path in pieces])  # a table created now is recorded first (--reset)
+        # the pieces go to different tables: append them as concurrent Spark jobs
+        from concurrent.futures import ThreadPoolExecutor
+
+        def append(piece: str, df: DataFrame | delta.Files | Any, path: str) -> None:
+            app, opts = self.write_id(piece, unit.checkpoint_id), dict((options or {}).get(piece) or {})
+            if isinstance(df, pa.Table):  # rows computed in this process: one deltalake commit
+                metadata = opts.pop("userMetadata", None)
+                merge = str(opts.pop("mergeSchema", "false")).lower() == "true"
+                if opts:
+                    raise ValueError(f"publish: options {sorted(opts)} of the piece {piece} are not supported")
+                delta.append_rows(self.spark, df, "", path, app, unit.unit, metadata=metadata, merge_schema=merge)
+                return
+            if isinstance(df, delta.Files):  # files the tasks wrote into the table's directory: one commit
+                if opts:
+                    raise ValueError(f"publish: options {sorted(opts)} of the files piece {piece} are not supported")
+                delta.append_files(self.spark, df, path, app, unit.unit)
+                return
+            if piece not in small:
+                delta.append_idempotent(df, path, app, unit.unit, None, opts)
+                return
+            # a few rows: collected, then one deltalake commit instead of Spark's small jobs
+            merge = str(opts.pop("mergeSchema", "false")).lower() == "true"
+            metadata = opts.pop("userMetadata", None)
+            if opts:
+                raise ValueError(f"publish: options {sorted(opts)} of the small piece {piece} are not supported")
+            delta.append_rows(self.spark, df.toArrow(), "", path, app, unit.unit, metadata=metadata,
+                              merge_schema=merge)
+
+        with ThreadPoolExecutor(max(1, min(8, len(pieces) + 1)), thread_name_prefix="publish") as pool:
+            futures = [pool.submit(append, piece, df, path) for piece, df, path in pieces]
+            # what the progress row needs is read beside the appends (the lock keeps it unchanged)
+            summary = pool.submit(records_summary, unit.records)
+            prog = self.progress()
+        for f in futures:
+            f.result()
+        got = summary.result()
+        maybe_fail(f"{self.pipeline}.publish.mid")
+        # a lone outlier does not move the watermark: a stream's committed max ts advances to at most
+        # the publish time + WATERMARK_SKEW (the outlier itself is joined and kept like any row)
+        cap = dt.datetime.now(UTC).replace(tzinfo=None) + WATERMARK_SKEW
+        marks = {int(r["side"]): min(naive_utc(r["m"]), cap) for r in got}
+        for s, mt in prog.max_ts.items():
+            marks[s] = max(marks[s], mt) if s in marks else mt
+        staged_meta = json.loads(got[0]["meta"]) if got and got[0]["meta"] else {}
+        meta_all = {**prog.meta, **staged_meta, **(meta or {})}
+
+        if self.ingest_mode() == "landing":  # the landing commits staged so far
+            meta_all["landed"] = max([int(prog.meta.get("landed", -1))] + [int(r["b"]) for r in got])
+        else:  # the stream's micro-batches staged so far (a replay of one of them is skipped)
+            meta_all["staged_batch"] = max([int(prog.meta.get("staged_batch", -1))] + [int(r["b"]) for r in got])
+        rows = [(unit.unit, int(s), mt, self.fingerprint, unit.checkpoint_id, json.dumps(meta_all, sort_keys=True))
+                for s, mt in sorted(marks.items())]
+        # the commit that publishes the unit says so (its time is the unit's publish time)
+        delta.append_rows(self.spark, rows, PROGRESS_SCHEMA, self.tables.progress,
+                          self.write_id("progress", unit.checkpoint_id), unit.unit,
+                          metadata=json.dumps({"unit": unit.unit}))
+        self._progress = None
+        now = dt.datetime.now(UTC)
+        wm = min(marks.values()) if len(marks) == len(self.sources) else None
+        # housekeeping: committed units' staged rows are no longer needed (readers skip them by
+        # unit; a DELETE costs a second or two, so it runs every few units)
+        if unit.unit % RECORDS_HOUSEKEEPING_EVERY == RECORDS_HOUSEKEEPING_EVERY - 1:
+            self.delete(self.tables.records, f"unit <= {unit.unit}")
+            landing = self.tables.work("landing")
+            if "landed" in meta_all and delta.table_exists(self.spark, landing) \
+                    and delta.latest_version(self.spark, landing) == meta_all["landed"]:
+                self.delete(landing, "true")  # every landed commit is staged and committed
+        log.info("%s: unit %d published (%s), watermark %s", self.pipeline, unit.unit,
+                 ", ".join(p for p, _, _ in pieces), wm)
+        if got:  # event time to result: the newest and the oldest record of the unit
+            lo = aware(min(r["lo"] for r in got))
+            hi = aware(max(r["m"] for r in got))
+            log.info("%s: unit %d: %d records, published %.1fs after its newest and %.1fs after its oldest "
+                     "record's ts", self.pipeline, unit.unit, sum(int(r["n"]) for r in got),
+                     (now - hi).total_seconds(), (now - lo).total_seconds())
+        return {"unit": unit.unit, "watermark": None if wm is None else wm.isoformat(),
+                "watermark_ts": wm, "previous_watermark_ts": prog.watermark}
+
+    def delete(self, path: str, cond: str) -> None:
+        delta.delete(self.spark, path, cond)
+
+    def expire(self, path: str, watermark: dt.datetime | None, column: str = "window_end",
+               previous: dt.datetime | None = None, windows: tuple[float, float] | None = None) -> None:
+        """Drop state rows whose window ended at or before the watermark. With ``previous`` (the
+        watermark before this unit) and ``windows`` (size, slide in seconds of epoch-aligned
+        windows), skip the DELETE when no window ended between the two watermarks: rows of
+        windows that ended earlier were dropped then (or are never read again)."""
+        if watermark is None:
+            return
+        if previous is not None and windows is not None:
+            size_us, slide_us = (round(x * 1e6) for x in windows)
+
+            def closed(t: dt.datetime) -> int:
+                return (epoch_us(t) - size_us) // slide_us
+
+            if closed(previous) == closed(watermark):
+                return
+        self.delete(path, f"{column} <= '{aware(watermark).astimezone(UTC).isoformat()}'")

@@ -1,0 +1,328 @@
+"""Ingest sources: the direct read of local Delta inputs, Structured Streaming where it is impossible."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from simjoin.faults import maybe_fail
+from simjoin.spark import delta, delta_source
+from simjoin.spark.engine.follow import Follow
+from simjoin.spark.engine.rules import stream_schema_check, ts_expr
+from simjoin.spark.engine.units import BatchInfo, Prepare, PrepareArrow, Progress, local_path, log, ts_strings
+
+
+class Sources(Follow):
+    """Reads what arrived since the last unit and stages it (:meth:`ingest`)."""
+
+    def _read(self, k: int, path: str, payload: dict[str, Callable[[T.DataType], bool]],
+              payload_text: str, casts: dict[str, str]) -> DataFrame:
+        if not delta.table_exists(self.spark, path):
+            raise FileNotFoundError(f"no Delta table at {path!r}")
+        src = self.spark.readStream.format("delta").load(delta._abs(path))
+        return self._shape(k, path, src, src.schema, payload, payload_text, casts)
+
+    def _shape(self, k: int, path: str, src: DataFrame, schema: T.StructType,
+               payload: dict[str, Callable[[T.DataType], bool]], payload_text: str,
+               casts: dict[str, str]) -> DataFrame:
+        """A source's rows as the engine stages them (``id`` long, ``ts``, ``ts_raw``, the payload,
+        ``side``), after checking its schema before any cast."""
+        stream_schema_check(schema, path, self.ts_unit, payload, payload_text)
+        ts_type = schema["ts"].dataType
+        cols = [F.col("id").cast("long").alias("id"), ts_expr(ts_type, self.ts_unit, self.ts_zone).alias("ts"),
+                F.col("ts").cast("string").alias("ts_raw")]
+        cols += [F.col(c).cast(casts[c]).alias(c) if c in casts else F.col(c) for c in payload]
+        return src.select(*cols, F.lit(k).cast("byte").alias("side"))
+
+    def ingest(self, prepare: Prepare,
+               payload: dict[str, Callable[[T.DataType], bool]] | Sequence[dict[str, Callable[[T.DataType], bool]]],
+               payload_text: str, casts: dict[str, str] | None = None,
+               max_files_per_trigger: int | None = None, prepare_arrow: PrepareArrow | None = None) -> dict[str, Any]:
+        """Stage what arrived since the last run as one new unit (or resume the open one).
+        ``payload``: the columns every source must have (name -> type check), or one such dict
+        per source. ``prepare_arrow``: the pipeline's ``prepare`` on pyarrow Tables; with it, each
+        micro-batch is staged through the driver (:meth:`_stage_arrow`) when the tables are local."""
+        self._prepare_arrow = prepare_arrow
+        per_source: list[dict[str, Callable[[T.DataType], bool]]] = (
+            list(payload) if isinstance(payload, (list, tuple)) else [payload] * len(self.sources))  # type: ignore[list-item]
+        prog = self.progress()
+        if prog.checkpoint_id is None and self.checkpoint_id() is None:
+            # a new output: a missing input or a wrong schema is refused before anything is written
+            direct = self._direct_possible()
+            for k, src in enumerate(self.sources):
+                if direct:
+                    loc = local_path(src)
+                    assert loc is not None
+                    stream_schema_check(delta_source.spark_schema(loc, delta_source.latest_version(loc)), src,
+                                        self.ts_unit, per_source[k], payload_text)
+                else:
+                    self._read(k, src, per_source[k], payload_text, casts or {})
+        ident = self.verify(prog)
+        open_ = None
+        if self.local_tables():  # read with deltalake: no Spark job
+            try:
+                open_ = self.open_unit_table(["side"])
+            except delta.NotLocal:
+                open_ = self.open_unit()
+        else:
+            open_ = self.open_unit()
+        if open_ is not None:
+            log.info("%s: unit %d is still open; finishing it before reading new input", self.pipeline,
+                     open_.unit)
+            res = {"unit": open_.unit, "resumed": True, "batches": [], "rows": 0, "staged": 0, "quarantined": 0}
+            if getattr(open_, "records", None) is not None:  # the open unit's size, read with deltalake
+                res["unit_rows"] = int(open_.records.num_rows)
+            return res
+        unit = prog.last_unit + 1
+        self.check_inputs()  # an input deleted and written again, or its unread versions gone: refused
+        if self.ingest_mode() == "direct":
+            if max_files_per_trigger:
+                raise ValueError("max_files_per_trigger: a direct ingest reads whole versions of its inputs")
+            return self._ingest_direct(prepare, per_source, payload_text, casts or {}, prog, ident)
+        parts = [self._read(k, p, per_source[k], payload_text, casts or {}) for k, p in enumerate(self.sources)]
+        stream = parts[0]
+        for p in parts[1:]:  # sources may carry different payload columns (each side's own)
+            stream = stream.unionByName(p, allowMissingColumns=True)
+        totals: dict[str, Any] = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0}
+        if self.follow is not None:
+            return self._follow(stream, prepare, ident, max_files_per_trigger, totals)
+
+        # foreach mode: a micro-batch the stream replays after a crash between staging it and its
+        # checkpoint commit was staged by a committed unit already: it is not staged (or judged
+        # late or duplicate against its own rows) again
+        staged_before = int(prog.meta.get("staged_batch", -1)) if self.ingest_mode() == "foreach" else -1
+
+        def stage(batch: DataFrame, batch_id: int) -> None:
+            if int(batch_id) <= staged_before:
+                log.info("%s: micro-batch %d was staged by a committed unit; skipped", self.pipeline, batch_id)
+                return
+            info = self._stage(batch, int(batch_id), BatchInfo(unit, int(batch_id), prog, ident), prepare)
+            totals["batches"].append(int(batch_id))
+            for k in ("rows", "staged", "quarantined"):
+                totals[k] += info[k]
+
+        if self.ingest_mode() == "landing":
+            self._ingest_landing(stream, stage, prog, ident, max_files_per_trigger)
+        else:
+            self._ingest_foreach(stream, stage, ident, max_files_per_trigger)
+        staged = totals["staged"]
+        return {"unit": unit if staged else None, "resumed": False, **totals, "unit_rows": staged}
+
+    def _ingest_foreach(self, stream: DataFrame, stage: Callable[[DataFrame, int], None], ident: str,
+                        max_files_per_trigger: int | None) -> None:
+        from simjoin.spark.session import is_remote
+
+        if is_remote(self.spark):
+            raise ValueError(
+                f"{self.tables.output} was created with a local Spark, whose stream reader runs in the "
+                "job's own process; on the warm Spark (SIMJOIN_SPARK_REMOTE) it cannot: allowed: run it with "
+                f"SIMJOIN_SPARK_REMOTE=off, or {self._reset_hint()} on the warm Spark")
+        errors: list[BaseException] = []
+
+        def on_batch(batch: DataFrame, batch_id: int) -> None:
+            try:
+                stage(batch, batch_id)
+            except BaseException as e:  # Spark reports only the Python side's last line: keep the cause
+                log.exception("%s: micro-batch %d failed", self.pipeline, batch_id)
+                errors.append(e)
+                raise
+
+        writer = stream.writeStream.foreachBatch(on_batch).option(
+            "checkpointLocation", delta._abs(self.tables.checkpoint)).trigger(availableNow=True)
+        if max_files_per_trigger:
+            writer = writer.option("maxFilesPerTrigger", int(max_files_per_trigger))
+        q = writer.queryName(f"simjoin_{self.pipeline}_{ident[:8]}").start()
+        try:
+            q.awaitTermination()
+        except Exception:
+            if errors:
+                raise errors[0] from None
+            raise
+
+    def _ingest_direct(self, prepare: Prepare, per_source: Sequence[dict[str, Callable[[T.DataType], bool]]],
+                       payload_text: str, casts: dict[str, str], prog: Progress, ident: str) -> dict[str, Any]:
+        """``direct`` mode: no streaming query. A micro-batch is the inputs' versions since the last
+        batch (the first takes each input's snapshot), read by their Delta logs
+        (``simjoin.spark.delta_source``) and staged as any micro-batch. Exactly once as a query's
+        checkpoint: the batch's version ranges are written to ``<checkpoint>/offsets/<id>`` before it
+        is staged and ``commits/<id>`` after; a batch planned but not committed is staged again with
+        the same ranges (its writes are idempotent, and one a committed unit staged is skipped).
+        A run takes what arrived before it started; follow mode polls every trigger."""
+        totals: dict[str, Any] = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0}
+        follow = self.follow
+        args = (prepare, per_source, payload_text, casts, ident, totals)
+        if follow is None:
+            if self._direct_step(*args) == "replayed":  # then what arrived since it was planned
+                self._direct_step(*args)
+            return {"unit": prog.last_unit + 1 if totals["staged"] else None, "resumed": False, **totals,
+                    "unit_rows": totals["staged"]}
+        totals["units"] = []
+        log.info("%s: following %s every %gs (Ctrl-C stops)", self.pipeline, ", ".join(self.sources),
+                 follow.trigger_s)
+        while not follow.stop.is_set():
+            t0 = time.monotonic()
+            if self._direct_step(*args) is None:  # nothing new: wait for the next trigger
+                follow.stop.wait(max(0.0, follow.trigger_s - (time.monotonic() - t0)))
+        log.info("%s: follow mode stopped after %d units", self.pipeline, len(totals["units"]))
+        return {"unit": None, "resumed": False, "follow": True, **totals}
+
+    def _direct_step(self, prepare: Prepare, per_source: Sequence[dict[str, Callable[[T.DataType], bool]]],
+                     payload_text: str, casts: dict[str, str], ident: str, totals: dict[str, Any]) -> str | None:
+        """One direct micro-batch: the one planned but not committed (``"replayed"``), else the
+        inputs' new versions (``"new"``); None when nothing arrived."""
+        if self.follow is not None:  # an input replaced while following is refused before it is read
+            self.check_inputs()
+        done, planned = self._direct_last("commits"), self._direct_last("offsets")
+        if planned > done:
+            b, ranges, kind = planned, self._direct_ranges(planned), "replayed"
+            files = [delta_source.files_between(local_path(src) or src, r) for src, r in zip(self.sources, ranges,
+                                                                                          strict=True)]
+        else:
+            prev = self._direct_ranges(done) if done >= 0 else [delta_source.Range(-1, -1)] * len(self.sources)
+            ranges = []
+            for src, r in zip(self.sources, prev, strict=True):
+                loc = local_path(src)
+                assert loc is not None
+                ranges.append(delta_source.Range(r.end, delta_source.latest_version(loc)))
+            files = [delta_source.files_between(local_path(src) or src, r) for src, r in zip(self.sources, ranges,
+                                                                                          strict=True)]
+            if not any(files):  # nothing appended (a compaction, or no input yet): nothing to record
+                return None
+            b, kind = done + 1, "new"
+            self._direct_write("offsets", b, {"sources": [{"path": src, "start": r.start, "end": r.end}
+                                                          for src, r in zip(self.sources, ranges, strict=True)]})
+        prog = self.progress(fresh=self.follow is not None)  # follow: the last unit was published since
+        if b <= int(prog.meta.get("staged_batch", -1)):
+            log.info("%s: micro-batch %d was staged by a committed unit; skipped", self.pipeline, b)
+        else:
+            maybe_fail(f"{self.pipeline}.ingest.planned")
+            unit = prog.last_unit + 1
+            batch = self._direct_batch(ranges, files, per_source, payload_text, casts)
+            info = self._stage(batch, b, BatchInfo(unit, b, prog, ident), prepare, follow=self.follow is not None)
+            totals["batches"].append(b)
+            for k in ("rows", "staged", "quarantined"):
+                totals[k] += info[k]
+            if self.follow is not None and info["staged"]:
+                self.follow.after_unit(unit)
+                totals["units"].append(unit)
+            maybe_fail(f"{self.pipeline}.ingest.staged")
+        self._direct_write("commits", b, {})
+        return kind
+
+    def _direct_batch(self, ranges: Sequence[delta_source.Range], files_of: Sequence[Sequence[str]],
+                      per_source: Sequence[dict[str, Callable[[T.DataType], bool]]], payload_text: str,
+                      casts: dict[str, str]) -> DataFrame:
+        """The rows the versions of ``ranges`` appended (``files_of``: their files, per source),
+        shaped as the streaming query shapes them."""
+        t0 = time.perf_counter()
+        parts = []
+        for k, (src, r) in enumerate(zip(self.sources, ranges, strict=True)):
+            loc = local_path(src)
+            assert loc is not None
+            schema = delta_source.spark_schema(loc, max(r.end, 0))
+            files = files_of[k]
+            got = self._shape_arrow(k, src, files, schema, per_source[k], payload_text, casts)
+            if got is not None:
+                parts.append(got)
+                continue
+            df = (self.spark.read.schema(schema).parquet(*files) if files
+                  else self.spark.createDataFrame([], schema))
+            parts.append(self._shape(k, src, df, schema, per_source[k], payload_text, casts))
+        if all(isinstance(p, pa.Table) for p in parts):
+            self._direct_read_s = time.perf_counter() - t0
+            return pa.concat_tables(parts, promote_options="default")  # type: ignore[return-value]
+        from simjoin.spark.session import arrow_frame
+
+        parts = [arrow_frame(self.spark, p) if isinstance(p, pa.Table) else p for p in parts]
+        out = parts[0]
+        for p in parts[1:]:
+            out = out.unionByName(p, allowMissingColumns=True)
+        return out
+
+    #: payload casts that Arrow makes as Spark does (``_shape_arrow``)
+    _ARROW_CASTS: ClassVar[dict[str, Any]] = {
+        "array<double>": pa.list_(pa.float64()), "double": pa.float64(), "bigint": pa.int64(), "long": pa.int64()}
+
+    def _shape_arrow(self, k: int, path: str, files: Sequence[str], schema: T.StructType,
+                     payload: dict[str, Callable[[T.DataType], bool]], payload_text: str,
+                     casts: dict[str, str]) -> Any:
+        """:meth:`_shape` on the files read with pyarrow in this process (no Spark job), as a
+        pyarrow Table in the schema Spark's ``toArrow`` gives; None when Spark must shape them:
+        the tables are not staged through the driver, ``ts`` is not a timestamp (a string or a
+        number is parsed by Spark's rules), or a payload cast is not one Arrow makes the same way."""
+        import pyarrow.parquet as pq
+
+        stream_schema_check(schema, path, self.ts_unit, payload, payload_text)
+        if not self.local_tables() or not isinstance(schema["ts"].dataType, (T.TimestampType, T.TimestampNTZType)):
+            return None
+        if isinstance(schema["ts"].dataType, T.TimestampNTZType) and self.ts_zone.upper() not in ("UTC", "Z", "GMT",
+                                                                                                   "ETC/UTC"):
+            return None  # wall time in another zone: Spark's rules for DST gaps and overlaps decide
+        want: dict[str, Any] = {"id": pa.int64(), "ts": pa.timestamp("us", tz="UTC")}
+        for c in payload:
+            if c in casts:
+                if casts[c] not in self._ARROW_CASTS:
+                    return None
+                want[c] = self._ARROW_CASTS[casts[c]]
+            else:
+                return None
+        pieces = []
+        for f in files:
+            t = pq.read_table(f, columns=list(want))
+            ts = t.column("ts")
+            if pa.types.is_timestamp(ts.type) and ts.type.tz is None:  # NTZ or INT96: UTC wall time
+                t = t.set_column(t.schema.get_field_index("ts"), "ts", ts.cast(pa.timestamp("us")).cast(
+                    pa.timestamp("us", tz="UTC")))
+            pieces.append(pa.Table.from_arrays([t.column(c).cast(typ) for c, typ in want.items()],
+                                               names=list(want)))
+        t = (pa.concat_tables(pieces) if pieces
+             else pa.Table.from_pylist([], schema=pa.schema(list(want.items()))))
+        us = t.column("ts").cast(pa.int64())
+        cols = {"id": t.column("id"), "ts": t.column("ts"), "ts_raw": ts_strings(us)}
+        cols.update({c: t.column(c) for c in payload})
+        cols["side"] = pa.array(np.full(t.num_rows, k, np.int8))
+        return pa.Table.from_arrays(list(cols.values()), names=list(cols))
+
+    def _direct_write(self, kind: str, b: int, content: dict[str, Any]) -> None:
+        d = self._direct_dir(kind)
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, f".{b}.tmp")
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(content))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, os.path.join(d, str(b)))
+
+    def _ingest_landing(self, stream: DataFrame, stage: Callable[[DataFrame, int], None], prog: Progress,
+                        ident: str, max_files_per_trigger: int | None) -> None:
+        """The query appends what arrived to ``<output>_work/landing`` (Delta's exactly-once sink,
+        no Python in the query); then every landing commit not staged yet is staged as one
+        micro-batch whose id is its commit version, read back through the change data feed.
+        ``landed`` in the progress meta is the last commit a committed unit staged."""
+        landing = self.tables.work("landing")
+        self.spark.conf.set("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "true")
+        writer = stream.writeStream.format("delta").option(
+            "checkpointLocation", delta._abs(self.tables.checkpoint)).trigger(availableNow=True)
+        if max_files_per_trigger:
+            writer = writer.option("maxFilesPerTrigger", int(max_files_per_trigger))
+        q = writer.queryName(f"simjoin_{self.pipeline}_{ident[:8]}").start(delta._abs(landing))
+        q.awaitTermination()
+        maybe_fail(f"{self.pipeline}.ingest.landed")
+        if not delta.table_exists(self.spark, landing):
+            return
+        last = delta.latest_version(self.spark, landing)
+        for version in range(int(prog.meta.get("landed", -1)) + 1, last + 1):
+            batch = (self.spark.read.format("delta").option("readChangeFeed", "true")
+                     .option("startingVersion", version).option("endingVersion", version).load(delta._abs(landing))
+                     .where(F.col("_change_type") == "insert")
+                     .drop("_change_type", "_commit_version", "_commit_timestamp"))
+            stage(batch, version)

@@ -1,0 +1,236 @@
+"""The micro-batch engine's units, progress and the small value helpers every part shares."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from simjoin.log import get_logger
+from simjoin.spark import delta
+from simjoin.spark.tables import StreamTables
+
+log = get_logger("simjoin.engine")
+UTC = dt.UTC
+IDENTITY_FILE = "simjoin.json"
+PROGRESS_SCHEMA = "unit long, side byte, max_ts timestamp, fingerprint string, checkpoint_id string, meta string"
+QUARANTINE_SCHEMA = ("side byte, id long, ts timestamp, ts_raw string, row string, reason string, stage string, "
+                     "unit long, batch string")
+
+
+class CheckpointMismatch(ValueError):
+    """The checkpoint does not belong to the output's state (deleted, foreign or stale)."""
+
+
+class Stopping(Exception):
+    """Follow mode is stopping: a micro-batch that starts now is left for the next start."""
+
+
+class StaleUnit(RuntimeError):
+    """A work table holds another unit than the open one: the previous stage must run again."""
+
+
+#: Committed units' staged records are deleted every this many units.
+RECORDS_HOUSEKEEPING_EVERY = 4
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the committed units say: the last one, the watermark, the state's identity."""
+
+    last_unit: int
+    watermark: dt.datetime | None
+    max_ts: dict[int, dt.datetime]
+    checkpoint_id: str | None
+    fingerprint: str | None
+    meta: dict[str, Any]
+    #: the pipeline's ``--allowed-lateness`` in seconds (docs/operations.md, "Lateness")
+    lateness_s: float = 0.0
+
+    @property
+    def lateness(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.lateness_s)
+
+    def late_marks(self) -> dict[int, dt.datetime]:
+        """Per side, the earliest ts still on time: a row of side ``s`` dated before
+        ``late_marks()[s]`` (its stream's committed max ts minus the allowed lateness) is late."""
+        return {s: m - self.lateness for s, m in self.max_ts.items()}
+
+    @property
+    def closed_watermark(self) -> dt.datetime | None:
+        """The watermark less the allowed lateness: a window that ended at or before it can get
+        no more rows (S3J closes and expires windows by it)."""
+        return None if self.watermark is None else self.watermark - self.lateness
+
+
+#: A row dated more than this past its unit's publish time never advances its stream's committed
+#: max ts beyond publish time + this skew, so a lone outlier (inside ``--max-future``) cannot make
+#: the next micro-batch's ordinary rows late (docs/operations.md, "Lateness").
+WATERMARK_SKEW = dt.timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Unit:
+    unit: int
+    #: the staged rows: a DataFrame, or a pyarrow Table (``open_unit_table``)
+    records: Any
+    checkpoint_id: str
+    #: the metadata ingest staged with the unit's first rows (JSON), read by the same job
+    meta: str | None = None
+
+
+def read_state(spark: SparkSession, path: str, before_unit: int) -> DataFrame | None:
+    """A state table as written by units before ``before_unit`` (what a replay of the unit saw), or None."""
+    if not delta.table_exists(spark, path):
+        return None
+    small = delta.read_small(spark, path, [("unit", "<", int(before_unit))])
+    if small is not None:
+        return small
+    return delta.read_table(spark, path).where(F.col("unit") < before_unit)
+
+
+def records_summary(records: Any) -> list[dict[str, Any]]:
+    """Per side of a unit's staged records (a DataFrame or a pyarrow Table): the largest ts ``m``,
+    the staged ``meta``, the last micro-batch ``b``, the smallest ts ``lo`` and the count ``n``."""
+    if not isinstance(records, pa.Table):
+        return [r.asDict() for r in records.groupBy("side").agg(
+            F.max("ts").alias("m"), F.first("meta").alias("meta"), F.max("batch_id").alias("b"),
+            F.min("ts").alias("lo"), F.count("*").alias("n")).collect()]
+
+    out = []
+    sides = records.column("side")
+    for s in pc.unique(sides).to_pylist():
+        t = records.filter(pc.equal(sides, s))
+        ts = t.column("ts").cast(pa.timestamp("us", tz="UTC"))
+        lo, hi = (v.as_py().astimezone(UTC).replace(tzinfo=None) for v in pc.min_max(ts).values())
+        out.append({"side": s, "m": hi, "meta": t.column("meta")[0].as_py(),
+                    "b": pc.max(t.column("batch_id")).as_py(), "lo": lo, "n": t.num_rows})
+    return out
+
+
+def spark_ts_string(us: int) -> str:
+    """A UTC instant (epoch microseconds) as Spark casts a timestamp to a string (session time
+    zone UTC): ``yyyy-MM-dd HH:mm:ss`` and the fraction without trailing zeros."""
+    t = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=int(us))
+    frac = f"{t.microsecond:06d}".rstrip("0")
+    return t.strftime("%Y-%m-%d %H:%M:%S") + (f".{frac}" if frac else "")
+
+
+def ts_strings(us: Any) -> Any:
+    """:func:`spark_ts_string` over an Arrow int64 column of epoch microseconds (nulls stay null):
+    vectorized for 1970-9999, per value elsewhere."""
+    n = len(us)
+    valid = np.asarray(us.is_valid().to_numpy(zero_copy_only=False), bool)
+    v = np.asarray(us.fill_null(0).to_numpy(), np.int64)
+    out = np.empty(n, object)
+    fast = valid & (v >= 0) & (v < 253402300800_000000)
+    if fast.any():
+        vf = v[fast]
+        secs = pc.strftime(pa.array(vf // 1_000_000, pa.timestamp("s", tz="UTC")),
+                           format="%Y-%m-%d %H:%M:%S").to_numpy(zero_copy_only=False).astype(str)
+        frac = np.char.rstrip(np.char.zfill((vf % 1_000_000).astype(str), 6), "0")
+        dot = np.where(np.char.str_len(frac) > 0, ".", "")
+        out[fast] = np.char.add(np.char.add(secs, dot), frac)
+    for i in np.flatnonzero(valid & ~fast).tolist():
+        out[i] = spark_ts_string(int(v[i]))
+    return pa.array(out, pa.string(), mask=~valid)
+
+
+def json_row(values: dict[str, Any]) -> str:
+    """A quarantined row's payload as ``to_json(struct(...))`` writes it (NaN and infinities as
+    strings, nulls left out, no spaces)."""
+    def fix(v: Any) -> Any:
+        if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+            return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        return v
+
+    return json.dumps({k: fix(v) for k, v in values.items() if v is not None}, separators=(",", ":"))
+
+
+def naive_utc(t: dt.datetime) -> dt.datetime:
+    return t if t.tzinfo is None else t.astimezone(UTC).replace(tzinfo=None)
+
+
+def aware(t: dt.datetime) -> dt.datetime:
+    """A timestamp Spark returned (naive, in the session's UTC) as an aware one."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def epoch_us(t: dt.datetime) -> int:
+    d = aware(t) - dt.datetime(1970, 1, 1, tzinfo=UTC)
+    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
+
+
+def micros(col: str) -> Column:
+    return F.unix_micros(F.col(col))
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What a pipeline's ``prepare`` hook knows about the micro-batch it prepares."""
+
+    unit: int
+    batch_id: int
+    progress: Progress
+    checkpoint_id: str
+    #: the batch is staged through the driver (follow mode): state the hook compares with is
+    #: better read with ``deltalake`` (``delta.read_arrow``) than by Spark jobs
+    local: bool = False
+
+
+@dataclass
+class Prepared:
+    """A ``prepare`` hook's answer: rows to stage, rows to quarantine (with ``reason``) and
+    metadata to keep with the unit (e.g. the vector dimension)."""
+
+    staged: DataFrame
+    bad: DataFrame | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+Prepare = Callable[[DataFrame, BatchInfo], Prepared]
+#: A ``Prepare`` twin on pyarrow Tables (``Prepared`` with Tables), for batches staged through the driver.
+PrepareArrow = Callable[[Any, BatchInfo], Prepared]
+
+
+def local_path(path: str) -> str | None:
+    if "://" in path and not path.startswith("file://"):
+        return None
+    return os.path.abspath(path.removeprefix("file://"))
+
+
+def _real(path: str) -> str:
+    loc = local_path(path)
+    return os.path.realpath(loc) if loc is not None else path.rstrip("/")
+
+
+def same_path(a: str, b: str) -> bool:
+    return _real(a) == _real(b)
+
+
+def path_inside(child: str, parent: str) -> bool:
+    """Whether ``child`` is ``parent`` or lives under it (symlinks resolved)."""
+    c, p = _real(child), _real(parent)
+    return c == p or c.startswith(p.rstrip(os.sep) + os.sep)
+
+
+def is_dir_tables(tables: StreamTables) -> bool:
+    """An output that is a directory holding the pipeline's tables (S2J), not a table."""
+    from simjoin.spark.tables import DirTables
+
+    return isinstance(tables, DirTables)
+
