@@ -158,7 +158,7 @@ def test_ts_strings_are_sparks_cast_of_a_timestamp_to_a_string():
     """The vectorized ``ts_raw`` of a direct batch equals the per-value rule (Spark's cast, UTC)."""
     import pyarrow as pa
 
-    from simjoin.spark.engine.units import ts_strings, spark_ts_string
+    from simjoin.spark.engine.units import spark_ts_string, ts_strings
 
     v = [0, 1, 500_000, 1_767_225_650_700_000, 1_767_225_650_000_000, 1_767_225_650_123_456,
          253_402_300_799_999_999, -5, -1_500_000]
