@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simjoin.config import GenerateConfig
+from jobs.generate.config import GenerateConfig
 from simjoin.pipeline.spec import PipelineSpec, Run, Stage
 
 

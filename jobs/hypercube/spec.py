@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simjoin.config import HyperCubeConfig
+from jobs.hypercube.config import HyperCubeConfig
 from simjoin.pipeline.spec import PipelineSpec, Stage
 
 
@@ -64,6 +64,8 @@ SPEC = PipelineSpec(
     ),
     run_class="jobs.hypercube.common:HyperCubeRun",
     summary="jobs.hypercube.spec:summary",
+    report="jobs.hypercube.report:render_hypercube_stats",
+    balance=("worker", "load", "unit"),
     output_columns={"output": ("left_id", "right_id", "k", "ts")},
     tags=("streaming", "equi-join", "skew"),
     trigger_input="left",

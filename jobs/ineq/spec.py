@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simjoin.config import IneqConfig
+from jobs.ineq.config import IneqConfig
 from simjoin.pipeline.spec import PipelineSpec, Stage
 
 
@@ -58,6 +58,8 @@ SPEC = PipelineSpec(
     ),
     run_class="jobs.ineq.common:IneqRun",
     summary="jobs.ineq.spec:summary",
+    report="jobs.ineq.report:render_ineq_stats",
+    balance=("worker", "probe_seconds", "unit"),
     output_columns={"output": ("left_id", "right_id", "ts")},
     tags=("streaming", "inequality"),
     trigger_input="left",

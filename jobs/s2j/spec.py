@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simjoin.config import S2JConfig
+from jobs.s2j.config import S2JConfig
 from simjoin.pipeline.spec import PipelineSpec, Stage
 
 
@@ -60,6 +60,8 @@ SPEC = PipelineSpec(
     ),
     run_class="jobs.s2j.common:S2JRun",
     summary="jobs.s2j.spec:summary",
+    report="jobs.s2j.report:render_s2j_stats",
+    balance=("worker", "live", "unit"),
     cli_commands="jobs.s2j.cli:commands",
     tags=("streaming", "s2j", "theta"),
     trigger_input="left",

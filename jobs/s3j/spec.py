@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simjoin.config import S3JConfig
+from jobs.s3j.config import S3JConfig
 from simjoin.pipeline.spec import PipelineSpec, Stage
 
 
@@ -68,6 +68,8 @@ SPEC = PipelineSpec(
     ),
     run_class="jobs.s3j.common:S3JRun",
     summary="jobs.s3j.spec:summary",
+    report="jobs.s3j.report:render_s3j_stats",
+    balance=("worker", "load", "unit"),
     output_columns={"output": ("left_id", "right_id", "distance", "window_start")},
     tags=("streaming",),
     trigger_input="left",

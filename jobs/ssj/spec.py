@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simjoin.config import SSJConfig
+from jobs.ssj.config import SSJConfig
 from simjoin.pipeline.spec import PipelineSpec, Stage
 
 
@@ -48,6 +48,9 @@ SPEC = PipelineSpec(
     ),
     run_class="jobs.ssj.common:SSJRun",
     summary="jobs.ssj.spec:summary",
+    report="jobs.ssj.report:render_ssj",
+    report_run="jobs.ssj.report:render_ssj_stats",
+    balance=(None, "wall_seconds", "run_id"),
     output_columns={"output": ("left_id", "right_id", "similarity", "run_id")},
     tags=("batch",),
     trigger_input="input",

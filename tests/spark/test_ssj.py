@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from simjoin.config import ConfigError, SSJConfig
+from jobs.ssj.config import SSJConfig
+from simjoin.config import ConfigError
 from simjoin.core.setsim import brute_force_pairs
 from simjoin.spark import delta
 from tests.helpers import run_ssj

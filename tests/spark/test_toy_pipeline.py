@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import functions as F
 
-from simjoin.config import _check, check_fields, param
+from simjoin.config import check, check_fields, param
 from simjoin.pipeline import PipelineSpec, Run, Stage
 from simjoin.pipeline.registry import register
 from simjoin.spark import delta
@@ -27,7 +27,7 @@ class ToyConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "toy")
-        _check(self.low <= self.high, "toy", "high", self.high, f"a value >= low ({self.low})")
+        check(self.low <= self.high, "toy", "high", self.high, f"a value >= low ({self.low})")
 
 
 class ToyRun(Run):

@@ -1,6 +1,7 @@
 import pytest
 
-from simjoin.config import ConfigError, SparkConfig, SSJConfig, load_config, parse_duration
+from jobs.ssj.config import SSJConfig
+from simjoin.config import ConfigError, SparkConfig, load_config, parse_duration
 
 
 def test_yaml_defaults_load():
@@ -64,7 +65,7 @@ def test_parse_duration():
 
 
 def test_generate_drift_params():
-    from simjoin.config import GenerateConfig
+    from jobs.generate.config import GenerateConfig
 
     cfg = load_config(GenerateConfig, "generate", {"out": "/tmp/x", "drift": "wander", "drift_period": "30s"})
     assert (cfg.drift, parse_duration(cfg.drift_period), cfg.drift_after) == ("wander", 30.0, 2)

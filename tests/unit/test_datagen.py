@@ -169,7 +169,8 @@ def test_sets_bad_values():
 
 
 def test_generate_config_sets_params():
-    from simjoin.config import ConfigError, GenerateConfig
+    from jobs.generate.config import GenerateConfig
+    from simjoin.config import ConfigError
 
     cfg = GenerateConfig(kind="sets", out="/tmp/x", lengths="aol", dist="near-duplicates", dup_frac=0.1)
     assert (cfg.lengths, cfg.dist, cfg.dup_frac) == ("aol", "near-duplicates", 0.1)

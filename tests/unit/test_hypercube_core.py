@@ -214,7 +214,7 @@ def test_bad_parameters_fail_early():
 
 
 def test_generator_allows_uniform_keys():
-    from simjoin.config import GenerateConfig
+    from jobs.generate.config import GenerateConfig
     from simjoin.core.datagen import gen_keys
 
     GenerateConfig(kind="keys", out="/tmp/x", alpha=0.0)

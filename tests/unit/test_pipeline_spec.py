@@ -3,7 +3,9 @@ checks, the registry, and one-line errors."""
 
 import pytest
 
-from simjoin.config import ConfigError, S3JConfig, SSJConfig, fingerprint
+from jobs.s3j.config import S3JConfig
+from jobs.ssj.config import SSJConfig
+from simjoin.config import ConfigError, fingerprint
 from simjoin.pipeline import PipelineSpec, Stage, get_spec, specs
 from simjoin.pipeline.runner import one_line
 

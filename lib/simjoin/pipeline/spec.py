@@ -84,6 +84,14 @@ class PipelineSpec:
     run_class: str = "simjoin.pipeline.spec:Run"
     #: ``fn(run, results) -> str``: the CLI's one-line summary.
     summary: str = ""
+    #: ``"module:attr"`` -> ``fn(pdf, out, title) -> list[str]``: the pipeline's plots of its stats
+    #: rows (PNGs in ``out``), what ``simjoin report`` draws (``jobs/<name>/report.py``); "": none.
+    report: str = ""
+    #: The same for the stats plots on a run's page (``simjoin report --output``); "": ``report``.
+    report_run: str = ""
+    #: The stats rows and column whose spread over workers is the pipeline's load balance on a run's
+    #: page: (level or None for every row, load column, group column: one balance figure per group).
+    balance: tuple[str | None, str, str] | None = None
     #: Tables (``Run.tables`` keys) -> expected column names, checked by the overwrite guard.
     output_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Airflow: retries per task, a schedule (None, a cron string or "asset"), tags.
