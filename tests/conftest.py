@@ -28,6 +28,9 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["SIMJOIN_WAREHOUSE"] = str(_TMP / "warehouse")
 os.environ["PYSPARK_PYTHON"] = sys.executable
+# The warm gate server (simjoin.quality.gate_server) the tests' runs start stays a minute after its
+# last request, not the default quarter hour, so none outlives the test run by long.
+os.environ.setdefault("SIMJOIN_GATE_SERVER_IDLE", "60")
 
 
 @pytest.hookimpl(tryfirst=True)

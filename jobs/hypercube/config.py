@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simjoin.config import StreamConfig, check, check_fields, param, same_path
+from simjoin.config import StreamConfig, check, check_fields, check_stream_paths, param
 
 __all__ = ["HyperCubeConfig"]
 
@@ -43,12 +43,7 @@ class HyperCubeConfig(StreamConfig):
         if self.epsilon is not None:
             check(self.epsilon <= 1 / (2 * self.workers), s, "epsilon", self.epsilon,
                   f"0 < epsilon <= 1/(2p) = {1 / (2 * self.workers):g} for workers p = {self.workers}")
-        check(self.right is None or self.left is None or not same_path(self.right, self.left), s, "right",
-              self.right, "a stream other than the left one")
-        for k in ("left", "right"):
-            other = getattr(self, k)
-            check(self.output is None or other is None or not same_path(self.output, other), s, "output",
-                  self.output, f"a path other than the {k} stream (it would be overwritten)")
+        check_stream_paths(self, s, right_allowed="a stream other than the left one")
 
     @property
     def eps(self) -> float:

@@ -5,10 +5,9 @@ The pipeline's spec names its renderer (``PipelineSpec.report``); ``simjoin.repo
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from simjoin.report import save_figure, write_index
+from simjoin.report import pyplot_frame, save_figure, write_index
 
 __all__ = ["render_hypercube_stats"]
 
@@ -17,15 +16,9 @@ def render_hypercube_stats(pdf: Any, out: str, title: str = "stats") -> list[str
     """Streaming HyperCube's stats (pandas) to PNGs and an index.html: the load per worker after
     the last micro-batch - ours, PHJ's, and the optimal bound N/p + sqrt(OUT/p) - with the
     maximum of each per micro-batch, and each heavy key's grid (p_R x p_S) over time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
-    import pandas as pd
 
-    df = pd.DataFrame(pdf)
-    os.makedirs(out, exist_ok=True)
+    plt, df = pyplot_frame(pdf, out)
     files: list[str] = []
     unit = df[df["level"] == "unit"].sort_values("unit")
     wrk = df[df["level"] == "worker"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simjoin.config import StreamConfig, check, check_fields, param, parse_duration, same_path
+from simjoin.config import StreamConfig, check, check_fields, check_stream_paths, param, parse_duration
 
 __all__ = ["IneqConfig"]
 
@@ -52,12 +52,7 @@ class IneqConfig(StreamConfig):
             from simjoin.core.inequality.query import parse_query
 
             parse_query(self.where)  # a QueryError (a ValueError) names the offending token
-        check(self.right is None or self.left is None or not same_path(self.right, self.left), s, "right",
-              self.right, "a stream other than the left one (omit --right for a self-join)")
-        for k in ("left", "right"):
-            other = getattr(self, k)
-            check(self.output is None or other is None or not same_path(self.output, other), s, "output",
-                  self.output, f"a path other than the {k} stream (it would be overwritten)")
+        check_stream_paths(self, s)
 
     @property
     def query(self) -> Any:

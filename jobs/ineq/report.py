@@ -5,10 +5,9 @@ The pipeline's spec names its renderer (``PipelineSpec.report``); ``simjoin.repo
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from simjoin.report import save_figure, write_index
+from simjoin.report import pyplot_frame, save_figure, write_index
 
 __all__ = ["render_ineq_stats"]
 
@@ -17,14 +16,8 @@ def render_ineq_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
     """The inequality join's stats (pandas) to PNGs and an index.html: merge and probe seconds
     per micro-batch (unit), live PO-Join batches with the mutable part's size, and probe seconds
     per worker."""
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    df = pd.DataFrame(pdf)
-    os.makedirs(out, exist_ok=True)
+    plt, df = pyplot_frame(pdf, out)
     files: list[str] = []
     unit = df[df["level"] == "unit"].sort_values("unit")
     wrk = df[df["level"] == "worker"]

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from simjoin.config import StreamConfig, check, check_fields, param, same_path
+from simjoin.config import StreamConfig, check, check_fields, check_stream_paths, param
 
 __all__ = ["S2JConfig"]
 
@@ -65,12 +65,7 @@ class S2JConfig(StreamConfig):
               f"0 < tau0 < tau* = beta x tau1 ({self.beta * self.tau1:g}) < tau1 ({self.tau1}) <= tau2 ({self.tau2})")
         check(self.min_workers <= self.max_workers, s, "min_workers", self.min_workers,
               f"<= max_workers ({self.max_workers})")
-        check(self.right is None or self.left is None or not same_path(self.right, self.left), s, "right",
-              self.right, "a stream other than the left one (omit --right for a self-join)")
-        for k in ("left", "right"):
-            other = getattr(self, k)
-            check(self.output is None or other is None or not same_path(self.output, other), s, "output",
-                  self.output, f"a directory other than the {k} stream")
+        check_stream_paths(self, s, output_allowed="a directory other than the {k} stream")
 
     @property
     def domain_stats(self) -> dict[str, float] | None:

@@ -5,10 +5,9 @@ The pipeline's spec names its renderer (``PipelineSpec.report``); ``simjoin.repo
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from simjoin.report import save_figure, write_index
+from simjoin.report import pyplot_frame, save_figure, write_index
 
 __all__ = ["render_s2j_stats"]
 
@@ -17,14 +16,8 @@ def render_s2j_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
     """S2J's stats (pandas) to PNGs and an index.html: per micro-batch the utilisation τ, the
     workers and the shed ratio (Section 3.2), the load per worker, and per task its pairs and
     its index's candidates."""
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    df = pd.DataFrame(pdf)
-    os.makedirs(out, exist_ok=True)
+    plt, df = pyplot_frame(pdf, out)
     files: list[str] = []
     unit = df[df["level"] == "unit"].sort_values("unit")
     x = [str(int(u)) for u in unit["unit"]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simjoin.config import StreamConfig, check, check_fields, param, parse_duration, same_path
+from simjoin.config import StreamConfig, check, check_fields, check_stream_paths, param, parse_duration
 
 __all__ = ["S3JConfig"]
 
@@ -47,9 +47,4 @@ class S3JConfig(StreamConfig):
         if self.slide is not None:
             check(parse_duration(self.slide) <= parse_duration(self.window), s, "slide", self.slide,
                   f"a duration <= window ({self.window})")
-        check(self.right is None or self.left is None or not same_path(self.right, self.left), s, "right",
-              self.right, "a stream other than the left one (omit --right for a self-join)")
-        for k in ("left", "right"):
-            other = getattr(self, k)
-            check(self.output is None or other is None or not same_path(self.output, other), s, "output",
-                  self.output, f"a path other than the {k} stream (it would be overwritten)")
+        check_stream_paths(self, s)

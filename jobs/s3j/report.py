@@ -5,10 +5,9 @@ The pipeline's spec names its renderer (``PipelineSpec.report``); ``simjoin.repo
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from simjoin.report import save_figure, write_index
+from simjoin.report import pyplot_frame, save_figure, write_index
 
 __all__ = ["render_s3j_stats"]
 
@@ -21,18 +20,12 @@ def render_s3j_stats(pdf: Any, out: str, title: str = "stats") -> list[str]:
     rebalance stage ran - per-worker load before and after each rebalance and the workset size
     distribution. Rows are aggregated over micro-batches per window.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
-    import pandas as pd
 
-    df = pd.DataFrame(pdf)
+    plt, df = pyplot_frame(pdf, out)
     for c in ("centroid_distance_computations", "load_after", "partition", "workset_id", "unit"):
         if c not in df:  # stats tables written before these columns existed
             df[c] = 0 if c == "centroid_distance_computations" else np.nan
-    os.makedirs(out, exist_ok=True)
     files: list[str] = []
     win = df[df["level"] == "window"].copy()
     wrk = df[df["level"] == "worker"].copy()

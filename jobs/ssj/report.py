@@ -5,23 +5,16 @@ The pipeline's spec names its renderer (``PipelineSpec.report``); ``simjoin.repo
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from simjoin.report import save_figure, write_index
+from simjoin.report import pyplot_frame, save_figure, write_index
 
 __all__ = ["render_ssj_stats", "render_ssj"]
 
 
 def render_ssj_stats(pdf: Any, out: str, title: str = "ssj stats") -> list[str]:
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    df = pd.DataFrame(pdf)
-    os.makedirs(out, exist_ok=True)
+    plt, df = pyplot_frame(pdf, out)
     files: list[str] = []
     for run_id, d in df.groupby("run_id") if "run_id" in df else [("run", df)]:
         d = d.sort_values("unit")

@@ -268,10 +268,6 @@ def _exit_now(code: int) -> None:
     import logging
     import os
 
-    if "simjoin.quality.gates" in sys.modules:
-        from simjoin.quality.gates import stop_gate_process
-
-        stop_gate_process()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -28,6 +28,7 @@ import yaml
 __all__ = [
     "ConfigError",
     "check",
+    "check_stream_paths",
     "SparkConfig",
     "StreamConfig",
     "param",
@@ -240,6 +241,19 @@ class StreamConfig:
     @property
     def allowed_lateness_s(self) -> float:
         return parse_duration(self.allowed_lateness)
+
+
+def check_stream_paths(cfg: Any, section: str,
+                       right_allowed: str = "a stream other than the left one (omit --right for a self-join)",
+                       output_allowed: str = "a path other than the {k} stream (it would be overwritten)") -> None:
+    """A stream config's ``left``/``right`` inputs differ, and its ``output`` is neither of them
+    (``{k}`` in ``output_allowed`` names the input)."""
+    check(cfg.right is None or cfg.left is None or not same_path(cfg.right, cfg.left), section, "right",
+          cfg.right, right_allowed)
+    for k in ("left", "right"):
+        other = getattr(cfg, k)
+        check(cfg.output is None or other is None or not same_path(cfg.output, other), section, "output",
+              cfg.output, output_allowed.format(k=k))
 
 
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["render", "render_run", "render_task_timing", "save_figure", "write_index"]
+__all__ = ["pyplot_frame", "render", "render_run", "render_task_timing", "save_figure", "write_index"]
 
 
 def render(pdf: Any, out: str, title: str = "stats") -> list[str]:
@@ -54,6 +54,19 @@ def _specs() -> dict[str, Any]:
     from simjoin.pipeline.registry import specs
 
     return specs()
+
+
+def pyplot_frame(pdf: Any, out: str) -> tuple[Any, Any]:
+    """matplotlib's pyplot (the Agg backend: no display) and the stats ``pdf`` as a pandas
+    DataFrame (a copy); the folder ``out`` created. What each pipeline's renderer starts with."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    os.makedirs(out, exist_ok=True)
+    return plt, pd.DataFrame(pdf)
 
 
 def save_figure(fig: Any, out: str, name: str, files: list[str]) -> None:

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from simjoin.quality import gates
@@ -107,64 +109,89 @@ def test_uniqueness_check_is_great_expectations_own(spark, monkeypatch, on_drive
     assert list(unique._repeated(__import__("numpy").array([5, 1, 5, 2, 1, 5]))) == [1, 5]
 
 
-def test_the_gate_process_validates_as_this_process_does(monkeypatch):
-    """``preload(process=True)`` (a CLI run whose units may run in process): a suite of ``Expect``
-    on a pyarrow Table is validated in the gate process, with this process's result - a pass, and a
-    failure naming the same expectations and counts."""
+@pytest.fixture
+def gate_home(monkeypatch):
+    """A private folder of its own for the gate server (a short path: a Unix socket's is bounded);
+    the server started there is stopped afterwards."""
+    import contextlib
+    import glob
+    import shutil
+    import signal
+    import tempfile
+    from pathlib import Path
+
+    d = tempfile.mkdtemp(prefix="sj-gate-", dir="/tmp")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", d)
+    monkeypatch.setattr(gates, "_use_server", False)
+    yield d
+    for log in glob.glob(f"{d}/simjoin/gate-*.log"):
+        for line in Path(log).read_text().splitlines():
+            if " ready at " in line:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(line.split("gate server ")[1].split()[0]), signal.SIGTERM)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _pairs_tables():
     import pyarrow as pa
 
     good = pa.table({"left_id": pa.array([1, 2, 3], pa.int64()), "right_id": pa.array([2, 3, 4], pa.int64())})
     bad = pa.table({"left_id": pa.array([1, 1, 5], pa.int64()), "right_id": pa.array([2, 2, 4], pa.int64())})
+    return good, bad
+
+
+def test_the_gate_server_validates_as_this_process_does(monkeypatch, gate_home):
+    """``preload(process=True)`` (a CLI run or task whose units may run in process) starts the warm
+    gate server; a suite of ``Expect`` on a pyarrow Table is validated there, with this process's
+    result - a pass, and a failure naming the same expectations and counts - by socket or, for a
+    large table, by a memory-mapped Arrow file. The server's folder is private (0700), its key
+    0600; a client without the key is refused and the server goes on serving."""
+    import stat
+    from multiprocessing.connection import Client
+
+    from simjoin.quality import gate_server
+
+    good, bad = _pairs_tables()
     ex = gates.pairs_expectations(None, None, None, True)
     assert all(isinstance(e, gates.Expect) for e in ex)
     here = [gates.run_suite(t, "here", ex, raise_on_failure=False) for t in (good, bad)]
-    monkeypatch.setattr(gates, "_gate_pool", None)
     gates.preload(process=True)
-    pool = gates._gate_pool
-    assert pool is not None
-    try:
-        there = [gates.run_suite(t, "there", ex, raise_on_failure=False) for t in (good, bad)]
-        # a large table goes as a memory-mapped Arrow file, not through the pool's pipe: the same result
-        monkeypatch.setattr(gates, "PICKLE_ROWS", 1)
-        by_file = [gates.run_suite(t, "there", ex, raise_on_failure=False) for t in (good, bad)]
-        assert [(r.success, r.evaluated) for r in by_file] == [(r.success, r.evaluated) for r in there]
-        with pytest.raises(gates.GateFailed, match="expect_compound_columns_to_be_unique"):
-            gates.run_suite(bad, "there", ex)
-    finally:
-        pool.terminate()
-        monkeypatch.setattr(gates, "_gate_pool", None)
+    assert gates._use_server
+    there = [gates.run_suite(t, "there", ex, raise_on_failure=False) for t in (good, bad)]
+    assert gates._use_server and gate_server.running()  # the server answered
+    monkeypatch.setattr(gates, "PICKLE_ROWS", 1)
+    by_file = [gates.run_suite(t, "there", ex, raise_on_failure=False) for t in (good, bad)]
+    assert [(r.success, r.evaluated) for r in by_file] == [(r.success, r.evaluated) for r in there]
+    with pytest.raises(gates.GateFailed, match="expect_compound_columns_to_be_unique"):
+        gates.run_suite(bad, "there", ex)
     assert [r.success for r in there] == [r.success for r in here] == [True, False]
 
     def key(r):
         return sorted((f["expectation"], f["unexpected_count"]) for f in r.failures)
 
     assert key(there[1]) == key(here[1]) == key(by_file[1]) and len(key(here[1])) == 2
+    sock, key_file = gate_server.address()
+    assert stat.S_IMODE(os.stat(os.path.dirname(sock)).st_mode) == 0o700
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    with pytest.raises(Exception, match=r"digest|challenge|Authentication"):
+        Client(sock, family="AF_UNIX", authkey=b"not the key")
+    assert gates.run_suite(good, "after", ex).success and gates._use_server
 
 
-def _slow_start() -> bool:
-    import time
+def test_a_gate_server_that_does_not_answer_leaves_the_gate_to_this_process(monkeypatch, caplog, gate_home):
+    """No server answers within ``GATE_PROCESS_START_S``: the suite runs here, with the same
+    result, and says so once; a server folder others may open is refused in one line."""
+    from simjoin.quality import gate_server
 
-    time.sleep(30)
-    return True
-
-
-def test_a_gate_process_that_does_not_start_leaves_the_gate_to_this_process(monkeypatch, caplog):
-    """A gate process whose warm-up never answers (one spawned from a ``__main__`` it cannot import
-    again respawns forever) is stopped after ``GATE_PROCESS_START_S``; the suite then runs here,
-    with the same result, and says so once."""
-    import multiprocessing as mp
-
-    import pyarrow as pa
-
-    bad = pa.table({"left_id": pa.array([1, 1, 5], pa.int64()), "right_id": pa.array([2, 2, 4], pa.int64())})
+    _, bad = _pairs_tables()
     ex = gates.pairs_expectations(None, None, None, True)
-    pool = mp.get_context("spawn").Pool(1)
-    monkeypatch.setattr(gates, "_gate_pool", pool)
-    monkeypatch.setattr(gates, "_gate_warm", pool.apply_async(_slow_start))
+    monkeypatch.setattr(gates, "_use_server", True)  # as if started, but none runs
     monkeypatch.setattr(gates, "GATE_PROCESS_START_S", 0.5)
-    try:
-        res = gates.run_suite(bad, "fallback", ex, raise_on_failure=False)
-    finally:
-        pool.terminate()
-    assert not res.success and gates._gate_pool is None
-    assert "the gate process did not start" in caplog.text
+    res = gates.run_suite(bad, "fallback", ex, raise_on_failure=False)
+    assert not res.success and not gates._use_server
+    assert "the gate server did not answer in 0.5s" in caplog.text
+    os.chmod(gate_server.server_dir(), 0o755)
+    with pytest.raises(gate_server.Unsafe, match=r"allowed a folder of uid .* with mode 0700"):
+        gate_server.server_dir()
+    gates.preload(process=True)  # refused: the thread imports Great Expectations here instead
+    assert not gates._use_server and "no gate server" in caplog.text

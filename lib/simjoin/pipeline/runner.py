@@ -157,9 +157,9 @@ def run_unit_task(pipeline: str | PipelineSpec, params: dict[str, Any], run_id: 
     if not spec.unit_task:
         raise ValueError(f"pipeline {spec.name} has no {UNIT_TASK} task: allowed only for stream pipelines whose "
                          "units may run in process")
-    # Great Expectations imports in a thread while the stages run (a spawned gate process would
-    # import the Airflow task's __main__ again, which it cannot)
-    preload()
+    # the gate runs in the warm gate server (started if none runs): this task never imports
+    # Great Expectations
+    preload(process=True)
     timing = TaskTiming(run_id, spec.name, UNIT_TASK, mode, attempt=attempt, process_s=process_age())
     run = spec.make_run(params, run_id, trigger=trigger, as_of=as_of)
     run.in_process = True  # the stages hand each other their frames, as in one CLI process

@@ -108,14 +108,14 @@ def _spark_source(ctx: Any) -> Any:
 
 
 _preload: threading.Thread | None = None
-#: the gate process (:func:`preload` with ``process``), or None; and its warm-up's result
-_gate_pool: Any = None
-_gate_warm: Any = None
-#: seconds the gate process may take to import Great Expectations before the gate runs here
+#: whether :func:`run_suite` sends Arrow gates to the gate server (:mod:`simjoin.quality.gate_server`)
+_use_server = False
+#: seconds a gate waits for a server that is starting (it imports Great Expectations)
 GATE_PROCESS_START_S = 120.0
 
 
-def _warm() -> bool:
+def warm() -> bool:
+    """Import Great Expectations and build its context (what the gate server does first)."""
     _context()
     return True
 
@@ -125,21 +125,22 @@ def preload(process: bool = False) -> None:
     Every other import of it waits for this one (:func:`expectations`): two threads importing
     its modules at once can see one of them half initialized.
 
-    ``process`` (a CLI run whose units may run in process): import it in a gate process instead,
-    on the other core, while this process runs the stages; :func:`run_suite` then validates a
-    pyarrow Table whose expectations are all :class:`Expect` there, and this process never imports
-    Great Expectations. ``SIMJOIN_GATE_PROCESS=0`` keeps the thread."""
-    global _preload, _gate_pool
+    ``process`` (a CLI run or task whose units may run in process): use the warm gate server
+    instead (:mod:`simjoin.quality.gate_server`), starting it if none runs; :func:`run_suite` then
+    validates there a pyarrow Table whose expectations are all :class:`Expect`, and this process
+    never imports Great Expectations. ``SIMJOIN_GATE_PROCESS=0`` keeps the thread; a server that
+    cannot start (an unsafe folder) too, with a warning."""
+    global _preload, _use_server
 
     if process and os.environ.get("SIMJOIN_GATE_PROCESS", "1") != "0":
-        import atexit
-        import multiprocessing as mp
+        from simjoin.quality import gate_server
 
-        global _gate_warm
-        _gate_pool = mp.get_context("spawn").Pool(1)
-        _gate_warm = _gate_pool.apply_async(_warm)
-        atexit.register(_gate_pool.terminate)  # never waits for an import the run no longer needs
-        return
+        try:
+            gate_server.start()  # unless one runs
+            _use_server = True
+            return
+        except (gate_server.Unsafe, OSError) as e:
+            log.warning("no gate server (%s): the gate runs in this process", e)
 
     def load() -> None:
         # the import holds the GIL for seconds: hand it back to the stages' threads (their numba
@@ -237,84 +238,62 @@ def _named_columns(expectations: list[Any]) -> set[str] | None:
 
 
 def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bool = True) -> GateResult:
-    """:func:`validate` in the gate process when there is one and ``df`` is a pyarrow Table whose
+    """:func:`validate` in the gate server when this run uses one and ``df`` is a pyarrow Table whose
     expectations are all :class:`Expect` (the same suite, the same result), else here."""
-    pool = _gate_pool if _gate_process_ready() else None
-    if pool is not None and _is_arrow(df) and all(isinstance(e, Expect) for e in expectations):
-        res: GateResult = _in_gate_process(pool, df, suite, expectations)
-        return _result(suite, res.evaluated, res.failures, raise_on_failure)
+    if _use_server and _is_arrow(df) and all(isinstance(e, Expect) for e in expectations):
+        res = _in_server(df, suite, expectations)
+        if res is not None:
+            return _result(suite, res.evaluated, res.failures, raise_on_failure)
     return validate(df, suite, expectations, raise_on_failure)
 
 
-def stop_gate_process() -> None:
-    """Stop the gate process, and release what multiprocessing holds for it (its semaphores): a
-    process that ends with ``os._exit`` (the CLI) runs no atexit hook, and the resource tracker
-    would warn about leaked semaphores on stderr after the command's last line."""
-    global _gate_pool, _gate_warm
-    pool, _gate_pool, _gate_warm = _gate_pool, None, None
-    if pool is None:
-        return
-    pool.terminate()
-    pool.join()
-    del pool
-    from multiprocessing import util
-
-    util._exit_function()  # type: ignore[attr-defined]  # the finalizers a normal exit runs: each semaphore unlinked and unregistered
-
-
-def _gate_process_ready() -> bool:
-    """Whether the gate process is up with Great Expectations imported. One that cannot start (a
-    parent whose ``__main__`` a spawned process cannot import again, as an Airflow task's) is
-    stopped, and the gate runs in this process instead (logged once)."""
-    global _gate_pool
-    if _gate_pool is None:
-        return False
-    try:
-        _gate_warm.get(timeout=GATE_PROCESS_START_S)
-        return True
-    except Exception as e:  # a worker that dies on start-up is respawned forever: the result never comes
-        why = f"no answer in {GATE_PROCESS_START_S:g}s" if not str(e) else f"{type(e).__name__}: {e}"
-        log.warning("the gate process did not start (%s): the gate runs in this process", why)
-        _gate_pool.terminate()
-        _gate_pool = None
-        return False
-
-
-#: Up to this many rows a table goes to the gate process pickled; a larger one as an Arrow IPC
-#: file it memory-maps (pickling 8M pairs through the pool's pipe took 19 s, the file 0.3 s).
+#: Up to this many rows a table goes to the gate server pickled; a larger one as an Arrow IPC
+#: file it memory-maps (pickling 8M pairs through a pipe took 19 s, the file 0.3 s).
 PICKLE_ROWS = 100_000
 
 
-def _in_gate_process(pool: Any, t: Any, suite: str, expectations: list[Any]) -> GateResult:
-    """:func:`validate` of the pyarrow Table ``t`` in the gate process: a small table through the
-    pool's pipe, a large one through a file in a private temporary folder (in memory where the
-    system has ``/dev/shm``), removed afterwards."""
-    if t.num_rows <= PICKLE_ROWS:
-        return pool.apply(validate, (t, suite, expectations, False, True))  # type: ignore[no-any-return]
+def _in_server(t: Any, suite: str, expectations: list[Any]) -> GateResult | None:
+    """:func:`validate` of the pyarrow Table ``t`` in the gate server: a small table through the
+    socket, a large one through a file in a private temporary folder (in memory where the system
+    has ``/dev/shm``), removed afterwards. None (logged; the gate then runs here) when no server
+    answers within ``GATE_PROCESS_START_S`` or it stops while validating."""
+    global _use_server
     import shutil
     import tempfile
 
     import pyarrow as pa
 
-    shm = "/dev/shm"
-    folder = tempfile.mkdtemp(prefix="simjoin-gate-", dir=shm if os.path.isdir(shm) and os.access(shm, os.W_OK)
-                              else None)
+    from simjoin.quality import gate_server
+
+    conn = gate_server.connect(GATE_PROCESS_START_S)
+    if conn is None:
+        log.warning("the gate server did not answer in %gs: the gate runs in this process", GATE_PROCESS_START_S)
+        _use_server = False
+        return None
+    folder = None
     try:
-        path = os.path.join(folder, "table.arrow")
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, t.schema) as w:
-            w.write_table(t)
-        return pool.apply(_validate_file, (path, suite, expectations))  # type: ignore[no-any-return]
+        if t.num_rows <= PICKLE_ROWS:
+            conn.send(("table", t, suite, expectations))
+        else:
+            shm = "/dev/shm"
+            folder = tempfile.mkdtemp(prefix="simjoin-gate-",
+                                      dir=shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None)
+            path = os.path.join(folder, "table.arrow")
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, t.schema) as w:
+                w.write_table(t)
+            conn.send(("file", path, suite, expectations))
+        kind, out = conn.recv()
+    except (EOFError, OSError) as e:
+        log.warning("the gate server stopped (%s): the gate runs in this process", type(e).__name__)
+        _use_server = False
+        return None
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _validate_file(path: str, suite: str, expectations: list[Any]) -> GateResult:
-    """The gate process's side of :func:`_in_gate_process`: the table memory-mapped, validated."""
-    import pyarrow as pa
-
-    with pa.memory_map(path) as src:
-        t = pa.ipc.open_file(src).read_all()
-    return validate(t, suite, expectations, False, True)
+        conn.close()
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+    if kind != "ok":
+        raise RuntimeError(f"quality gate {suite!r}: the gate server failed: {out}")
+    return out  # type: ignore[no-any-return]
 
 
 def validate(df: Any, suite: str, expectations: list[Any], raise_on_failure: bool = True,
