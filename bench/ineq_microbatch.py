@@ -138,7 +138,9 @@ def main() -> None:
         f"W = {W_S} s, {a.rows:,} tuples per stream per micro-batch over the next {W_S} s. Every time is one whole "
         "process, from its start to its exit. ours = `simjoin ineq` (in-process executor); Spark = the same "
         "command with `SIMJOIN_LOCAL_UNIT_ROWS=0` (every unit on the Spark executor, JVM start included); "
-        "anchor = a fresh Python process: deltalake read of the window, DuckDB join, deltalake append.",
+        "anchor = a fresh Python process: deltalake read of the window, DuckDB join, deltalake append. "
+        "Our gate runs in the warm gate server (`simjoin.quality.gate_server`): micro-batch 1 starts it (and "
+        "waits for its Great Expectations import), 2-4 find it warm, as a recurring micro-batch does.",
         "",
         "| micro-batch | new tuples | pairs | identical | ours s | Spark executor s | anchor s | ours / anchor "
         "| Spark / ours |",
