@@ -170,6 +170,27 @@ def _check(spark, tmp_path, monkeypatch, seed):
     got = sorted(zip(t.column("left_id").to_pylist(), t.column("right_id").to_pylist(), strict=True))
     assert got == ref, f"seed {seed}: {len(got)} pairs, the brute force {len(ref)}"
     assert local["quarantine"], "the case has bad rows"
+    _check_jobs(tmp_path)
+
+
+def _stage_jobs(out) -> list[tuple[str, int | None]]:
+    """(stage, Spark jobs) of every stage run the task-timing table recorded for the output ``out``."""
+    import os
+
+    from deltalake import DeltaTable
+
+    from simjoin.pipeline.timing import timing_path
+
+    t = DeltaTable(timing_path()).to_pyarrow_table(columns=["stage", "spark_jobs", "output"])
+    return [(r["stage"], r["spark_jobs"]) for r in t.to_pylist() if r["output"] == os.path.abspath(str(out))]
+
+
+def _check_jobs(tmp_path) -> None:
+    """The task-timing table counts each stage's Spark jobs: none after ingest on the in-process
+    executor, some on the Spark executor."""
+    local, other = (_stage_jobs(tmp_path / run / "out") for run in ("local", "other"))
+    assert local and all(j == 0 for st, j in local if st != "ingest"), local
+    assert sum(j for st, j in other if st != "ingest") > 0, other
 
 
 #: fast seeds cover: two streams with a time window and lateness (0), a self-join with a time
@@ -294,6 +315,7 @@ def _check_s3j(spark, tmp_path, monkeypatch, seed):
     assert got and local["quarantine"], "the case has pairs and bad rows"
     if conf.get("rebalance") == "split" and seed in S3J_SEEDS:
         assert local["assignment"], f"seed {seed}: the rebalance never fired"
+    _check_jobs(tmp_path)
 
 
 #: fast seeds cover: a self-join with sliding windows and rebalancing on Spark (0), two streams,

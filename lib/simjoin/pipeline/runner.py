@@ -82,10 +82,15 @@ def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], 
     """One stage of one run from (DAG) params: validate them, run the stage, return an XCom dict.
     Logs and records (:mod:`simjoin.pipeline.timing`) the process, Spark start-up and work seconds."""
     from simjoin.pipeline.timing import TaskTiming, process_age
+    from simjoin.spark.session import jobs_started
 
     spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
     st = spec.stage(stage)
     timing = TaskTiming(run_id, spec.name, st.name, mode, attempt=attempt, process_s=process_age())
+    if st.gate and spec.unit_task:  # an Arrow gate runs in the warm gate server
+        from simjoin.quality.gates import preload
+
+        preload(process=True)
     run = spec.make_run(params, run_id, trigger=trigger, as_of=as_of)
     timing.output, timing.invocation = _abs_output(run), run_id
     t0 = time.perf_counter()
@@ -101,9 +106,11 @@ def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], 
         with lock, current_stage(f"{spec.name}.{st.name}"):
             if spec.stages[0].name == st.name:
                 guard_outputs(spark, run)
+            jobs0 = jobs_started(spark)
             with log_stage(f"{spec.name} {st.name}", log):
                 out = st.function()(spark, run) or {}
             timing.count(out)
+            timing.spark_jobs = _jobs_since(spark, jobs0)
             maybe_fail(f"{spec.name}.{st.name}")
     except BaseException:
         timing.ok = False
@@ -131,6 +138,14 @@ def _finish(timing: Any, spark: Any, t1: float) -> None:
 def _abs_output(run: Run) -> str | None:
     out = output_of(run)
     return out if out is None or "://" in out else os.path.abspath(out)
+
+
+def _jobs_since(spark: Any, before: int | None) -> int | None:
+    """The Spark jobs this process started since it had started ``before`` (None: not known)."""
+    from simjoin.spark.session import jobs_started
+
+    now = jobs_started(spark)
+    return None if now is None or before is None else now - before
 
 
 def _spark_kind(spark: Any) -> str:
@@ -177,13 +192,15 @@ def run_unit_task(pipeline: str | PipelineSpec, params: dict[str, Any], run_id: 
             done = _run_stages(spark, run, spec.stages[1:], timed, fault_points=True)
             last = done.get(spec.stages[-1].name)
             timing.count(last if isinstance(last, dict) else {})
+            jobs = [j for *_, j in timed]
+            timing.spark_jobs = None if None in jobs else sum(jobs)
             maybe_fail(f"{spec.name}.{UNIT_TASK}")
     except BaseException:
         timing.ok = False
         raise
     finally:
         if timed:
-            log.info("task %s %s: %s", spec.name, UNIT_TASK, ", ".join(f"{n} {sec:.2f}s" for n, sec, _ in timed))
+            log.info("task %s %s: %s", spec.name, UNIT_TASK, ", ".join(f"{n} {sec:.2f}s" for n, sec, *_ in timed))
         _finish(timing, spark, t1)
     return _jsonable(done)  # type: ignore[no-any-return]
 
@@ -319,9 +336,9 @@ def _record_cli(run: Run, timed: list[Any], timings: dict[str, float] | None, ki
 
     invocation = f"{run.run_id}@{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
     rows = []
-    for name, sec, res in timed:
+    for name, sec, res, jobs in timed:
         row = TaskTiming(run.run_id, run.spec.name, name, "cli", kind, work_s=sec, output=_abs_output(run),
-                         invocation=invocation)
+                         invocation=invocation, spark_jobs=jobs)
         row.count(res)
         rows.append(row)
     if rows and timings:  # the process and Spark start-up are paid once, by the first stage
@@ -336,6 +353,7 @@ def _run_stages(spark: Any, run: Run, stages: Any, timed: list[Any], fault_point
 
     spec = run.spec
     done: dict[str, Any] = {}
+    n0 = len(timed)
     try:
         # Stage tables of a batch run are written by background jobs (never read back in-process);
         # a stream's engine reads its own tables back, so it writes synchronously.
@@ -358,6 +376,10 @@ def _run_stages(spark: Any, run: Run, stages: Any, timed: list[Any], fault_point
         run.frames.clear()
         if getattr(spark, "started", True):  # a lazy session never started caches nothing
             spark.catalog.clearCache()
+    jobs = [t[3] for t in timed[n0:]]
+    if spec.run_type == "stream" and jobs and None not in jobs:
+        log.info("%s: the unit's stages ran %d Spark jobs (%s)", spec.name, sum(jobs),
+                 ", ".join(f"{t[0]} {t[3]}" for t in timed[n0:]))
     return done
 
 
@@ -468,7 +490,9 @@ def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run, timed: 
            fault_points: bool = False) -> Any:
     """One stage of an in-process run; ``fault_points``: the stage's own fault point after it, as
     its Airflow task has it (the :data:`UNIT_TASK` task runs the stages' tasks' fault points)."""
-    t0 = time.perf_counter()
+    from simjoin.spark.session import jobs_started
+
+    t0, jobs0 = time.perf_counter(), jobs_started(spark)
     res: Any = None
     try:
         with current_stage(f"{spec.name}.{name}"), log_stage(f"{spec.name} {name}", log), \
@@ -478,4 +502,4 @@ def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run, timed: 
                 maybe_fail(f"{spec.name}.{name}")
             return res
     finally:
-        timed.append((name, time.perf_counter() - t0, res))
+        timed.append((name, time.perf_counter() - t0, res, _jobs_since(spark, jobs0)))

@@ -10,6 +10,9 @@ that ``simjoin report`` can show where a run's time went:
   a task that needed none: ``spark`` is then ``none``);
 - ``work_s``: the stage itself;
 - ``rows_in``, ``rows_out``, ``quarantined``: the counts the stage reported (:func:`row_counts`);
+- ``spark_jobs``: the Spark jobs this process started while the stage ran (0: none; null: not
+  known, on the warm Spark). A stream unit's jobs are the sum over its stages (a background gate
+  overlaps the stages after it);
 - ``output``: the run's output table, and ``invocation``: one id per run of a CLI command or per
   Airflow DAG run, so ``simjoin report --output`` finds the stages of one run.
 
@@ -86,6 +89,7 @@ class TaskTiming:
     rows_in: int | None = None
     rows_out: int | None = None
     quarantined: int | None = None
+    spark_jobs: int | None = None
 
     def count(self, result: Any) -> None:
         self.rows_in, self.rows_out, self.quarantined = row_counts(result)
@@ -99,7 +103,7 @@ def _schema() -> Any:
                       ("process_s", pa.float64()), ("startup_s", pa.float64()), ("work_s", pa.float64()),
                       ("ok", pa.bool_()), ("started_at", pa.timestamp("us", tz="UTC")), ("host", pa.string()),
                       ("output", pa.string()), ("invocation", pa.string()), ("rows_in", pa.int64()),
-                      ("rows_out", pa.int64()), ("quarantined", pa.int64())])
+                      ("rows_out", pa.int64()), ("quarantined", pa.int64()), ("spark_jobs", pa.int64())])
 
 
 def record(rows: list[TaskTiming], path: str | None = None) -> None:

@@ -50,7 +50,7 @@ from simjoin.spark import jvmcache
 
 __all__ = ["get_spark", "stop_spark", "small_frame", "arrow_frame", "is_remote", "remote_url", "serve",
            "startup_seconds", "auth_conf", "CONNECT_PORT", "TOKEN_ENV", "AUTH_SECRET_ENV", "TOKEN_FILE_ENV",
-           "token_file"]
+           "token_file", "jobs_started"]
 
 log = get_logger("simjoin.spark")
 # Jobs here are short: the C1 JIT alone warms up much faster, and the hot loops run in numba anyway.
@@ -193,6 +193,23 @@ def is_remote(spark: Any) -> bool:
     if isinstance(spark, LazySpark):
         return is_remote(spark._real) if spark.started else remote_url() is not None
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def jobs_started(spark: Any = None) -> int | None:
+    """How many Spark jobs this process's SparkContext has started so far (its scheduler's next job
+    id): 0 before any JVM; None where it cannot be known (a Spark Connect session: the jobs run
+    in the warm Spark, beside other clients')."""
+    if spark is not None and getattr(spark, "started", True) and is_remote(spark):
+        return None
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        return 0
+    try:
+        return int(sc._jsc.sc().dagScheduler().numTotalJobs())
+    except Exception:  # not a JVM this process drives
+        return None
 
 
 def startup_seconds() -> float | None:

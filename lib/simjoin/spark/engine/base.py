@@ -367,7 +367,18 @@ class EngineBase:
         return removed
 
     def open_unit(self) -> Unit | None:
-        """The staged unit not yet committed, checked against the checkpoint and the config."""
+        """The staged unit not yet committed, checked against the checkpoint and the config. The
+        check reads a local records table with ``deltalake`` (no Spark job); the records are a
+        DataFrame."""
+        try:
+            head = self.open_unit_table(columns=[])
+        except delta.NotLocal:  # checked on Spark below
+            pass
+        else:
+            if head is None:
+                return None
+            recs = delta.read_table(self.spark, self.tables.records).where(F.col("unit") == head.unit)
+            return Unit(head.unit, recs.drop("fingerprint", "checkpoint_id"), head.checkpoint_id, head.meta)
         prog = self.progress()
         ident = self.verify(prog)
         if not delta.table_exists(self.spark, self.tables.records):

@@ -28,6 +28,23 @@ from simjoin.spark.engine.units import (
     records_summary,
 )
 
+#: A DataFrame piece of up to this many rows, to a local table, is brought to the driver (one
+#: Spark job) and committed with ``deltalake`` (milliseconds) instead of Spark's write (3-4 jobs and
+#: about a second); ``SIMJOIN_PUBLISH_DRIVER_ROWS=0``: never.
+PUBLISH_DRIVER_ROWS = int(os.environ.get("SIMJOIN_PUBLISH_DRIVER_ROWS", str(2_000_000)))
+
+
+def driver_rows(df: DataFrame, path: str, opts: Mapping[str, str], small: bool) -> Any:
+    """``df`` as a pyarrow Table when publish commits it from the driver: a ``small`` piece
+    always; another when ``path`` is local, its options are ones a deltalake commit has, and it
+    holds at most :data:`PUBLISH_DRIVER_ROWS` rows (None: Spark writes it)."""
+    if small:
+        return df.toArrow()
+    if PUBLISH_DRIVER_ROWS <= 0 or local_path(path) is None or set(opts) - {"userMetadata", "mergeSchema"}:
+        return None
+    t = df.limit(PUBLISH_DRIVER_ROWS + 1).toArrow()
+    return t if t.num_rows <= PUBLISH_DRIVER_ROWS else None
+
 
 class Publisher(EngineBase):
     """Publishes a unit exactly once (:meth:`publish`) and expires state (:meth:`expire`)."""
@@ -61,28 +78,23 @@ class Publisher(EngineBase):
 
         def append(piece: str, df: DataFrame | delta.Files | Any, path: str) -> None:
             app, opts = self.write_id(piece, unit.checkpoint_id), dict((options or {}).get(piece) or {})
-            if isinstance(df, pa.Table):  # rows computed in this process: one deltalake commit
-                metadata = opts.pop("userMetadata", None)
-                merge = str(opts.pop("mergeSchema", "false")).lower() == "true"
-                if opts:
-                    raise ValueError(f"publish: options {sorted(opts)} of the piece {piece} are not supported")
-                delta.append_rows(self.spark, df, "", path, app, unit.unit, metadata=metadata, merge_schema=merge)
-                return
             if isinstance(df, delta.Files):  # files the tasks wrote into the table's directory: one commit
                 if opts:
                     raise ValueError(f"publish: options {sorted(opts)} of the files piece {piece} are not supported")
                 delta.append_files(self.spark, df, path, app, unit.unit)
                 return
-            if piece not in small:
-                delta.append_idempotent(df, path, app, unit.unit, None, opts)
-                return
-            # a few rows: collected, then one deltalake commit instead of Spark's small jobs
+            if not isinstance(df, pa.Table):  # a DataFrame: to the driver when small enough
+                rows = driver_rows(df, path, opts, piece in small)
+                if rows is None:
+                    delta.append_idempotent(df, path, app, unit.unit, None, opts)
+                    return
+                df = rows
+            # rows in this process: one deltalake commit instead of Spark's jobs
             merge = str(opts.pop("mergeSchema", "false")).lower() == "true"
             metadata = opts.pop("userMetadata", None)
             if opts:
-                raise ValueError(f"publish: options {sorted(opts)} of the small piece {piece} are not supported")
-            delta.append_rows(self.spark, df.toArrow(), "", path, app, unit.unit, metadata=metadata,
-                              merge_schema=merge)
+                raise ValueError(f"publish: options {sorted(opts)} of the piece {piece} are not supported")
+            delta.append_rows(self.spark, df, "", path, app, unit.unit, metadata=metadata, merge_schema=merge)
 
         with ThreadPoolExecutor(max(1, min(8, len(pieces) + 1)), thread_name_prefix="publish") as pool:
             futures = [pool.submit(append, piece, df, path) for piece, df, path in pieces]
