@@ -197,7 +197,9 @@ def write(rows: list[dict], breakdown: list[tuple[str, list[dict]]], repeat: int
               "task runs beside optimize and join, as it does in one process. s3j: ingest reads the inputs' "
               "new Delta versions itself (`direct`) and, for a unit small enough for one process, hands it to "
               "the one `in_process` task, which runs partition -> publish as the CLI does (the per-stage tasks "
-              "are skipped); about 2.5 s of its work is importing Great Expectations for the gate. The s3j "
+              "are skipped); its gate runs in the warm gate server (`simjoin.quality.gate_server`; the CLI cold "
+              "run, the first, started it), so no task imports Great Expectations (it took 2.5 s of the task's "
+              "work before). The s3j "
               "inputs are written by simjoin_generate runs first; the first task a fresh stack runs takes "
               "3-5 s longer once (Airflow warming up), which falls on those.", ""]
     for title, ts in breakdown:
