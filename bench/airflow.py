@@ -104,10 +104,48 @@ def tasks(stack: Stack, dag_id: str, run_id: str, wh: str) -> list[dict]:
     return out
 
 
+#: Stream jobs of the micro-batch rows: (simjoin_generate params, CLI flags, DAG params).
+STREAMS = {
+    "s3j": ({"kind": "vectors", "dim": 2}, ["--threshold", "0.01", "--metric", "angular"],
+            {"threshold": 0.01, "metric": "angular"}),
+    "ineq": ({"kind": "ineq", "dist": "correlated"}, ["--where", "l.a < r.a AND l.b > r.b", "--window", "60s"],
+             {"where": "l.a < r.a AND l.b > r.b", "window": "60s"}),
+}
+
+
+def stream_microbatches(stack: Stack, wh: str, name: str, n: int, rows: list[dict],
+                        breakdown: list[tuple[str, list[dict]]]) -> None:
+    """Two micro-batches of ``n`` + ``n`` new rows of stream job ``name``: the CLI cold and warm, and
+    the REST-triggered DAG, each on its own output; the DAG's pairs must equal the CLI's."""
+    gen, flags, conf = STREAMS[name]
+    print(f"{name} one micro-batch of {n} + {n} rows", flush=True)
+    left, right = f"{wh}/{name}_in_l", f"{wh}/{name}_in_r"
+    # the inputs come from simjoin_generate runs, as a user's would; so the stream run is not the
+    # stack's first task (that one pays a one-time 3-5 s of Airflow warming up)
+    for path, seed in ((left, 1), (right, 2)):
+        dag(stack, "simjoin_generate", {**gen, "out": path, "rows": n, "seed": seed})
+    base = [name, "--left", left, "--right", right, *flags]
+    job = f"simjoin_{name}"
+    titles = (f"one micro-batch of {2 * n:,} records", f"the next micro-batch of {2 * n:,} new records")
+    for k, title in enumerate(titles):
+        if k:  # the next micro-batch: as many new rows, a minute later, into each output's state
+            for path in (left, right):
+                append_shifted(path, 60.0)
+        cold = cli(stack, [*base, "--output", f"{wh}/{name}_cold"], warm=False)
+        warm = cli(stack, [*base, "--output", f"{wh}/{name}_warm"], warm=True)
+        d, rid = dag(stack, job, {"left": left, "right": right, "output": f"{wh}/{name}_dag", **conf})
+        if pairs(f"{wh}/{name}_dag") != pairs(f"{wh}/{name}_cold"):
+            raise SystemExit(f"{name}, {title}: the DAG's pairs differ from the CLI's")
+        rows.append({"job": job + (" (next micro-batch)" if k else ""), "records": 2 * n, "cold": cold, "warm": warm,
+                     "dag": d, "pairs": len(pairs(f"{wh}/{name}_cold"))})
+        breakdown.append((f"{job}, {title}", tasks(stack, job, rid, wh)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="20000,200000")
-    ap.add_argument("--s3j-rows", type=int, default=3000)
+    ap.add_argument("--s3j-rows", type=int, default=3000, help="rows per stream of each stream micro-batch")
+    ap.add_argument("--streams", default="s3j,ineq", help="the stream jobs whose micro-batches run")
     ap.add_argument("--repeat", type=int, default=2, help="runs per job and mode (the best is reported)")
     ap.add_argument("--out", default=str(OUT), help="the markdown table (default bench/results/airflow.md)")
     a = ap.parse_args()
@@ -117,7 +155,7 @@ def main() -> None:
     rows: list[dict] = []
     breakdown: list[tuple[str, list[dict]]] = []
     t_start = time.perf_counter()
-    stack.start(timeout=600, wait_for_dags=("simjoin_ssj", "simjoin_s3j", "simjoin_generate"))
+    stack.start(timeout=600, wait_for_dags=("simjoin_ssj", "simjoin_s3j", "simjoin_ineq", "simjoin_generate"))
     try:
         print(f"stack up in {time.perf_counter() - t_start:.0f}s on {stack.url}", flush=True)
         for n in [int(x) for x in a.sizes.split(",") if x]:
@@ -139,30 +177,8 @@ def main() -> None:
                          "pairs": len(pairs(f"{wh}/ssj_{n}_cold0"))})
             breakdown.append((f"simjoin_ssj, {n:,} records", tasks(stack, "simjoin_ssj", best_id, wh)))
         n = a.s3j_rows
-        if n <= 0:
-            return
-        print(f"s3j one micro-batch of {n} + {n} rows", flush=True)
-        left, right = f"{wh}/vec_l", f"{wh}/vec_r"
-        # the inputs come from simjoin_generate runs, as a user's would; so the s3j run is not the
-        # stack's first task (that one pays a one-time 3-5 s of Airflow warming up)
-        for path, seed in ((left, 1), (right, 2)):
-            dag(stack, "simjoin_generate", {"kind": "vectors", "out": path, "rows": n, "dim": 2, "seed": seed})
-        base = ["s3j", "--left", left, "--right", right, "--threshold", "0.01", "--metric", "angular"]
-        for k, (job, title) in enumerate((("simjoin_s3j", f"one micro-batch of {2 * n:,} records"),
-                                          ("simjoin_s3j (next micro-batch)",
-                                           f"the next micro-batch of {2 * n:,} new records"))):
-            if k:  # the next micro-batch: as many new rows, a minute later, into each output's state
-                for path in (left, right):
-                    append_shifted(path, 60.0)
-            cold = cli(stack, [*base, "--output", f"{wh}/s3j_cold"], warm=False)
-            warm = cli(stack, [*base, "--output", f"{wh}/s3j_warm"], warm=True)
-            d, rid = dag(stack, "simjoin_s3j", {"left": left, "right": right, "output": f"{wh}/s3j_dag",
-                                                "threshold": 0.01, "metric": "angular"})
-            if pairs(f"{wh}/s3j_dag") != pairs(f"{wh}/s3j_cold"):
-                raise SystemExit(f"s3j, {title}: the DAG's pairs differ from the CLI's")
-            rows.append({"job": job, "records": 2 * n, "cold": cold, "warm": warm, "dag": d,
-                         "pairs": len(pairs(f"{wh}/s3j_cold"))})
-            breakdown.append((f"simjoin_s3j, {title}", tasks(stack, "simjoin_s3j", rid, wh)))
+        for name in [x for x in a.streams.split(",") if x] if n > 0 else []:
+            stream_microbatches(stack, wh, name, n, rows, breakdown)
     finally:
         stack.stop()
         write(rows, breakdown, a.repeat, Path(a.out))
@@ -177,8 +193,8 @@ def write(rows: list[dict], breakdown: list[tuple[str, list[dict]]], repeat: int
              f"{platform.python_version()}. One run of `python bench/airflow.py`: `airflow standalone` on a "
              "non-default loopback port, its tasks on the warm Spark (`simjoin spark-server`, Spark Connect), "
              "driven through the REST API with a JWT. DAG time: from the trigger POST to the run's success "
-             f"(polled every 0.25 s). Best of {repeat} runs per ssj job and mode (s3j: one run each, on fresh "
-             "outputs). CLI cold: `simjoin ...` as a user runs it by default (its own JVM); "
+             f"(polled every 0.25 s). Best of {repeat} runs per ssj job and mode (stream jobs: one run each, on "
+             "fresh outputs). CLI cold: `simjoin ...` as a user runs it by default (its own JVM); "
              "CLI warm: the same on the warm Spark. Every DAG output equals the CLI's pair for pair.", "",
              "| job | records | pairs | CLI cold (s) | CLI warm (s) | REST-triggered DAG (s) | DAG / CLI cold | "
              "DAG / CLI warm |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -187,7 +203,7 @@ def write(rows: list[dict], breakdown: list[tuple[str, list[dict]]], repeat: int
                      f"{r['dag']:.1f} | {r['dag'] / r['cold']:.2f}x | {r['dag'] / r['warm']:.2f}x |")
     lines += ["", "Goals: a REST-triggered run within 1.5x of the CLI's end-to-end time; no task spends more "
               "than 2 s starting Spark; an S3J micro-batch over a few hundred new rows in <= 15 s end to end "
-              "(issue 10).", "",
+              "(issue 10); an S3J and an ineq micro-batch of a few hundred rows in <= 10 s (issue 38).", "",
               "Reading: the goal is measured against the CLI as a user runs it by default (its own JVM). "
               "Each task pays about 1 s of process start (Airflow's task runner) and, when it uses Spark, "
               "0.5-1 s to open its Spark Connect session; the scheduler needs a few tenths of a second to "
@@ -197,11 +213,13 @@ def write(rows: list[dict], breakdown: list[tuple[str, list[dict]]], repeat: int
               "task runs beside optimize and join, as it does in one process. s3j: ingest reads the inputs' "
               "new Delta versions itself (`direct`) and, for a unit small enough for one process, hands it to "
               "the one `in_process` task, which runs partition -> publish as the CLI does (the per-stage tasks "
-              "are skipped); its gate runs in the warm gate server (`simjoin.quality.gate_server`; the CLI cold "
+              "are skipped; ineq likewise, probe -> publish); its gate runs in the warm gate server "
+              "(`simjoin.quality.gate_server`; the CLI cold "
               "run, the first, started it), so no task imports Great Expectations (it took 2.5 s of the task's "
               "work before). The s3j "
-              "inputs are written by simjoin_generate runs first; the first task a fresh stack runs takes "
-              "3-5 s longer once (Airflow warming up), which falls on those.", ""]
+              "and ineq inputs are written by simjoin_generate runs first; the first task a fresh stack runs takes "
+              "3-5 s longer once (Airflow warming up), which falls on those. The ineq inputs: `simjoin generate "
+              "ineq --dist correlated`, Q1 `l.a < r.a AND l.b > r.b`, a 60 s window.", ""]
     for title, ts in breakdown:
         lines += [f"## Tasks of {title}", "",
                   "| task | Airflow duration (s) | process start (s) | Spark start-up (s) | Spark | work (s) |",
