@@ -92,13 +92,19 @@ def connect(timeout: float = 0.0) -> Any:
     from multiprocessing.connection import Client
 
     sock, key_file = address()
-    deadline = time.monotonic() + timeout
+    t0 = time.monotonic()
+    checked = t0
     while True:
         try:
             return Client(sock, family="AF_UNIX", authkey=key_file.read_bytes())
         except (OSError, EOFError, AuthenticationError):  # none yet, still importing, or a stopped one
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now - t0 >= timeout:
                 return None
+            if now - checked >= 10.0:  # no server holds the lock: none is starting either
+                checked = now
+                if not running():
+                    return None
             time.sleep(0.05)
 
 
@@ -162,10 +168,14 @@ def serve(idle_s: float) -> int:
 
     sock, key_file = address()
     lock = open(sock[:-5] + ".lock", "a")  # noqa: SIM115  # held for the server's life
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return 0  # another server of this version runs or is starting
+    for attempt in range(40):  # a client's running() holds it for microseconds; a server, for good
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if attempt == 39:
+                return 0  # another server of this version runs or is starting
+            time.sleep(0.05)
     from simjoin.quality.gates import warm
 
     warm()
