@@ -128,10 +128,12 @@ def test_pipeline_two_streams_sliding_windows_across_microbatches(spark, tmp_pat
     ``task_files``: the join tasks write the pairs into the output's directory and publish commits
     those files; without (an output that is not local), the pairs go through Spark as rows."""
     from simjoin.spark import delta_files
+    from simjoin.spark.engine import publish as engine_publish
 
     monkeypatch.setattr(delta_files, "ENABLED", task_files)
-    if not task_files:  # an output that is not local: its units run on the Spark executor
-        monkeypatch.setenv("SIMJOIN_LOCAL_UNIT_ROWS", "0")
+    if not task_files:  # an output that is not local: its units run on the Spark executor, and
+        monkeypatch.setenv("SIMJOIN_LOCAL_UNIT_ROWS", "0")  # publish cannot commit from the driver
+        monkeypatch.setattr(engine_publish, "PUBLISH_DRIVER_ROWS", 0)
     rng = np.random.default_rng(seed)
     n = 240
     XL, XR = rng.uniform(-1, 1, (n, 3)), rng.uniform(-1, 1, (n, 3))
