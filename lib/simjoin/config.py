@@ -233,6 +233,9 @@ class StreamConfig:
                                         "quarantined as late.", duration=True, ge=0, state=True)
     ts_zone: str = param("UTC", "Time zone of a TIMESTAMP_NTZ ts column or of ts strings without a zone "
                                 "(an IANA name such as Europe/Berlin).", zone=True, state=True)
+    max_records_per_unit: int = param(1_000_000, "A unit stages at most this many input records (whole commits of "
+                                                 "local Delta inputs, a single larger commit alone): a backlog becomes "
+                                                 "several bounded units, one after another.", ge=1, state=False)
 
     @property
     def max_future_s(self) -> float:

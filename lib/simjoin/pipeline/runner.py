@@ -298,7 +298,8 @@ def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
     """Every stage of ``run``'s pipeline in this process, in order; returns the merged results
     (``results[stage]``) and ``seconds``. Background gates run beside the following stages and
     must pass before a publishing stage. A stream pipeline that resumed an open unit runs
-    again, so that what arrived since is joined too. Holds the output's lock throughout."""
+    again, so that what arrived since is joined too, and again while a unit left input waiting
+    (``--max-records-per-unit``). Holds the output's lock throughout."""
     with output_lock(output_of(run), run.run_id, "the whole run"):
         return _run_pipeline(spark, run)
 
@@ -320,12 +321,14 @@ def _run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
             raise ValueError(f"--reset: pipeline {spec.name} has no state to reset")
         results["reset"] = reset(spark)
     timed: list[Any] = []
-    for _round in range(2):
+    while True:  # an open unit resumed, or a backlog over --max-records-per-unit: the next unit
         done = _run_stages(spark, run, spec.stages, timed)
         results["rounds"].append(done)
         first = done.get(spec.stages[0].name) or {}
-        if not (isinstance(first, dict) and first.get("resumed")):
+        if not (isinstance(first, dict) and (first.get("resumed") or first.get("more"))):
             break
+        if first.get("more"):
+            log.info("%s: more input waits than one unit takes: the next unit", spec.name)
     results["seconds"] = time.perf_counter() - t0
     _record_cli(run, timed, timings, kind)
     return results

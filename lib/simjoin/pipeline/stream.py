@@ -66,7 +66,7 @@ class StreamRun(Run):
         eng = MicroBatchEngine(spark, self.pipeline, self.tables, self.sources, self.state_fingerprint(),
                                ts_unit=self.cfg.ts_unit, max_future_s=self.cfg.max_future_s,
                                follow=self.follow, allowed_lateness_s=self.cfg.allowed_lateness_s,
-                               ts_zone=self.cfg.ts_zone)
+                               ts_zone=self.cfg.ts_zone, max_records_per_unit=self.cfg.max_records_per_unit)
         eng.owned = list(self.table_paths().values())  # what --reset removes of an output made before
         return eng
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["Range", "latest_version", "unsupported", "spark_schema", "files_between", "table_id", "commit_exists"]
+__all__ = ["Range", "bounded", "version_rows", "latest_version", "unsupported", "spark_schema", "files_between",
+           "table_id", "commit_exists"]
 
 _JSON = re.compile(r"^([0-9]{20})\.json$")
 
@@ -177,3 +178,60 @@ def _appended(path: str, version: int) -> Sequence[str]:
                 raise ValueError(f"input {path}: version {version} made it partitioned: allowed: an unpartitioned "
                                  "stream input, or --reset")
     return added
+
+
+def version_rows(path: str, version: int) -> int | None:
+    """The rows ``version`` appended (its adds that change data: their ``numRecords`` statistic,
+    else their Parquet footers); None when its commit is gone from the log or it changed the
+    table other than by appending."""
+    f = os.path.join(_log_dir(path), f"{version:020d}.json")
+    if not os.path.exists(f):
+        return None
+    n = 0
+    with open(f) as fh:
+        for line in fh:
+            action = json.loads(line) if line.strip() else {}
+            if "add" in action and action["add"].get("dataChange", True):
+                a = action["add"]
+                stats = json.loads(a.get("stats") or "{}")
+                if stats.get("numRecords") is None:
+                    import pyarrow.parquet as pq
+
+                    file = os.path.join(path, unquote(a["path"])) if "://" not in a["path"] else _plain(a["path"])
+                    stats["numRecords"] = pq.read_metadata(file).num_rows
+                n += int(stats["numRecords"])
+            elif "remove" in action and action["remove"].get("dataChange", True):
+                return None
+    return n
+
+
+def bounded(paths: Sequence[str], ranges: Sequence[Range], max_records: int | None) -> tuple[list[Range], int]:
+    """``ranges`` cut at whole versions so that they append at most ``max_records`` rows together
+    (None: no bound), each source's share in proportion to the rows it has waiting; at least one
+    version when any waits (a single larger commit is a unit of its own). A first read (the
+    snapshot of ``end``) is cut to the snapshot of an earlier version when every version up to
+    ``end`` only appended. Never inside a commit: rows committed together stay in one unit, so
+    lateness and duplicates are judged as if each commit had been read when it landed.
+    Returns the ranges and the rows they leave for later batches."""
+    if max_records is None:
+        return list(ranges), 0
+    per: list[list[int]] = []
+    for path, r in zip(paths, ranges, strict=True):
+        counts = [version_rows(path, v) for v in range(max(r.start + 1, 0), r.end + 1)] if not r.empty() else []
+        if any(n is None for n in counts):
+            return list(ranges), 0  # a history that is not append-only: read as it is, unbounded
+        per.append([int(n or 0) for n in counts])
+    waiting = sum(map(sum, per))
+    if waiting <= max_records:
+        return list(ranges), 0
+    takes = []
+    for rows in per:
+        share, got, n = max_records * sum(rows) / waiting, 0, 0
+        while n < len(rows) and got + rows[n] <= share:
+            got, n = got + rows[n], n + 1
+        takes.append(n)
+    if not any(sum(rows[:n]) for rows, n in zip(per, takes, strict=True)):  # each next commit is over its share
+        k = max(range(len(per)), key=lambda i: sum(per[i]))
+        takes[k] = next(i for i, n in enumerate(per[k]) if n) + 1
+    out = [Range(r.start, max(r.start + 1, 0) - 1 + n) for r, n in zip(ranges, takes, strict=True)]
+    return out, waiting - sum(sum(rows[:n]) for rows, n in zip(per, takes, strict=True))

@@ -36,7 +36,8 @@ class EngineBase:
 
     def __init__(self, spark: SparkSession, pipeline: str, tables: StreamTables, sources: Sequence[str],
                  fingerprint: str, ts_unit: str | None = None, max_future_s: float = 3600.0,
-                 follow: Any = None, allowed_lateness_s: float = 0.0, ts_zone: str = "UTC") -> None:
+                 follow: Any = None, allowed_lateness_s: float = 0.0, ts_zone: str = "UTC",
+                 max_records_per_unit: int | None = None) -> None:
         self.spark = spark
         self.pipeline = pipeline
         self.tables = tables
@@ -47,6 +48,8 @@ class EngineBase:
         self.allowed_lateness_s = float(allowed_lateness_s)
         #: the zone of a TIMESTAMP_NTZ ts column or of ts strings without a zone
         self.ts_zone = ts_zone
+        #: a direct ingest stages at most this many records as one unit (None: all that arrived)
+        self.max_records_per_unit = max_records_per_unit
         #: follow mode (``simjoin.pipeline.runner.Follow``): ingest runs a processingTime query
         self.follow = follow
         self._progress: Progress | None = None

@@ -157,12 +157,17 @@ class Sources(Follow):
         is staged and ``commits/<id>`` after; a batch planned but not committed is staged again with
         the same ranges (its writes are idempotent, and one a committed unit staged is skipped).
         A run takes what arrived before it started; follow mode polls every trigger."""
-        totals: dict[str, Any] = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0}
+        totals: dict[str, Any] = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0, "more": False}
         follow = self.follow
         args = (prepare, per_source, payload_text, casts, ident, totals)
+        cap = self.max_records_per_unit
         if follow is None:
-            if self._direct_step(*args) == "replayed":  # then what arrived since it was planned
-                self._direct_step(*args)
+            if self._direct_step(*args, budget=cap) == "replayed" and not totals["more"]:
+                room = None if cap is None else cap - totals["rows"]
+                if room is None or room > 0:  # then what arrived since it was planned
+                    self._direct_step(*args, budget=room)
+                else:
+                    totals["more"] = True
             return {"unit": prog.last_unit + 1 if totals["staged"] else None, "resumed": False, **totals,
                     "unit_rows": totals["staged"]}
         totals["units"] = []
@@ -170,15 +175,18 @@ class Sources(Follow):
                  follow.trigger_s)
         while not follow.stop.is_set():
             t0 = time.monotonic()
-            if self._direct_step(*args) is None:  # nothing new: wait for the next trigger
+            if self._direct_step(*args, budget=cap) is None:  # nothing new: wait for the next trigger
                 follow.stop.wait(max(0.0, follow.trigger_s - (time.monotonic() - t0)))
         log.info("%s: follow mode stopped after %d units", self.pipeline, len(totals["units"]))
         return {"unit": None, "resumed": False, "follow": True, **totals}
 
     def _direct_step(self, prepare: Prepare, per_source: Sequence[dict[str, Callable[[T.DataType], bool]]],
-                     payload_text: str, casts: dict[str, str], ident: str, totals: dict[str, Any]) -> str | None:
+                     payload_text: str, casts: dict[str, str], ident: str, totals: dict[str, Any],
+                     budget: int | None = None) -> str | None:
         """One direct micro-batch: the one planned but not committed (``"replayed"``), else the
-        inputs' new versions (``"new"``); None when nothing arrived."""
+        inputs' new versions (``"new"``), as many whole versions as hold at most ``budget`` records
+        (:func:`delta_source.bounded`; the rest waits for the next unit: ``totals["more"]``); None
+        when nothing arrived. A replayed batch reads the versions it was planned with."""
         if self.follow is not None:  # an input replaced while following is refused before it is read
             self.check_inputs()
         done, planned = self._direct_last("commits"), self._direct_last("offsets")
@@ -193,10 +201,15 @@ class Sources(Follow):
                 loc = local_path(src)
                 assert loc is not None
                 ranges.append(delta_source.Range(r.end, delta_source.latest_version(loc)))
-            files = [delta_source.files_between(local_path(src) or src, r) for src, r in zip(self.sources, ranges,
-                                                                                          strict=True)]
+            locs = [local_path(src) or src for src in self.sources]
+            ranges, left = delta_source.bounded(locs, ranges, budget)
+            files = [delta_source.files_between(loc, r) for loc, r in zip(locs, ranges, strict=True)]
             if not any(files):  # nothing appended (a compaction, or no input yet): nothing to record
                 return None
+            if left:
+                totals["more"] = True
+                log.info("%s: micro-batch %d reads up to versions %s; %d records wait for the next unit "
+                         "(--max-records-per-unit %d)", self.pipeline, done + 1, [r.end for r in ranges], left, budget)
             b, kind = done + 1, "new"
             self._direct_write("offsets", b, {"sources": [{"path": src, "start": r.start, "end": r.end}
                                                           for src, r in zip(self.sources, ranges, strict=True)]})
