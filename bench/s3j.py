@@ -326,93 +326,26 @@ def follow_part(a: argparse.Namespace) -> list[dict]:
 
 
 def follow_once(a: argparse.Namespace, sel: float) -> dict:
-    import datetime as dt
-    import json as js
+    """One follower at selectivity ``sel``, measured by ``bench/follow.py``'s :func:`latency`."""
     import shutil
-    import signal
-    import subprocess
+    import sys
     import tempfile
 
-    from deltalake import DeltaTable
+    sys.path.insert(0, str(Path(__file__).parent))
+    import follow  # bench/follow.py
 
-    work = Path(tempfile.mkdtemp(prefix="s3j-follow-bench-"))
-    rng = np.random.default_rng(a.seed)
     t = calibrate(sel, np.random.default_rng(11))
-    sides = ("left", "right")
-    sent: dict[int, list[np.ndarray]] = {0: [], 1: []}
-    next_id = [0, 0]
-
-    def produce(k: int) -> None:
-        now = time.time()
-        ts = np.full(k, int(now * 1e6), np.int64)
-        for s in (0, 1):
-            ids = np.arange(next_id[s], next_id[s] + k, dtype=np.int64)
-            next_id[s] += k
-            write_piece(str(work / sides[s]), ids, ts, rng.uniform(-1, 1, (k, 2)))
-            sent[s].append(ts)
-
-    produce(10)  # the streams exist before the follower starts
-    log = open(work / "follow.log", "w")  # noqa: SIM115 - the follower's log, open while it runs
-    p = subprocess.Popen([str(BIN / "simjoin"), "s3j", "--left", str(work / "left"), "--right", str(work / "right"),
-                          "--output", str(work / "out"), "--threshold", repr(t), "--metric", "angular",
-                          "--window", "60s", "--workers", str(a.workers), "--follow", "--trigger", "1s"],
-                         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SIMJOIN_LOG_LEVEL": "INFO"})
-    # started, caught up, and its query is running: the producer starts then (a user's follower
-    # runs before the data flows; the JVM's and the query's start-up are not a record's latency)
-    while "following" not in (work / "follow.log").read_text():
-        time.sleep(0.2)
-        if p.poll() is not None:
-            raise SystemExit(f"follow failed: {(work / 'follow.log').read_text()[-2000:]}")
-    step = 0.5
-    t_end = time.time() + a.follow_seconds
-    while time.time() < t_end:
-        t0 = time.time()
-        produce(int(a.rate * step))
-        time.sleep(max(0.0, step - (time.time() - t0)))
-    drain_until = time.time() + 600
-    total = sum(len(x) for x in sent[0])
-    while time.time() < drain_until:  # let the follower publish what was produced
-        prog = DeltaTable(str(work / "out_state" / "progress")).to_pandas()
-        last = prog.sort_values("unit").groupby("side")["max_ts"].max()
-        if len(last) == 2 and all(pd_ts(last[s]) >= sent[s][-1][-1] for s in (0, 1)):
-            break
-        time.sleep(1)
-    p.send_signal(signal.SIGTERM)
-    p.wait(300)
-    prog = DeltaTable(str(work / "out_state" / "progress")).to_pandas()
-    hist = DeltaTable(str(work / "out_state" / "progress")).history()
-    committed = {}
-    for h in hist:
-        meta = h.get("userMetadata")
-        if meta:
-            committed[int(js.loads(meta)["unit"])] = int(h["timestamp"]) * 1000  # ms -> us
-    lat: list[np.ndarray] = []
-    for s in (0, 1):
-        ts = np.concatenate(sent[s])
-        us = prog[prog["side"] == s].sort_values("unit")
-        bounds = np.array([pd_ts(x) for x in us["max_ts"]])
-        unit_of = np.searchsorted(bounds, ts, side="left")  # the first unit whose max_ts >= ts
-        ok = unit_of < len(us)
-        pub = np.array([committed.get(int(u), -1) for u in us["unit"]])[unit_of[ok]]
-        lat.append((pub - ts[ok]) / 1e6)
-    L = np.concatenate(lat)
-    units = int(prog["unit"].nunique())
-    shutil.rmtree(work, ignore_errors=True)
-    row = {"selectivity": sel, "rate": a.rate, "seconds": a.follow_seconds, "records": int(2 * total),
-           "published": int(L.size),
-           "units": units, "p50_s": float(np.percentile(L, 50)), "p99_s": float(np.percentile(L, 99)),
-           "max_s": float(L.max()), "threshold": t, "unpublished": int(2 * total - L.size),
-           "started": dt.datetime.now(dt.UTC).isoformat()}
-    print(f"follow {sel:.1%}: {row['records']:,} records in {units} units, latency p50 {row['p50_s']:.1f}s "
+    work = Path(tempfile.mkdtemp(prefix="s3j-follow-bench-"))
+    try:
+        row = follow.latency(work, ["s3j", "--threshold", repr(t), "--metric", "angular", "--window", "60s",
+                                    "--workers", str(a.workers)], follow.s3j_piece(np.random.default_rng(a.seed)),
+                             a.rate, a.follow_seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    row.update(selectivity=sel, threshold=t)
+    print(f"follow {sel:.1%}: {row['records']:,} records in {row['units']} units, latency p50 {row['p50_s']:.1f}s "
           f"p99 {row['p99_s']:.1f}s", flush=True)
     return row
-
-
-def pd_ts(x: Any) -> int:
-    """A timestamp from a pandas/pyarrow row as epoch microseconds."""
-    import pandas as pd
-
-    return int(pd.Timestamp(x).value // 1000)
 
 
 def main() -> None:
