@@ -407,8 +407,12 @@ def follow_pipeline(spark: Any, run: Run, trigger_s: float, max_units: int | Non
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
     timed: list[Any] = []
+    from simjoin.spark.delta_files import keeping
+
+    state = getattr(getattr(run, "tables", None), "state_dir", None)
     try:
-        with output_lock(output_of(run), run.run_id, "follow mode"):
+        # the state tables stay in memory between units (Delta is the savepoint, read again at a restart)
+        with output_lock(output_of(run), run.run_id, "follow mode"), keeping(*([state] if state else [])):
             first = _run_pipeline(spark, run)
             rest = run.spec.stages[1:]
 

@@ -160,9 +160,7 @@ def small_rows(spark: SparkSession, ref: str) -> list[dict[str, Any]]:
     local = _local_dir(ref)
     if local is not None:
         try:
-            from deltalake import DeltaTable
-
-            return DeltaTable(local).to_pyarrow_table().to_pylist()  # type: ignore[no-any-return]
+            return delta_files.open_table(local).to_pyarrow_table().to_pylist()  # type: ignore[no-any-return]
         except Exception:  # a reader feature deltalake lacks: Spark reads every Delta table it writes
             pass
     return [r.asDict() for r in read_table(spark, ref).collect()]
@@ -184,11 +182,10 @@ def read_small(spark: SparkSession, ref: str, where: Any = None) -> DataFrame | 
     try:
         import json
 
-        from deltalake import DeltaTable
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
-        dt = DeltaTable(local)
+        dt = delta_files.open_table(local)
         if sum(dt.get_add_actions(flatten=True).column("size_bytes").to_pylist()) > SMALL_TABLE_BYTES:
             return None
         schema = T.StructType.fromJson(json.loads(dt.schema().to_json()))
@@ -217,9 +214,8 @@ def read_arrow(ref: str, where: Any = None, columns: Sequence[str] | None = None
     if not os.path.isdir(os.path.join(local, "_delta_log")):
         return None
     try:
-        from deltalake import DeltaTable
 
-        return DeltaTable(local).to_pyarrow_table(columns=None if columns is None else list(columns), filters=where)
+        return delta_files.read_kept(local, where, None if columns is None else list(columns))
     except Exception as e:  # a reader feature deltalake lacks
         raise NotLocal(f"deltalake cannot read {ref}: {e}") from e
 
@@ -231,9 +227,8 @@ def owner(spark: SparkSession, ref: str) -> str | None:
     local = _local_dir(ref)
     if local is not None:
         try:
-            from deltalake import DeltaTable
 
-            md = DeltaTable(local).metadata()
+            md = delta_files.open_table(local).metadata()
             return delta_files.owner_of(md.description, md.configuration)
         except Exception:  # a reader feature deltalake lacks: Spark reads it
             pass
@@ -247,9 +242,8 @@ def columns(spark: SparkSession, ref: str) -> list[str]:
     local = _local_dir(ref)
     if local is not None:
         try:
-            from deltalake import DeltaTable
 
-            return [f.name for f in DeltaTable(local).schema().fields]
+            return [f.name for f in delta_files.open_table(local).schema().fields]
         except Exception:  # a reader feature deltalake lacks: Spark reads it
             pass
     return list(read_table(spark, ref).columns)
@@ -426,7 +420,8 @@ def _overwrite_rows_deltalake(rows: Sequence[Sequence[Any]], schema: str, path: 
                         description=delta_files.owner_description())
         return
     cond = " AND ".join(f"{k} = {_sql_literal(v)}" for k, v in partition.items())
-    write_deltalake(path, data, mode="overwrite", predicate=cond, schema_mode="merge" if merge_schema else None)
+    write_deltalake(delta_files.open_table(path), data, mode="overwrite", predicate=cond,
+                    schema_mode="merge" if merge_schema else None)
 
 
 def overwrite_arrow(spark: SparkSession, t: Any, ref: str) -> None:
@@ -437,7 +432,8 @@ def overwrite_arrow(spark: SparkSession, t: Any, ref: str) -> None:
 
         faults.check_rows(t.num_rows)
         exists = table_exists(spark, ref)
-        write_deltalake(local, t, mode="overwrite", schema_mode="overwrite" if exists else None,
+        write_deltalake(delta_files.open_table(local) if exists else local, t, mode="overwrite",
+                        schema_mode="overwrite" if exists else None,
                         description=None if exists else delta_files.owner_description())
 
     if _by_deltalake(ref, "the overwrite", write):
@@ -583,9 +579,8 @@ def delete(spark: SparkSession, ref: str, cond: str) -> None:
         return
 
     def rewrite(local: str) -> None:
-        from deltalake import DeltaTable
 
-        DeltaTable(local).delete(cond)
+        delta_files.open_table(local).delete(cond)
 
     if _by_deltalake(ref, "DELETE", rewrite):
         return
@@ -605,9 +600,8 @@ def latest_version(spark: SparkSession, ref: str) -> int:
     local = _local_dir(ref)
     if local is not None and table_exists(spark, ref):
         try:
-            from deltalake import DeltaTable
 
-            return int(DeltaTable(local).version())
+            return int(delta_files.open_table(local).version())
         except Exception as e:  # a reader feature deltalake lacks: Spark reads it
             log.info("delta: deltalake cannot read the version of %s (%s); Spark reads it", ref, e)
     return int(history(spark, ref, 1).select("version").first()[0])  # type: ignore[index]
@@ -656,12 +650,14 @@ def append_rows(spark: SparkSession, rows: Any, schema: str, ref: str, app_id: s
 
 def _append_rows_deltalake(data: Any, path: str, app_id: str, version: int, partition_by: Sequence[str] | None,
                            metadata: str | None, merge_schema: bool, exists: bool) -> None:
-    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake import CommitProperties, Transaction, write_deltalake
 
-    if exists and delta_files.committed(DeltaTable(path), app_id, version):
+    table = delta_files.open_table(path) if exists else None
+    if table is not None and delta_files.committed(table, app_id, version):
         return  # committed before (a rerun): skipped, as Spark skips a txn it has seen
     props = CommitProperties(app_transactions=[Transaction(app_id, version)],
                              custom_metadata={"userMetadata": metadata} if metadata is not None else None)
-    write_deltalake(path, data, mode="append", partition_by=None if exists else (list(partition_by or []) or None),
+    write_deltalake(table if table is not None else path, data, mode="append",
+                    partition_by=None if exists else (list(partition_by or []) or None),
                     schema_mode="merge" if merge_schema and exists else None, commit_properties=props,
                     description=None if exists else delta_files.owner_description())

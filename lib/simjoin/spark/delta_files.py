@@ -25,9 +25,12 @@ import datetime as dt
 import json
 import os
 import re
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -282,16 +285,143 @@ def write_file(root: str, t: Any) -> dict[str, Any]:
     return {"path": path, "size": size, "part": part, "n": n, "stats": stats}
 
 
+#: tables one thread keeps open (:func:`open_table`)
+OPEN_TABLES = 32
+_open = threading.local()
+
+
+def open_table(local: str) -> Any:
+    """The local Delta table at ``local`` at its newest version, as a deltalake ``DeltaTable``.
+    Opening one replays its log (tens of milliseconds once a stream's state table holds a few
+    hundred commits, several times per unit); so each thread keeps the tables it opened (the
+    last :data:`OPEN_TABLES`) and brings them up to date with ``update_incremental`` (a listing of
+    the log's newer commits). A table deleted and written again at the path (its first commit is
+    another file) is opened anew; a table whose first commit is gone from its log is not kept."""
+    from deltalake import DeltaTable
+
+    local = os.path.abspath(local)
+    try:
+        st = os.stat(os.path.join(local, "_delta_log", f"{0:020d}.json"))
+    except OSError:
+        return DeltaTable(local)
+    key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+    tables: OrderedDict[str, tuple[Any, Any]] | None = getattr(_open, "tables", None)
+    if tables is None:
+        tables = _open.tables = OrderedDict()
+    got = tables.pop(local, None)
+    table = None
+    if got is not None and got[0] == key:
+        try:
+            got[1].update_incremental()
+            table = got[1]
+        except Exception:
+            table = None
+    if table is None:
+        table = DeltaTable(local)
+    tables[local] = (key, table)
+    while len(tables) > OPEN_TABLES:
+        tables.popitem(last=False)
+    return table
+
+
+class _Kept:
+    """A table's rows held in memory (:func:`read_kept`): one pyarrow Table per data file."""
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.files: dict[str, Any] = {}
+        self.rows: Any = None
+
+
+#: path prefixes whose tables :func:`read_kept` holds in memory (:func:`keeping`), and their rows
+_keep_under: list[str] = []
+_kept: dict[str, _Kept] = {}
+_kept_lock = threading.Lock()
+
+
+@contextmanager
+def keeping(*prefixes: str) -> Iterator[None]:
+    """While in the block, the local tables under ``prefixes`` (a stream's state directory in
+    follow mode) are held in memory between reads: :func:`read_kept` reads only the files the
+    commits since its last read added and drops those they removed. Delta stays the savepoint:
+    what is held is what the log says, brought up to date at every read."""
+    added = [os.path.abspath(p).rstrip("/") + "/" for p in prefixes]
+    with _kept_lock:
+        _keep_under.extend(added)
+    try:
+        yield
+    finally:
+        with _kept_lock:
+            for p in added:
+                _keep_under.remove(p)
+            for k in [k for k in _kept if not any(k.startswith(p) for p in _keep_under)]:
+                del _kept[k]
+
+
+def read_kept(local: str, where: Any = None, columns: list[str] | None = None) -> Any:
+    """The newest rows of the local table at ``local`` as a pyarrow Table (``where``: deltalake's
+    ``filters``; ``columns``: the columns to return), as ``DeltaTable.to_pyarrow_table`` reads
+    them. A table under a :func:`keeping` prefix is served from memory, its new files read alone
+    (a state table of a few hundred small files costs hundreds of milliseconds to read whole);
+    a partitioned table, or one with deletion vectors or column mapping, is read whole."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    local = os.path.abspath(local)
+    table = open_table(local)
+    if not any(local.startswith(p) for p in _keep_under) or _whole_only(table):
+        return table.to_pyarrow_table(columns=columns, filters=where)
+    with _kept_lock:
+        kept = _kept.setdefault(local, _Kept())
+        if kept.version != table.version():
+            schema = pa.schema(table.schema().to_arrow())
+            now = [_plain_uri(u) for u in table.file_uris()]
+            files = {}
+            for f in now:
+                got = kept.files.get(f)
+                files[f] = got if got is not None and got.schema == schema else _conform(pq.read_table(f), schema)
+            kept.files, kept.version = files, table.version()
+            kept.rows = pa.concat_tables(list(files.values())) if files else schema.empty_table()
+        rows = kept.rows
+    if where:
+        rows = rows.filter(pq.filters_to_expression(where))
+    return rows if columns is None else rows.select(list(columns))
+
+
+def _whole_only(table: Any) -> bool:
+    md = table.metadata()
+    features = set(table.protocol().reader_features or [])
+    return bool(md.partition_columns or features & {"deletionVectors", "columnMapping"}
+                or (md.configuration or {}).get("delta.columnMapping.mode", "none") not in ("none", None))
+
+
+def _conform(t: Any, schema: Any) -> Any:
+    """A data file's rows in the table's schema (a column the file lacks, written before the
+    schema gained it, is null)."""
+    import pyarrow as pa
+
+    cols = [t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
+            for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _plain_uri(uri: str) -> str:
+    from urllib.parse import unquote
+
+    path = uri.removeprefix("file://")
+    return unquote(path) if "://" not in path else uri
+
+
 def target_schema(local: str, want: Any) -> Any:
     """The Arrow schema files for the unpartitioned Delta table at ``local`` must have, to be
     committed by ``commit_files``: the table's own when it has ``want``'s columns (names and Delta
     types), ``want`` when there is no table yet. Raises ``Unsupported`` otherwise."""
     import pyarrow as pa
-    from deltalake import DeltaTable, Schema
+    from deltalake import Schema
 
     if not os.path.isdir(os.path.join(local, "_delta_log")):
         return want
-    table = DeltaTable(local)
+    table = open_table(local)
     if _delta_fields(table.schema()) != _delta_fields(Schema.from_arrow(want)):
         raise Unsupported("the table's columns differ from the files'")
     if table.metadata().partition_columns:
@@ -305,10 +435,10 @@ def commit_files(local: str, schema: Any, rows: list[Any], *, app_id: str, versi
     Delta table at ``local`` in one commit, once per (``app_id``, ``version``); a new table is
     created with ``schema``. False when that txn was committed before (a rerun: nothing done).
     Raises ``Unsupported`` (nothing committed) for a table deltalake cannot commit to."""
-    from deltalake import DeltaTable, Schema
+    from deltalake import Schema
 
     want = Schema.from_arrow(schema)
-    table = DeltaTable(local) if os.path.isdir(os.path.join(local, "_delta_log")) else None
+    table = open_table(local) if os.path.isdir(os.path.join(local, "_delta_log")) else None
     if table is not None:
         if _delta_fields(table.schema()) != _delta_fields(want) or table.metadata().partition_columns:
             raise Unsupported("the table's columns or partitioning changed since the files were written")
@@ -340,12 +470,12 @@ def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int 
     written) when the table's columns differ from the frame's, or its partitioning from the
     write's: the caller uses Spark."""
     import pyarrow as pa
-    from deltalake import DeltaTable, Schema
+    from deltalake import Schema
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow = to_arrow_schema(df.schema, timezone="UTC")
     want = Schema.from_arrow(arrow)
-    table = DeltaTable(local) if exists else None
+    table = open_table(local) if exists else None
     if table is not None:
         if _delta_fields(table.schema()) != _delta_fields(want):
             raise Unsupported("the frame's columns differ from the table's")

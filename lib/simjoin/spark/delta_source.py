@@ -88,9 +88,14 @@ def commit_exists(path: str, version: int) -> bool:
 
 
 def _table(path: str, version: int | None = None) -> Any:
+    """The table at ``version`` (None: its newest): the thread's kept table when it is at that
+    version (``delta_files.open_table``), else opened at it."""
     from deltalake import DeltaTable
 
-    return DeltaTable(path, version=version)
+    from simjoin.spark.delta_files import open_table
+
+    t = open_table(path)
+    return t if version is None or t.version() == version else DeltaTable(path, version=version)
 
 
 def unsupported(path: str, version: int | None = None) -> str | None:

@@ -415,9 +415,9 @@ class EngineBase:
                 return None
             raise delta.NotLocal(f"{self.tables.records} is not a local Delta table")
         try:
-            from deltalake import DeltaTable
+            from simjoin.spark.delta_files import open_table
 
-            t = DeltaTable(local).to_pyarrow_table(columns=None if columns is None else [
+            t = open_table(local).to_pyarrow_table(columns=None if columns is None else [
                 *columns, "unit", "fingerprint", "checkpoint_id", "meta"],
                 filters=[("unit", ">", int(prog.last_unit))])
         except Exception as e:  # a reader feature deltalake lacks
