@@ -153,13 +153,20 @@ def run_one(pipeline: str, a: argparse.Namespace) -> dict[str, Any]:
     else:
         args, piece = ["ineq", "--where", Q1, "--window", "10s"], ineq_piece(rng)
         what = f"`{Q1}`, correlated data, a 10 s window"
-    work = Path(tempfile.mkdtemp(prefix=f"{pipeline}-follow-bench-"))
+    row = measured(pipeline, args, piece, a.rate, a.seconds, a.trigger)
+    row.update(pipeline=pipeline, what=what)
+    return row
+
+
+def measured(label: str, args: list[str], piece: Callable[[np.ndarray, np.ndarray], pa.Table], rate: int,
+             seconds: float, trigger: str = "1s") -> dict[str, Any]:
+    """:func:`latency` in a fresh folder, removed after; prints one line labelled ``label``."""
+    work = Path(tempfile.mkdtemp(prefix="follow-bench-"))
     try:
-        row = latency(work, args, piece, a.rate, a.seconds, a.trigger)
+        row = latency(work, args, piece, rate, seconds, trigger)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    row.update(pipeline=pipeline, what=what)
-    print(f"follow {pipeline}: {row['records']:,} records in {row['units']} units, latency p50 {row['p50_s']:.2f}s "
+    print(f"follow {label}: {row['records']:,} records in {row['units']} units, latency p50 {row['p50_s']:.2f}s "
           f"p99 {row['p99_s']:.2f}s", flush=True)
     return row
 

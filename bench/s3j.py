@@ -326,25 +326,17 @@ def follow_part(a: argparse.Namespace) -> list[dict]:
 
 
 def follow_once(a: argparse.Namespace, sel: float) -> dict:
-    """One follower at selectivity ``sel``, measured by ``bench/follow.py``'s :func:`latency`."""
-    import shutil
+    """One follower at selectivity ``sel``, measured by ``bench/follow.py``."""
     import sys
-    import tempfile
 
     sys.path.insert(0, str(Path(__file__).parent))
     import follow  # bench/follow.py
 
     t = calibrate(sel, np.random.default_rng(11))
-    work = Path(tempfile.mkdtemp(prefix="s3j-follow-bench-"))
-    try:
-        row = follow.latency(work, ["s3j", "--threshold", repr(t), "--metric", "angular", "--window", "60s",
-                                    "--workers", str(a.workers)], follow.s3j_piece(np.random.default_rng(a.seed)),
-                             a.rate, a.follow_seconds)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    row = follow.measured(f"{sel:.1%}", ["s3j", "--threshold", repr(t), "--metric", "angular", "--window", "60s",
+                                         "--workers", str(a.workers)],
+                          follow.s3j_piece(np.random.default_rng(a.seed)), a.rate, a.follow_seconds)
     row.update(selectivity=sel, threshold=t)
-    print(f"follow {sel:.1%}: {row['records']:,} records in {row['units']} units, latency p50 {row['p50_s']:.1f}s "
-          f"p99 {row['p99_s']:.1f}s", flush=True)
     return row
 
 
