@@ -13,10 +13,10 @@ import datetime as dt
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from jobs.s3j.common import S3JRun, micros, open_unit, us
+from jobs.s3j.common import S3JRun, open_unit, us
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.metric import comparisons_ratio, imbalance
 from simjoin.spark import delta
@@ -57,17 +57,12 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
         rows, res = stats_rows(run_.cfg, u.id, u.dim, *_inputs_arrow(u))
         return {**res, "stats": u.write_work(delta.rows_table(rows, STATS_SCHEMA), "stats")}
     counters = u.work("counters").collect()  # a few rows per (window, worker) and per workset
-    members = u.work("members")
-    copies = u.work("copies")
-    # new worksets (CENTROID rows) and centroid distance computations (COUNTER rows) per window
-    form = {(r["w"], int(r["kind"])): r["n"] for r in members.where(F.col("kind") != int(RowKind.MEMBER))
-            .groupBy("w", "kind").agg(F.when(F.first("kind") == int(RowKind.CENTROID), F.count("*"))
-                                      .otherwise(F.sum("n")).alias("n")).collect()}
-    cp = {r["w"]: (r["n"], r["o"]) for r in copies.groupBy("w").agg(
-        F.count("*").alias("n"), F.sum(F.col("is_outer").cast("long")).alias("o")).collect()}
-    recs = {r["w"]: r["n"] for r in u.records.groupBy(micros("window_start").alias("w")).count()
-            .withColumnRenamed("count", "n").collect()}
-    rows, res = stats_rows(run_.cfg, u.id, u.dim, counters, form, cp, recs)
+    # the same partial counts as the in-process executor's, per Spark partition, in one job
+    parts = [u.work("members").select("w", "kind", "n").mapInArrow(_batches(members_counts), COUNTS_SCHEMA),
+             u.work("copies").select("w", "is_outer").mapInArrow(_batches(copies_counts), COUNTS_SCHEMA),
+             u.records.select("window_start").mapInArrow(_batches(records_counts), COUNTS_SCHEMA)]
+    both = parts[0].unionByName(parts[1]).unionByName(parts[2])
+    rows, res = stats_rows(run_.cfg, u.id, u.dim, counters, *fold_counts(both.toArrow()))
     path = u.write_work(small_frame(spark, rows, STATS_SCHEMA), "stats")
     return {**res, "stats": path}
 
@@ -146,26 +141,77 @@ def stats_rows(cfg: Any, b: int, dim: int, counters: list[Any], form: dict[tuple
     return rows, {"unit": b, "windows": sorted(by_w), **tot}
 
 
-def _inputs_arrow(u: Any) -> tuple[list[Any], dict[tuple[int, int], int], dict[int, tuple[int, int]], dict[int, int]]:
-    """:func:`stats_rows`' inputs of a unit on the in-process executor: the counter rows, the
-    formulation's counts per (window, kind), the copies per window and the records per window."""
-    import pyarrow as pa
+#: partial counts per (what, window, kind) of a unit's work tables (:func:`fold_counts`)
+COUNTS_SCHEMA = "what string, w long, kind int, n long, o long"
 
-    def col(t: pa.Table, name: str, dtype: Any) -> np.ndarray:
-        return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype)
 
-    counters = u.work("counters").to_pylist()
-    members = u.work("members")
-    kind, mw = col(members, "kind", np.int8), col(members, "w", np.int64)
-    n = col(members, "n", np.int64)
+def _partial(what: str, w: np.ndarray, kind: np.ndarray, n: np.ndarray, o: np.ndarray) -> pa.Table:
+    """Sums of ``n`` and ``o`` per (w, kind), labelled ``what``."""
+    keys, inv = np.unique(np.stack([w.astype(np.int64), kind.astype(np.int64)], 1).reshape(-1, 2), axis=0,
+                          return_inverse=True)
+    inv = inv.ravel()
+    def total(v: np.ndarray) -> np.ndarray:
+        return np.bincount(inv, weights=v, minlength=len(keys)).astype(np.int64)
+    return pa.table({"what": pa.array([what] * len(keys), pa.string()), "w": keys[:, 0],
+                     "kind": keys[:, 1].astype(np.int32), "n": total(n), "o": total(o)})
+
+
+def _col(t: pa.Table, name: str, dtype: Any) -> np.ndarray:
+    return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype)
+
+
+def members_counts(t: pa.Table) -> pa.Table:
+    """Per window: new worksets (CENTROID rows) and centroid distance computations (COUNTER rows)."""
+    kind = _col(t, "kind", np.int64)
+    m = kind != int(RowKind.MEMBER)
+    n = np.where(kind[m] == int(RowKind.CENTROID), 1, _col(t, "n", np.int64)[m])
+    return _partial("members", _col(t, "w", np.int64)[m], kind[m], n, np.zeros(int(m.sum()), np.int64))
+
+
+def copies_counts(t: pa.Table) -> pa.Table:
+    """Per window: space copies and outer copies."""
+    k = t.num_rows
+    return _partial("copies", _col(t, "w", np.int64), np.zeros(k, np.int64), np.ones(k, np.int64),
+                    _col(t, "is_outer", np.int64))
+
+
+def records_counts(t: pa.Table) -> pa.Table:
+    """Per window: the unit's records."""
+    k = t.num_rows
+    w = np.asarray(us(t.column("window_start")).to_numpy(zero_copy_only=False), np.int64)
+    return _partial("records", w, np.zeros(k, np.int64), np.ones(k, np.int64), np.zeros(k, np.int64))
+
+
+def _batches(fn: Any) -> Any:
+    """``fn`` over the record batches of a ``mapInArrow`` partition."""
+    def run(batches: Any) -> Any:
+        for b in batches:
+            yield from fn(pa.Table.from_batches([b])).to_batches()
+    return run
+
+
+def fold_counts(t: pa.Table) -> tuple[dict[tuple[int, int], int], dict[int, tuple[int, int]], dict[int, int]]:
+    """:func:`stats_rows`' per-window inputs from partial counts (one table per partition or
+    per executor, summed here): ``form`` ((w, kind) -> n), ``cp`` (w -> (copies, outer)) and
+    ``recs`` (w -> records)."""
     form: dict[tuple[int, int], int] = {}
-    for w in np.unique(mw[kind != int(RowKind.MEMBER)]).tolist():
-        sel = mw == w
-        form[(w, int(RowKind.CENTROID))] = int((sel & (kind == int(RowKind.CENTROID))).sum())
-        form[(w, int(RowKind.COUNTER))] = int(n[sel & (kind == int(RowKind.COUNTER))].sum())
-    copies = u.work("copies")
-    cw, outer = col(copies, "w", np.int64), col(copies, "is_outer", bool)
-    cp = {w: (int((cw == w).sum()), int(outer[cw == w].sum())) for w in np.unique(cw).tolist()}
-    rw = np.asarray(us(u.records.column("window_start")).to_numpy(), np.int64)
-    recs = {w: int((rw == w).sum()) for w in np.unique(rw).tolist()}
-    return counters, form, cp, recs
+    cp: dict[int, tuple[int, int]] = {}
+    recs: dict[int, int] = {}
+    for what, w, kind, n, o in zip(*(t.column(c).to_pylist() for c in ("what", "w", "kind", "n", "o")), strict=True):
+        if what == "members":
+            form[(w, kind)] = form.get((w, kind), 0) + n
+        elif what == "copies":
+            c, e = cp.get(w, (0, 0))
+            cp[w] = (c + n, e + o)
+        else:
+            recs[w] = recs.get(w, 0) + n
+    return form, cp, recs
+
+
+def _inputs_arrow(u: Any) -> tuple[list[Any], dict[tuple[int, int], int], dict[int, tuple[int, int]], dict[int, int]]:
+    """:func:`stats_rows`' inputs of a unit on the in-process executor: the counter rows, and the
+    partial counts of the members, copies and records the Spark executor computes per partition."""
+    counters = u.work("counters").to_pylist()
+    both = pa.concat_tables([members_counts(u.work("members")), copies_counts(u.work("copies")),
+                             records_counts(u.records)])
+    return (counters, *fold_counts(both))
