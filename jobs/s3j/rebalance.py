@@ -40,21 +40,7 @@ def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
     cfg = run_.cfg
     if cfg.algorithm != "s3j" or cfg.rebalance == "off":
         return {"unit": u.id, "rebalance": "off"}
-    if u.in_process:
-        ws, prev, homes = _inputs_arrow(run_, u)
-    else:
-        ws = (u.work("counters").where(F.col("kind") == int(RowKind.WORKSET))
-              .groupBy("partition", "workset_id")
-              .agg(F.sum("load").alias("load"), F.max("n_inner").alias("rows"), F.min("worker").alias("worker"))
-              .orderBy("partition", "workset_id").collect())
-        if ws:
-            prev_df = read_assignment(spark, run_, u.id)
-            prev = None if prev_df is None else prev_df.collect()
-            cent = read_state(spark, run_.centroids, u.id)
-            new_c = (u.work("members").where(F.col("kind") == int(RowKind.CENTROID))
-                     .select("partition", "workset_id", "worker"))
-            homes = [*(cent.select("partition", "workset_id", "worker").collect() if cent is not None else []),
-                     *new_c.collect()]
+    ws, prev, homes = _inputs(spark, run_, u)
     if not ws:
         return {"unit": u.id, "rebalance": u.write_work(_stats(spark, u, []), "rebalance"), "fired": False}
     res, assignment, out = decide(cfg, u.id, u.dim, ws, prev, homes)
@@ -68,21 +54,37 @@ def _stats(spark: SparkSession, u: Any, rows: list[tuple[Any, ...]]) -> Any:
     return delta.rows_table(rows, STATS_SCHEMA) if u.in_process else small_frame(spark, rows, STATS_SCHEMA)
 
 
-def _inputs_arrow(run_: S3JRun, u: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None,
-                                                  list[dict[str, Any]]]:
-    """:func:`decide`'s inputs of a unit on the in-process executor: the per-workset loads, the
-    assignment in force and the worksets' home workers."""
-    c = u.work("counters")
+def _inputs(spark: SparkSession, run_: S3JRun, u: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None,
+                                                                 list[dict[str, Any]]]:
+    """:func:`decide`'s inputs: the per-workset loads, the assignment in force and the worksets'
+    home workers. Both executors aggregate the same Arrow rows (on Spark, the unit's counter and
+    centroid rows are collected, one job each); the state is read with deltalake when local."""
+    if u.in_process:
+        c, m = u.work("counters"), u.work("members")
+    else:
+        c = (u.work("counters").where(F.col("kind") == int(RowKind.WORKSET))
+             .select("kind", "partition", "workset_id", "load", "n_inner", "worker").toArrow())
+        m = (u.work("members").where(F.col("kind") == int(RowKind.CENTROID))
+             .select("kind", "partition", "workset_id", "worker").toArrow())
     c = c.filter(pc.equal(c.column("kind"), int(RowKind.WORKSET)))
     agg = (c.group_by(["partition", "workset_id"]).aggregate([("load", "sum"), ("n_inner", "max"), ("worker", "min")])
            .rename_columns(["partition", "workset_id", "load", "rows", "worker"])
            .sort_by([("partition", "ascending"), ("workset_id", "ascending")]))
-    a = assignment_arrow(run_, u.id)
-    cent = state_arrow(run_.centroids, u.id, ["partition", "workset_id", "worker"])
-    m = u.work("members")
+    if not agg.num_rows:
+        return [], None, []
     new_c = m.filter(pc.equal(m.column("kind"), int(RowKind.CENTROID))).select(["partition", "workset_id", "worker"])
-    homes = [*(cent.to_pylist() if cent is not None else []), *new_c.to_pylist()]
-    return agg.to_pylist(), (None if a is None else a.to_pylist()), homes
+    try:
+        a = assignment_arrow(run_, u.id)
+        prev = None if a is None else a.to_pylist()
+        cent = state_arrow(run_.centroids, u.id, ["partition", "workset_id", "worker"])
+        homes = [] if cent is None else cent.to_pylist()
+    except delta.NotLocal:  # state that is not local: read with Spark
+        prev_df = read_assignment(spark, run_, u.id)
+        prev = None if prev_df is None else [r.asDict() for r in prev_df.collect()]
+        cent_df = read_state(spark, run_.centroids, u.id)
+        homes = [] if cent_df is None else [r.asDict() for r in
+                                            cent_df.select("partition", "workset_id", "worker").collect()]
+    return agg.to_pylist(), prev, [*homes, *new_c.to_pylist()]
 
 
 def decide(cfg: Any, unit: int, dim: int, ws: list[Any], prev_rows: list[Any] | None, home_rows: list[Any]
