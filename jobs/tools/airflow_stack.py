@@ -14,6 +14,7 @@ a temporary ``AIRFLOW_HOME`` on free ports, then drive it through the REST API w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -184,6 +185,7 @@ class Stack:
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
+            _end_group(p.pid)
         self.procs.clear()
 
     def __enter__(self) -> Stack:
@@ -285,3 +287,35 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _end_group(pgid: int, grace_s: float = 10.0) -> None:
+    """Once a process group's leader has exited, wait up to ``grace_s`` for the rest of the group
+    (``airflow standalone``'s scheduler and its executor's workers, which outlive it when their own
+    shutdown hangs), then kill what is left: a stopped stack leaves no process behind."""
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie does not: it waits to be reaped)."""
+    if not os.path.isdir("/proc"):
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for pid in (n for n in os.listdir("/proc") if n.isdigit()):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False

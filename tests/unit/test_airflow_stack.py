@@ -30,3 +30,39 @@ def test_remote_url(monkeypatch):
 
 def test_nothing_answers_on_a_free_port():
     assert not session._answers(f"sc://127.0.0.1:{free_port()}", timeout=0.2)
+
+
+def test_a_stopped_group_leaves_no_process_behind():
+    """The leader of a process group exits on SIGTERM, a child that ignores SIGTERM lingers (as
+    ``airflow standalone``'s scheduler did once): ``_end_group`` kills it after the grace time."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from jobs.tools.airflow_stack import _end_group, group_alive
+
+    child = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+             "open(__import__('sys').argv[1], 'w').close(); time.sleep(120)")
+    leader = ("import subprocess, sys, time; "
+              f"subprocess.Popen([sys.executable, '-c', {child!r}, sys.argv[1]]); time.sleep(120)")
+    import tempfile
+
+    flag = os.path.join(tempfile.mkdtemp(), "started")
+    p = subprocess.Popen([sys.executable, "-c", leader, flag], start_new_session=True)
+    for _ in range(100):
+        if os.path.exists(flag):
+            break
+        time.sleep(0.1)
+    os.killpg(p.pid, signal.SIGTERM)
+    p.wait(10)
+    assert group_alive(p.pid)  # the child is still there
+    t0 = time.monotonic()
+    _end_group(p.pid, grace_s=0.5)
+    assert time.monotonic() - t0 < 5
+    for _ in range(50):
+        if not group_alive(p.pid):
+            break
+        time.sleep(0.1)
+    assert not group_alive(p.pid)
