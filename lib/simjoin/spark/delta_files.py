@@ -367,6 +367,8 @@ def read_kept(local: str, where: Any = None, columns: list[str] | None = None) -
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from simjoin.spark.delta_source import plain_uri
+
     local = os.path.abspath(local)
     table = open_table(local)
     if not any(local.startswith(p) for p in _keep_under) or _whole_only(table):
@@ -375,7 +377,7 @@ def read_kept(local: str, where: Any = None, columns: list[str] | None = None) -
         kept = _kept.setdefault(local, _Kept())
         if kept.version != table.version():
             schema = pa.schema(table.schema().to_arrow())
-            now = [_plain_uri(u) for u in table.file_uris()]
+            now = [plain_uri(u) for u in table.file_uris()]
             files = {}
             for f in now:
                 got = kept.files.get(f)
@@ -403,13 +405,6 @@ def _conform(t: Any, schema: Any) -> Any:
     cols = [t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
             for f in schema]
     return pa.Table.from_arrays(cols, schema=schema)
-
-
-def _plain_uri(uri: str) -> str:
-    from urllib.parse import unquote
-
-    path = uri.removeprefix("file://")
-    return unquote(path) if "://" not in path else uri
 
 
 def target_schema(local: str, want: Any) -> Any:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["Range", "bounded", "version_rows", "latest_version", "unsupported", "spark_schema", "files_between",
-           "table_id", "commit_exists"]
+__all__ = ["Range", "bounded", "version_rows", "plain_uri", "latest_version", "unsupported", "spark_schema",
+           "files_between", "table_id", "commit_exists"]
 
 _JSON = re.compile(r"^([0-9]{20})\.json$")
 
@@ -141,14 +141,14 @@ def files_between(path: str, r: Range) -> list[str]:
         return []
     if r.start < 0:
         t = _table(path, r.end)
-        return [_plain(u) for u in t.file_uris()]
+        return [plain_uri(u) for u in t.file_uris()]
     out: list[str] = []
     for v in range(r.start + 1, r.end + 1):
         out.extend(_appended(path, v))
     return out
 
 
-def _plain(uri: str) -> str:
+def plain_uri(uri: str) -> str:
     """A data file's URI as deltalake gives it, as a local path (deltalake percent-encodes a local
     path too: ``in dir`` comes back as ``in%20dir``)."""
     if uri.startswith("file://"):
@@ -157,11 +157,22 @@ def _plain(uri: str) -> str:
 
 
 def _appended(path: str, version: int) -> Sequence[str]:
+    return [_file(path, a["path"]) for a in _adds(path, version)]
+
+
+def _file(table: str, path: str) -> str:
+    """A data file's path in the log (relative to the table, percent-encoded) as a local path."""
+    return os.path.join(table, unquote(path)) if "://" not in path else plain_uri(path)
+
+
+def _adds(path: str, version: int) -> list[dict[str, Any]]:
+    """The ``add`` actions of ``version`` that change data. Raises ValueError when its commit is
+    gone from the log or it changed the stream other than by appending."""
     f = os.path.join(_log_dir(path), f"{version:020d}.json")
     if not os.path.exists(f):
         raise ValueError(f"input {path}: the log of version {version} is gone (cleaned up before this output "
                          "read it): allowed: keep the input's log until every output read it, or --reset")
-    added: list[str] = []
+    added: list[dict[str, Any]] = []
     with open(f) as fh:
         for line in fh:
             if not line.strip():
@@ -173,8 +184,7 @@ def _appended(path: str, version: int) -> Sequence[str]:
                     raise ValueError(f"input {path}: version {version} adds a file with a deletion vector: "
                                      "allowed: an append-only stream input without deletion vectors")
                 if a.get("dataChange", True):
-                    added.append(os.path.join(path, unquote(a["path"])) if "://" not in a["path"]
-                                 else _plain(a["path"]))
+                    added.append(a)
             elif "remove" in action and action["remove"].get("dataChange", True):
                 raise ValueError(f"input {path}: version {version} removed data (a delete, an update or an "
                                  "overwrite): a stream input is append-only: allowed: append new rows only, or "
@@ -186,27 +196,20 @@ def _appended(path: str, version: int) -> Sequence[str]:
 
 
 def version_rows(path: str, version: int) -> int | None:
-    """The rows ``version`` appended (its adds that change data: their ``numRecords`` statistic,
-    else their Parquet footers); None when its commit is gone from the log or it changed the
-    table other than by appending."""
-    f = os.path.join(_log_dir(path), f"{version:020d}.json")
-    if not os.path.exists(f):
+    """The rows ``version`` appended (its adds' ``numRecords`` statistic, else their Parquet
+    footers); None when it cannot be read as an append (:func:`_adds`)."""
+    try:
+        adds = _adds(path, version)
+    except ValueError:
         return None
     n = 0
-    with open(f) as fh:
-        for line in fh:
-            action = json.loads(line) if line.strip() else {}
-            if "add" in action and action["add"].get("dataChange", True):
-                a = action["add"]
-                stats = json.loads(a.get("stats") or "{}")
-                if stats.get("numRecords") is None:
-                    import pyarrow.parquet as pq
+    for a in adds:
+        rows = json.loads(a.get("stats") or "{}").get("numRecords")
+        if rows is None:
+            import pyarrow.parquet as pq
 
-                    file = os.path.join(path, unquote(a["path"])) if "://" not in a["path"] else _plain(a["path"])
-                    stats["numRecords"] = pq.read_metadata(file).num_rows
-                n += int(stats["numRecords"])
-            elif "remove" in action and action["remove"].get("dataChange", True):
-                return None
+            rows = pq.read_metadata(_file(path, a["path"])).num_rows
+        n += int(rows)
     return n
 
 
