@@ -1,7 +1,9 @@
 """Streaming HyperCube stage 1, ingest: the engine reads what arrived in both streams since the
-last run; ``prepare`` applies the join's rules to each micro-batch.
+last run and applies the join's declared input (:func:`spec`, ``simjoin.quality.rows``) to each
+micro-batch.
 
-The engine quarantines null or unreadable ``id``/``ts`` and future rows. Here, rows go to
+The engine quarantines null or unreadable ``id``/``ts`` and future rows. By the declared rules,
+rows go to
 ``<output>_quarantine`` with their reason when their key is null, when their (side, id) repeats
 (inside the batch, earlier in this unit, or among the held tuples), and with a window when they
 are late (dated more than ``--allowed-lateness`` before the largest ``ts`` their stream already
@@ -13,43 +15,55 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import SparkSession
 
 from jobs.hypercube.common import HyperCubeRun, held
-from simjoin.quality.quarantine import Rule, late, split_quarantine, stream_duplicates
-from simjoin.spark.engine import INTEGRAL, BatchInfo, Prepared
+from simjoin.core.hypercube.stream import expiry_marks
+from simjoin.quality.rows import Derived, InputSpec, Late, Needed, UniqueIds
+from simjoin.spark import delta
+from simjoin.spark.engine import BatchInfo
 
 
-def _integral(t: T.DataType) -> bool:
-    return isinstance(t, INTEGRAL)
-
-
-def preparer(spark: SparkSession, run: HyperCubeRun) -> Any:
+def spec(run: HyperCubeRun) -> InputSpec:
+    """The join's input: each side's key column (an integer type), staged as ``k``."""
     lk, rk = str(run.cfg.key), run.right_key
+    rules: list[Any] = [Needed("k", (0,), f"key {lk}", finite=False), Needed("k", (1,), f"key {rk}", finite=False),
+                        UniqueIds(("ts", "k"))]
+    if run.window_us > 0:
+        rules.append(Late())
+    return InputSpec(payload=({lk: "integer"}, {rk: "integer"}), what="<key column> of an integer type",
+                     rules=tuple(rules), staged=("id", "ts", "side", "k"), casts={lk: "long", rk: "long"},
+                     derived=(Derived("k", (lk, rk)),))
 
-    def prepare(df: DataFrame, info: BatchInfo) -> Prepared:
-        k = F.col(lk) if lk == rk else F.when(F.col("side") == 0, F.col(lk)).otherwise(F.col(rk))
-        df = df.withColumn("k", k.cast("long"))
-        rules = [Rule(F.col("k").isNull(), F.concat(F.lit("null key "), F.when(F.col("side") == 0, F.lit(lk))
-                                                     .otherwise(F.lit(rk))))]
-        live = held(spark, run, info.unit, info.progress.max_ts)
-        seen = run.engine(spark).seen(info, None if live is None else live.select("side", "id"))
-        df, dups = stream_duplicates(df, seen, ["ts", "k"])
-        rules += dups
+
+def live_ids(spark: SparkSession, run: HyperCubeRun) -> Any:
+    """(side, id) of the held tuples a new one can still meet (``held``'s bound), read with
+    deltalake, or by Spark when the state is not local."""
+    def live(info: BatchInfo) -> Any:
+        try:
+            t = delta.read_arrow(run.state("tuples"), [("unit", "<", int(info.unit))], ["side", "id", "ts"])
+        except delta.NotLocal:
+            got = held(spark, run, info.unit, info.progress.max_ts)
+            return None if got is None else got.select("side", "id")
+        if t is None or not t.num_rows:
+            return None
         if run.window_us > 0:
-            rules += late(info.progress.max_ts, info.progress.lateness)
-        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}", lazy=info.local)
-        bad = res.bad.select("id", "ts", "ts_raw", "side", *sorted({lk, rk}), "reason")
-        return Prepared(res.good.select("id", "ts", "side", "k"), bad)
+            marks = expiry_marks({s: int(m.timestamp() * 1_000_000) for s, m in info.progress.max_ts.items()},
+                                 run.window_us, run.lateness_us)
+            side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
+            ts = np.asarray(t.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+                            .to_numpy(zero_copy_only=False), np.int64)
+            gone = np.zeros(t.num_rows, bool)
+            for s, mk in marks.items():
+                gone |= (side == s) & (ts <= mk)
+            t = t.filter(pa.array(~gone))
+        return t.select(["side", "id"])
 
-    return prepare
+    return live
 
 
 def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
-    lk, rk = str(run_.cfg.key), run_.right_key
-    return run_.engine(spark).ingest(  # type: ignore[no-any-return]
-        preparer(spark, run_), [{lk: _integral}, {rk: _integral}], "<key column> of an integer type",
-        casts={lk: "long", rk: "long"})
+    return run_.engine(spark).ingest(spec(run_), live_ids(spark, run_))  # type: ignore[no-any-return]

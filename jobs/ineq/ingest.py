@@ -1,7 +1,9 @@
 """Inequality join stage 1, ingest: the engine reads what arrived in the stream(s) since the last
-run; this module's ``prepare`` applies the join's own rules to each micro-batch.
+run and applies the join's declared input (:func:`spec`, ``simjoin.quality.rows``) to each
+micro-batch.
 
-The engine quarantines null or unreadable ``id``/``ts`` and future rows. Here, rows go to
+The engine quarantines null or unreadable ``id``/``ts`` and future rows. By the declared rules,
+rows go to
 ``<output>_quarantine`` with their reason when a predicate column the row's side needs is null,
 NaN or infinite, when its (side, id) repeats - inside the batch, earlier in this unit, or among
 the live tuples of the window - and, for time windows, when it is late: dated more than the
@@ -18,44 +20,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from jobs.ineq.common import IneqRun, tuple_bound, tuple_live
-from simjoin.quality.quarantine import (
-    late,
-    late_arrow,
-    numeric_rules,
-    numeric_rules_arrow,
-    split_quarantine,
-    split_quarantine_arrow,
-    stream_duplicates,
-    stream_duplicates_arrow,
-)
+from simjoin.quality.rows import Bounded, InputSpec, Late, Needed, UniqueIds
 from simjoin.spark import delta
-from simjoin.spark.engine import NUMERIC, BatchInfo, Prepared
+from simjoin.spark.engine import BatchInfo
 from simjoin.spark.exact_types import ExactTypes, exact_types
-
-
-def _numeric(t: T.DataType) -> bool:
-    return isinstance(t, NUMERIC)
-
-
-def payloads(run: IneqRun) -> list[dict[str, Any]]:
-    p = run.params()
-    return [{c: _numeric for c in p.columns(s)} for s in p.sides]
-
-
-def _seen(spark: SparkSession, run: IneqRun, info: BatchInfo) -> DataFrame | None:
-    """(side, id) of live tuples (expired ones may linger in the table until a batch expires:
-    the exact bound is applied here), or staged earlier in this unit."""
-    live = None
-    if delta.table_exists(spark, run.tuples):
-        p = run.params()
-        bound = " OR ".join(f"({tuple_bound(p, info.progress, s, 'ts', 'seq')})" for s in p.sides)
-        live = delta.read_table(spark, run.tuples).where(F.col("unit") < info.unit).where(bound)
-    return run.engine(spark).seen(info, live)  # type: ignore[no-any-return]
 
 
 def types(spark: SparkSession, run: IneqRun) -> ExactTypes:
@@ -65,60 +38,43 @@ def types(spark: SparkSession, run: IneqRun) -> ExactTypes:
                        [(pr.left, pr.right) for pr in p.query.predicates])
 
 
-def preparer(spark: SparkSession, run: IneqRun, exact: ExactTypes | None = None) -> Any:
+def spec(run: IneqRun, exact: ExactTypes) -> InputSpec:
+    """The join's input: each side's numeric predicate columns, in their exact staged types."""
     p = run.params()
     cols = sorted({c for s in p.sides for c in p.columns(s)})
-
-    def prepare(df: DataFrame, info: BatchInfo) -> Prepared:
-        rules = numeric_rules({s: p.columns(s) for s in p.sides}) + (exact.rules() if exact else [])
-        df, dups = stream_duplicates(df, _seen(spark, run, info), ["ts", *cols])
-        rules += dups
-        if p.window.time_us is not None:
-            rules += late(info.progress.max_ts, info.progress.lateness)
-        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}", lazy=info.local)
-        keep = ["id", "ts", "side", *cols]
-        bad = res.bad.select("id", "ts", "ts_raw", "side", *cols, "reason")
-        return Prepared(res.good.select(*keep), bad)
-
-    return prepare
+    rules: list[Any] = [Needed(c, (s,)) for s in sorted(p.sides) for c in p.columns(s)]
+    rules += [Bounded(c, k, b, why) for k, c, b, why in exact.bounds()]
+    rules.append(UniqueIds(("ts", *cols)))
+    if p.window.time_us is not None:
+        rules.append(Late())
+    return InputSpec(payload=tuple({c: "numeric" for c in p.columns(s)} for s in p.sides),
+                     what="<numeric predicate columns>", rules=tuple(rules), staged=("id", "ts", "side", *cols),
+                     casts=exact.casts)
 
 
-def _live_keys(run: IneqRun, info: BatchInfo) -> Any:
-    """(side, id) of the live tuples (``_seen``'s, read with deltalake: no Spark job)."""
-    import pyarrow as pa
+def live_ids(spark: SparkSession, run: IneqRun) -> Any:
+    """(side, id) of the live tuples (expired ones may linger in the table until a batch expires:
+    the exact bound is applied here), read with deltalake, or by Spark when they are not local."""
+    def live(info: BatchInfo) -> Any:
+        p = run.params()
+        try:
+            t = delta.read_arrow(run.tuples, [("unit", "<", int(info.unit))], ["side", "id", "ts", "seq"])
+        except delta.NotLocal:
+            if not delta.table_exists(spark, run.tuples):
+                return None
+            bound = " OR ".join(f"({tuple_bound(p, info.progress, s, 'ts', 'seq')})" for s in p.sides)
+            return delta.read_table(spark, run.tuples).where(F.col("unit") < info.unit).where(bound)
+        if t is None or not t.num_rows:
+            return None
+        keep = np.zeros(t.num_rows, bool)
+        side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
+        for s in p.sides:
+            keep |= (side == s) & tuple_live(p, info.progress, s, t)
+        return t.filter(pa.array(keep)).select(["side", "id"])
 
-    t = delta.read_arrow(run.tuples, [("unit", "<", int(info.unit))], ["side", "id", "ts", "seq"])
-    if t is None or not t.num_rows:
-        return None
-    p = run.params()
-    keep = np.zeros(t.num_rows, bool)
-    side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
-    for s in p.sides:
-        keep |= (side == s) & tuple_live(p, info.progress, s, t)
-    return t.filter(pa.array(keep)).select(["side", "id"])
-
-
-def preparer_arrow(spark: SparkSession, run: IneqRun, exact: ExactTypes | None = None) -> Any:
-    """``preparer``'s twin on pyarrow Tables (a micro-batch staged through the driver, with no Spark
-    job): the same rules in the same order, so the same rows with the same reasons."""
-    p = run.params()
-    cols = sorted({c for s in p.sides for c in p.columns(s)})
-
-    def prepare(t: Any, info: BatchInfo) -> Prepared:
-        rules = numeric_rules_arrow({s: p.columns(s) for s in p.sides}) + (exact.arrow_rules() if exact else [])
-        rules += stream_duplicates_arrow(t, run.engine(spark).seen_keys(info, _live_keys(run, info)), ["ts", *cols])
-        if p.window.time_us is not None:
-            rules += late_arrow(info.progress.max_ts, info.progress.lateness)
-        good, bad = split_quarantine_arrow(t, rules)
-        return Prepared(good.select(["id", "ts", "side", *cols]), bad.select(["id", "ts", "ts_raw", "side", *cols,
-                                                                              "reason"]))
-
-    return prepare
+    return live
 
 
 def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
-    exact = types(spark, run_)
-    return run_.engine(spark).ingest(  # type: ignore[no-any-return]
-        preparer(spark, run_, exact), payloads(run_), "<numeric predicate columns>", casts=exact.casts,
-        prepare_arrow=preparer_arrow(spark, run_, exact))
+    return run_.engine(spark).ingest(spec(run_, types(spark, run_)), live_ids(spark, run_))  # type: ignore[no-any-return]

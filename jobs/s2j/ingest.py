@@ -1,5 +1,6 @@
 """S2J stage 1, ingest - the input adapter: the engine reads what arrived in the stream(s) since
-the last run; this module's ``prepare`` applies the operator's rules to each micro-batch.
+the last run and applies the operator's declared input (:func:`spec`, ``simjoin.quality.rows``)
+to each micro-batch.
 
 Pre-projection: only the columns some task reads (and the punctuation column) are staged. Rows go
 to ``DIR/_quarantine`` with their reason when a column the row's side needs is null, NaN or
@@ -17,41 +18,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-from jobs.s2j.common import S2JRun, dead_blocks
-from simjoin.quality.quarantine import Rule, late, numeric_rules, split_quarantine, stream_duplicates
+from jobs.s2j.common import S2JRun, bound_micros, dead_blocks
+from simjoin.quality.rows import Bounded, InputSpec, Late, Needed, UniqueIds
 from simjoin.spark import delta
-from simjoin.spark.engine import NUMERIC, BatchInfo, Prepared
+from simjoin.spark.engine import BatchInfo
 from simjoin.spark.exact_types import ExactTypes, exact_types
-
-
-def _numeric(t: T.DataType) -> bool:
-    return isinstance(t, NUMERIC)
-
-
-def _boolean(t: T.DataType) -> bool:
-    return isinstance(t, T.BooleanType)
-
-
-def payloads(run: S2JRun) -> list[dict[str, Any]]:
-    p = run.params()
-    punct = run.cfg.punctuation
-    return [{**{c: _numeric for c in p.columns(s)}, **({punct: _boolean} if punct else {})} for s in p.sides]
-
-
-def _seen(spark: SparkSession, run: S2JRun, info: BatchInfo) -> DataFrame | None:
-    """(side, id) of the tuples in live blocks, or staged earlier in this unit."""
-    live = None
-    if delta.table_exists(spark, run.blocks):
-        live = delta.read_table(spark, run.blocks).where(F.col("unit") < info.unit)
-        dead = dead_blocks(run.params(), info.progress.max_ts)
-        if dead:
-            live = live.where(f"NOT ({dead})")
-        live = live.select("side", F.explode("ids").alias("id"))
-    return run.engine(spark).seen(info, live)  # type: ignore[no-any-return]
 
 
 def types(spark: SparkSession, run: S2JRun) -> ExactTypes:
@@ -61,28 +38,53 @@ def types(spark: SparkSession, run: S2JRun) -> ExactTypes:
                        [(t.left, t.right) for task in p.tasks for t in task.thetas])
 
 
-def preparer(spark: SparkSession, run: S2JRun, exact: ExactTypes | None = None) -> Any:
+def spec(run: S2JRun, exact: ExactTypes) -> InputSpec:
+    """The operator's input: the columns some task reads (pre-projection) and the punctuation column."""
     p = run.params()
     punct = run.cfg.punctuation
     cols = sorted({c for s in p.sides for c in p.columns(s)})
+    rules: list[Any] = [Needed(c, (s,)) for s in sorted(p.sides) for c in p.columns(s)]
+    rules += [Bounded(c, k, b, why) for k, c, b, why in exact.bounds()]
+    if punct:
+        rules.append(Needed(punct, label=f"{punct} (the punctuation column)", finite=False))
+    rules += [UniqueIds(("ts", *cols)), Late()]
+    extra = (punct,) if punct else ()
+    payload: tuple[dict[str, Any], ...] = tuple(
+        {**{c: "numeric" for c in p.columns(s)}, **({punct: "boolean"} if punct else {})} for s in p.sides)
+    return InputSpec(payload=payload, what="<numeric columns of the tasks>", rules=tuple(rules),
+                     staged=("id", "ts", "side", *cols, *extra), casts=exact.casts)
 
-    def prepare(df: DataFrame, info: BatchInfo) -> Prepared:
-        rules = numeric_rules({s: p.columns(s) for s in p.sides}) + (exact.rules() if exact else [])
-        if punct:
-            rules.append(Rule(F.col(punct).isNull(), f"null {punct} (the punctuation column)"))
-        df, dups = stream_duplicates(df, _seen(spark, run, info), ["ts", *cols])
-        rules += dups + late(info.progress.max_ts, info.progress.lateness)
-        res = split_quarantine(df, rules, table=f"{run.output} micro-batch {info.batch_id}", lazy=info.local)
-        extra = [punct] if punct else []
-        keep = ["id", "ts", "side", *cols, *extra]
-        bad = res.bad.select("id", "ts", "ts_raw", "side", *cols, *extra, "reason")
-        return Prepared(res.good.select(*keep), bad)
 
-    return prepare
+def live_ids(spark: SparkSession, run: S2JRun) -> Any:
+    """(side, id) of the tuples in live blocks (``dead_blocks``' bound), read with deltalake, or
+    by Spark when the blocks are not local."""
+    def live(info: BatchInfo) -> Any:
+        p = run.params()
+        try:
+            t = delta.read_arrow(run.blocks, [("unit", "<", int(info.unit))], ["side", "ids", "ts_max"])
+        except delta.NotLocal:
+            if not delta.table_exists(spark, run.blocks):
+                return None
+            df = delta.read_table(spark, run.blocks).where(F.col("unit") < info.unit)
+            cond = dead_blocks(p, info.progress.max_ts)
+            return (df.where(f"NOT ({cond})") if cond else df).select("side", F.explode("ids").alias("id"))
+        if t is None or not t.num_rows:
+            return None
+        side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
+        ts_max = np.asarray(t.column("ts_max").to_numpy(zero_copy_only=False), np.int64)
+        dead = np.zeros(t.num_rows, bool)
+        for s in p.sides:
+            mark = info.progress.max_ts.get(s if p.self_join else 1 - s)
+            if mark is not None:
+                dead |= (side == s) & (ts_max <= bound_micros(mark, p.window_us + p.lateness_us))
+        t = t.filter(pa.array(~dead))
+        ids = t.column("ids").combine_chunks()
+        rows = pc.list_parent_indices(ids)
+        return pa.table({"side": pc.take(t.column("side"), rows), "id": pc.list_flatten(ids)})
+
+    return live
 
 
 def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
-    exact = types(spark, run_)
-    return run_.engine(spark).ingest(  # type: ignore[no-any-return]
-        preparer(spark, run_, exact), payloads(run_), "<numeric columns of the tasks>", casts=exact.casts)
+    return run_.engine(spark).ingest(spec(run_, types(spark, run_)), live_ids(spark, run_))  # type: ignore[no-any-return]

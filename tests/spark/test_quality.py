@@ -3,50 +3,6 @@ import os
 import pytest
 
 from simjoin.quality import gates
-from simjoin.quality import quarantine as q
-from simjoin.spark import delta
-
-
-def _vectors(spark):
-    rows = [
-        (1, [0.1, 0.2, 0.3]),
-        (2, [0.5, float("nan"), 0.1]),      # NaN
-        (3, [0.5, 0.5]),                    # wrong dimension
-        (4, None),                          # null vector
-        (5, [float("inf"), 0.0, 0.0]),      # inf
-        (6, [1.0, 1.0, 1.0]),
-        (6, [2.0, 2.0, 2.0]),               # duplicate id (second copy)
-        (None, [1.0, 0.0, 0.0]),            # null id
-        (7, [0.0, 0.0, 0.0]),               # zero vector (bad under angular)
-        (8, [0.3, 0.3, 0.3]),
-    ]
-    return spark.createDataFrame(rows, "id long, vector array<double>")
-
-
-def test_quarantine_splits_bad_vectors_with_reasons(spark, tmp_table):
-    df = _vectors(spark)
-    rules = q.not_null("id", "vector") + q.vector_rules("vector", 3) + [q.zero_vector("vector", "angular")]
-    res = q.split_quarantine(df, rules, id_col="id", table="vectors")
-    assert (res.n_in, res.n_good, res.n_bad) == (10, 3, 7)
-    assert sorted(r.id for r in res.good.collect()) == [1, 6, 8]
-    reasons = {(r.id, tuple(r.vector) if r.vector else None): r.reason for r in res.bad.collect()}
-    by_id = {k[0]: v for k, v in reasons.items() if k[0] != 6}
-    assert "NaN or inf" in by_id[2] and "dimension 2, expected 3" in by_id[3]
-    assert "null vector" in by_id[4] and "NaN or inf" in by_id[5] and "null id" in by_id[None]
-    assert "zero vector" in by_id[7]
-    assert reasons[(6, (2.0, 2.0, 2.0))] == "duplicate id 6"
-    path = q.write_quarantine(res, tmp_table("vectors"), "run1", "ingest")
-    q.write_quarantine(res, tmp_table("vectors"), "run1", "ingest")  # rerun: replaced, not appended
-    assert path.endswith("vectors_quarantine")
-    qt = delta.read_table(spark, path)
-    assert qt.count() == 7 and {"reason", "run_id", "stage"} <= set(qt.columns)
-
-
-def test_quarantine_empty_and_null_text(spark):
-    df = spark.createDataFrame([(1, "a b"), (2, "   "), (3, None), (4, "c")], "id long, text string")
-    res = q.split_quarantine(df, q.not_null("text") + [q.nonempty_text("text")], id_col="id")
-    assert (res.n_good, res.n_bad) == (2, 2)
-    assert sorted(r.reason for r in res.bad.collect()) == ["empty text", "null text"]
 
 
 def test_gate_passes_and_fails_with_readable_summary(spark):

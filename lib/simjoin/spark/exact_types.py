@@ -17,7 +17,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from simjoin.core.exact import ExactError
@@ -38,32 +37,12 @@ class ExactTypes:
         self.casts = casts
         self.wide = wide
 
-    def rules(self) -> list[Any]:
-        """Quarantine rules for integer values that a double would round (on the staged, cast column: a long of
-        magnitude 2^53 or more casts to a double of magnitude 2^53 or more, and below it casts exactly)."""
-        from simjoin.quality.quarantine import Rule
-
-        return [Rule((F.col("side") == k) & (F.abs(F.col(c)) >= float(WIDE)),
-                     f"{c} of magnitude 2^53 or more: an integer compared with a float column is exact in "
-                     "double only below 2^53")
-                for k, c in self.wide]
-
-    def arrow_rules(self) -> list[Any]:
-        """:meth:`rules` on Arrow (``simjoin.quality.quarantine.ArrowRule``): the same rows and reasons."""
-        import numpy as np
-
-        from simjoin.quality.quarantine import ArrowRule
-
-        def wide(k: int, c: str) -> Any:
-            def bad(t: Any) -> Any:
-                side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
-                v = np.asarray(t.column(c).fill_null(0).to_numpy(zero_copy_only=False), np.float64)
-                return (side == k) & (np.abs(v) >= float(WIDE))
-            return bad
-
-        return [ArrowRule(wide(k, c), f"{c} of magnitude 2^53 or more: an integer compared with a float column is "
-                          "exact in double only below 2^53")
-                for k, c in self.wide]
+    def bounds(self) -> list[tuple[int, str, float, str]]:
+        """(source index, column, bound, reason) of the integer values a double would round: the
+        ``Bounded`` row rules (``simjoin.quality.rows``) of the staged, cast column - a long of
+        magnitude 2^53 or more casts to a double of magnitude 2^53 or more, and below it casts exactly."""
+        return [(k, c, float(WIDE), f"{c} of magnitude 2^53 or more: an integer compared with a float column is "
+                 "exact in double only below 2^53") for k, c in self.wide]
 
 
 def _schema(spark: SparkSession | None, path: str) -> Any:

@@ -10,7 +10,8 @@ goes ``ingest -> stages -> gate -> publish`` over one *unit*:
   seconds less per run, and per follow-mode unit). Each micro-batch
   is checked (the schema before any cast; per row: a null or unreadable ``id``/``ts``, a ``ts``
   more than ``max_future`` past the current time), bad rows go to ``<output>_quarantine`` with
-  their reason, the pipeline's ``prepare`` hook applies its own rules and windows, and the good
+  their reason, the pipeline's declared row rules and windows (its ``InputSpec``,
+  ``simjoin.quality.rows``) apply - one Arrow function on either executor - and the good
   rows are staged in ``<output>_work/records`` tagged with the unit. A unit is numbered
   ``last committed + 1`` and never changes: if a staged unit is still open (a run failed after
   ingest), ingest consumes nothing and the run finishes that unit first.
@@ -34,17 +35,19 @@ quarantined rows (e.g. future ones) never move it.
 **Layout**, one concern per module; :class:`MicroBatchEngine` composes them:
 
 - :mod:`.units`: progress, units, batch info and the value helpers every part shares;
-- :mod:`.rules`: the input schema check and the ts parse (row rules);
+- :mod:`.rules`: the input schema check and the ts parse (the row rules are data:
+  ``simjoin.quality.rows``);
 - :mod:`.base`: identity (checkpoint, fingerprint, inputs), progress, ``--reset``, units and work tables;
-- :mod:`.staging`: a micro-batch's row rules, quarantine, duplicate ids, the staged unit;
+- :mod:`.staging`: a micro-batch's declared row rules on either executor, quarantine, the
+  live-id index, the staged unit;
 - :mod:`.follow`: follow mode's streaming query;
 - :mod:`.sources`: ingest, the direct read of local Delta inputs or Structured Streaming;
 - :mod:`.publish`: publish exactly once, and state expiry;
-- :mod:`.windows`: time and count window assignment.
 """
 
 from __future__ import annotations
 
+from simjoin.quality.rows import aware, epoch_us, spark_ts_string
 from simjoin.spark.engine.publish import Publisher
 from simjoin.spark.engine.rules import INTEGRAL, NUMERIC, stream_schema_check
 from simjoin.spark.engine.sources import Sources
@@ -53,20 +56,13 @@ from simjoin.spark.engine.units import (
     WATERMARK_SKEW,
     BatchInfo,
     CheckpointMismatch,
-    Prepare,
-    PrepareArrow,
-    Prepared,
     Progress,
     StaleUnit,
     Unit,
-    aware,
-    epoch_us,
     local_path,
     micros,
     read_state,
-    spark_ts_string,
 )
-from simjoin.spark.engine.windows import assign_count_windows, assign_windows
 from simjoin.spark.tables import StreamTables
 
 __all__ = [
@@ -74,13 +70,10 @@ __all__ = [
     "Progress",
     "Unit",
     "BatchInfo",
-    "Prepared",
     "MicroBatchEngine",
     "CheckpointMismatch",
     "StaleUnit",
     "QUARANTINE_SCHEMA",
-    "assign_windows",
-    "assign_count_windows",
     "stream_schema_check",
     "read_state",
     "micros",
@@ -90,8 +83,6 @@ __all__ = [
     "INTEGRAL",
     "NUMERIC",
     "WATERMARK_SKEW",
-    "Prepare",
-    "PrepareArrow",
     "spark_ts_string",
 ]
 

@@ -92,9 +92,9 @@ class EngineBase:
 
     def _direct_possible(self) -> bool:
         """Whether a new output may read its inputs by their Delta logs (``direct``): the pipeline
-        stages batches through the driver (its ``prepare_arrow``), every table is local, every input
+        declares its input (``ingest``'s spec), every table is local, every input
         is one ``delta_source`` reads, and ``SIMJOIN_DIRECT_INGEST`` is not 0."""
-        if os.environ.get("SIMJOIN_DIRECT_INGEST", "1") == "0" or getattr(self, "_prepare_arrow", None) is None:
+        if os.environ.get("SIMJOIN_DIRECT_INGEST", "1") == "0" or getattr(self, "_input", None) is None:
             return False
         if not self.local_tables() or local_path(self.tables.checkpoint) is None:
             return False

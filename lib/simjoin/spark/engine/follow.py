@@ -8,13 +8,13 @@ from pyspark.sql import DataFrame
 
 from simjoin.spark import delta
 from simjoin.spark.engine.staging import Staging
-from simjoin.spark.engine.units import BatchInfo, Prepare, Stopping, log
+from simjoin.spark.engine.units import BatchInfo, Stopping, log
 
 
 class Follow(Staging):
     """Follow mode's streaming query (``--follow``)."""
 
-    def _follow(self, stream: DataFrame, prepare: Prepare, ident: str, max_files_per_trigger: int | None,
+    def _follow(self, stream: DataFrame, ident: str, max_files_per_trigger: int | None,
                 totals: dict[str, Any]) -> dict[str, Any]:
         """Follow mode: one ``foreachBatch`` query with a ``processingTime`` trigger. Each
         micro-batch is staged as its own unit, then ``follow.after_unit(unit)`` runs the later
@@ -46,8 +46,7 @@ class Follow(Staging):
                     log.info("%s: micro-batch %d was staged by a committed unit; skipped", self.pipeline, batch_id)
                     return
                 unit = prog.last_unit + 1
-                info = self._stage(batch, int(batch_id), BatchInfo(unit, int(batch_id), prog, ident), prepare,
-                                   follow=True)
+                info = self._stage(batch, int(batch_id), BatchInfo(unit, int(batch_id), prog, ident))
                 totals["batches"].append(int(batch_id))
                 for k in ("rows", "staged", "quarantined"):
                     totals[k] += info[k]

@@ -12,6 +12,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from simjoin.faults import maybe_fail
+from simjoin.quality.rows import aware, epoch_us
 from simjoin.spark import delta
 from simjoin.spark.engine.base import EngineBase
 from simjoin.spark.engine.units import (
@@ -20,8 +21,6 @@ from simjoin.spark.engine.units import (
     UTC,
     WATERMARK_SKEW,
     Unit,
-    aware,
-    epoch_us,
     local_path,
     log,
     naive_utc,

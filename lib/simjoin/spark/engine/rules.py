@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -11,6 +11,20 @@ from pyspark.sql import types as T
 #: Spark types a payload column may have
 INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 NUMERIC = (*INTEGRAL, T.FloatType, T.DoubleType, T.DecimalType)
+
+#: the Spark types each payload kind of ``simjoin.quality.rows.InputSpec`` allows
+KIND_TYPES: dict[str, Callable[[T.DataType], bool]] = {
+    "numeric": lambda t: isinstance(t, NUMERIC),
+    "integer": lambda t: isinstance(t, INTEGRAL),
+    "vector": lambda t: isinstance(t, T.ArrayType) and isinstance(t.elementType, NUMERIC),
+    "boolean": lambda t: isinstance(t, T.BooleanType),
+}
+
+
+def kind_checks(kinds: Mapping[str, str]) -> dict[str, Callable[[T.DataType], bool]]:
+    """A source's payload (column -> kind) as the schema check's column -> type test."""
+    return {c: KIND_TYPES[k] for c, k in kinds.items()}
+
 
 def stream_schema_check(schema: T.StructType, path: str, ts_unit: str | None,
                         payload: dict[str, Callable[[T.DataType], bool]], payload_text: str) -> None:

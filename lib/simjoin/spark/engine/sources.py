@@ -15,10 +15,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from simjoin.faults import maybe_fail
+from simjoin.quality.rows import InputSpec
 from simjoin.spark import delta, delta_source
 from simjoin.spark.engine.follow import Follow
-from simjoin.spark.engine.rules import stream_schema_check, ts_expr
-from simjoin.spark.engine.units import BatchInfo, Prepare, PrepareArrow, Progress, local_path, log, ts_strings
+from simjoin.spark.engine.rules import kind_checks, stream_schema_check, ts_expr
+from simjoin.spark.engine.staging import LiveIds
+from simjoin.spark.engine.units import BatchInfo, Progress, local_path, log, ts_strings
 
 
 class Sources(Follow):
@@ -43,17 +45,16 @@ class Sources(Follow):
         cols += [F.col(c).cast(casts[c]).alias(c) if c in casts else F.col(c) for c in payload]
         return src.select(*cols, F.lit(k).cast("byte").alias("side"))
 
-    def ingest(self, prepare: Prepare,
-               payload: dict[str, Callable[[T.DataType], bool]] | Sequence[dict[str, Callable[[T.DataType], bool]]],
-               payload_text: str, casts: dict[str, str] | None = None,
-               max_files_per_trigger: int | None = None, prepare_arrow: PrepareArrow | None = None) -> dict[str, Any]:
-        """Stage what arrived since the last run as one new unit (or resume the open one).
-        ``payload``: the columns every source must have (name -> type check), or one such dict
-        per source. ``prepare_arrow``: the pipeline's ``prepare`` on pyarrow Tables; with it, each
-        micro-batch is staged through the driver (:meth:`_stage_arrow`) when the tables are local."""
-        self._prepare_arrow = prepare_arrow
-        per_source: list[dict[str, Callable[[T.DataType], bool]]] = (
-            list(payload) if isinstance(payload, (list, tuple)) else [payload] * len(self.sources))  # type: ignore[list-item]
+    def ingest(self, spec: InputSpec, live: LiveIds | None = None,
+               max_files_per_trigger: int | None = None) -> dict[str, Any]:
+        """Stage what arrived since the last run as one new unit (or resume the open one), by the
+        pipeline's declared input ``spec`` (``simjoin.quality.rows``: payload, casts, row rules,
+        windows). ``live``: the pipeline's live ids for a batch (the live-id index's state part)."""
+        self._input, self._live, self._row_meta = spec, live, {}
+        per_source = [kind_checks(k) for k in spec.payload]
+        if len(per_source) == 1:
+            per_source *= len(self.sources)
+        payload_text, casts = spec.what, dict(spec.casts)
         prog = self.progress()
         if prog.checkpoint_id is None and self.checkpoint_id() is None:
             # a new output: a missing input or a wrong schema is refused before anything is written
@@ -65,7 +66,7 @@ class Sources(Follow):
                     stream_schema_check(delta_source.spark_schema(loc, delta_source.latest_version(loc)), src,
                                         self.ts_unit, per_source[k], payload_text)
                 else:
-                    self._read(k, src, per_source[k], payload_text, casts or {})
+                    self._read(k, src, per_source[k], payload_text, casts)
         ident = self.verify(prog)
         open_ = None
         if self.local_tables():  # read with deltalake: no Spark job
@@ -87,14 +88,14 @@ class Sources(Follow):
         if self.ingest_mode() == "direct":
             if max_files_per_trigger:
                 raise ValueError("max_files_per_trigger: a direct ingest reads whole versions of its inputs")
-            return self._ingest_direct(prepare, per_source, payload_text, casts or {}, prog, ident)
-        parts = [self._read(k, p, per_source[k], payload_text, casts or {}) for k, p in enumerate(self.sources)]
+            return self._ingest_direct(per_source, payload_text, casts, prog, ident)
+        parts = [self._read(k, p, per_source[k], payload_text, casts) for k, p in enumerate(self.sources)]
         stream = parts[0]
         for p in parts[1:]:  # sources may carry different payload columns (each side's own)
             stream = stream.unionByName(p, allowMissingColumns=True)
         totals: dict[str, Any] = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0}
         if self.follow is not None:
-            return self._follow(stream, prepare, ident, max_files_per_trigger, totals)
+            return self._follow(stream, ident, max_files_per_trigger, totals)
 
         # foreach mode: a micro-batch the stream replays after a crash between staging it and its
         # checkpoint commit was staged by a committed unit already: it is not staged (or judged
@@ -105,7 +106,7 @@ class Sources(Follow):
             if int(batch_id) <= staged_before:
                 log.info("%s: micro-batch %d was staged by a committed unit; skipped", self.pipeline, batch_id)
                 return
-            info = self._stage(batch, int(batch_id), BatchInfo(unit, int(batch_id), prog, ident), prepare)
+            info = self._stage(batch, int(batch_id), BatchInfo(unit, int(batch_id), prog, ident))
             totals["batches"].append(int(batch_id))
             for k in ("rows", "staged", "quarantined"):
                 totals[k] += info[k]
@@ -148,7 +149,7 @@ class Sources(Follow):
                 raise errors[0] from None
             raise
 
-    def _ingest_direct(self, prepare: Prepare, per_source: Sequence[dict[str, Callable[[T.DataType], bool]]],
+    def _ingest_direct(self, per_source: Sequence[dict[str, Callable[[T.DataType], bool]]],
                        payload_text: str, casts: dict[str, str], prog: Progress, ident: str) -> dict[str, Any]:
         """``direct`` mode: no streaming query. A micro-batch is the inputs' versions since the last
         batch (the first takes each input's snapshot), read by their Delta logs
@@ -159,7 +160,7 @@ class Sources(Follow):
         A run takes what arrived before it started; follow mode polls every trigger."""
         totals: dict[str, Any] = {"batches": [], "rows": 0, "staged": 0, "quarantined": 0, "more": False}
         follow = self.follow
-        args = (prepare, per_source, payload_text, casts, ident, totals)
+        args = (per_source, payload_text, casts, ident, totals)
         cap = self.max_records_per_unit
         if follow is None:
             if self._direct_step(*args, budget=cap) == "replayed" and not totals["more"]:
@@ -180,7 +181,7 @@ class Sources(Follow):
         log.info("%s: follow mode stopped after %d units", self.pipeline, len(totals["units"]))
         return {"unit": None, "resumed": False, "follow": True, **totals}
 
-    def _direct_step(self, prepare: Prepare, per_source: Sequence[dict[str, Callable[[T.DataType], bool]]],
+    def _direct_step(self, per_source: Sequence[dict[str, Callable[[T.DataType], bool]]],
                      payload_text: str, casts: dict[str, str], ident: str, totals: dict[str, Any],
                      budget: int | None = None) -> str | None:
         """One direct micro-batch: the one planned but not committed (``"replayed"``), else the
@@ -220,7 +221,7 @@ class Sources(Follow):
             maybe_fail(f"{self.pipeline}.ingest.planned")
             unit = prog.last_unit + 1
             batch = self._direct_batch(ranges, files, per_source, payload_text, casts)
-            info = self._stage(batch, b, BatchInfo(unit, b, prog, ident), prepare, follow=self.follow is not None)
+            info = self._stage(batch, b, BatchInfo(unit, b, prog, ident))
             totals["batches"].append(b)
             for k in ("rows", "staged", "quarantined"):
                 totals[k] += info[k]

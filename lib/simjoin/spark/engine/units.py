@@ -5,8 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,6 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from simjoin.log import get_logger
+from simjoin.quality.rows import spark_ts_string
 from simjoin.spark import delta
 from simjoin.spark.tables import StreamTables
 
@@ -117,14 +117,6 @@ def records_summary(records: Any) -> list[dict[str, Any]]:
     return out
 
 
-def spark_ts_string(us: int) -> str:
-    """A UTC instant (epoch microseconds) as Spark casts a timestamp to a string (session time
-    zone UTC): ``yyyy-MM-dd HH:mm:ss`` and the fraction without trailing zeros."""
-    t = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=int(us))
-    frac = f"{t.microsecond:06d}".rstrip("0")
-    return t.strftime("%Y-%m-%d %H:%M:%S") + (f".{frac}" if frac else "")
-
-
 def ts_strings(us: Any) -> Any:
     """:func:`spark_ts_string` over an Arrow int64 column of epoch microseconds (nulls stay null):
     vectorized for 1970-9999, per value elsewhere."""
@@ -164,47 +156,18 @@ def naive_utc(t: dt.datetime) -> dt.datetime:
     return t if t.tzinfo is None else t.astimezone(UTC).replace(tzinfo=None)
 
 
-def aware(t: dt.datetime) -> dt.datetime:
-    """A timestamp Spark returned (naive, in the session's UTC) as an aware one."""
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
-def epoch_us(t: dt.datetime) -> int:
-    d = aware(t) - dt.datetime(1970, 1, 1, tzinfo=UTC)
-    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
-
-
 def micros(col: str) -> Column:
     return F.unix_micros(F.col(col))
 
 
 @dataclass(frozen=True)
 class BatchInfo:
-    """What a pipeline's ``prepare`` hook knows about the micro-batch it prepares."""
+    """The micro-batch being staged: its unit, its id, the committed progress and the state's identity."""
 
     unit: int
     batch_id: int
     progress: Progress
     checkpoint_id: str
-    #: the batch is staged through the driver (follow mode): state the hook compares with is
-    #: better read with ``deltalake`` (``delta.read_arrow``) than by Spark jobs
-    local: bool = False
-
-
-@dataclass
-class Prepared:
-    """A ``prepare`` hook's answer: rows to stage, rows to quarantine (with ``reason``) and
-    metadata to keep with the unit (e.g. the vector dimension)."""
-
-    staged: DataFrame
-    bad: DataFrame | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-
-
-Prepare = Callable[[DataFrame, BatchInfo], Prepared]
-#: A ``Prepare`` twin on pyarrow Tables (``Prepared`` with Tables), for batches staged through the driver.
-PrepareArrow = Callable[[Any, BatchInfo], Prepared]
 
 
 def local_path(path: str) -> str | None:
