@@ -18,10 +18,12 @@ from typing import Any, ClassVar
 from simjoin.config import parse_duration
 from simjoin.pipeline.stream import StreamRun
 
-__all__ = ["HyperCubeRun", "held", "dispatcher_of", "live_bound"]
+__all__ = ["HyperCubeRun", "held", "held_arrow", "live_mask", "dispatcher_of", "live_bound"]
 
 
 class HyperCubeRun(StreamRun):
+    #: a unit of at most ``SIMJOIN_LOCAL_UNIT_ROWS`` records runs on the in-process executor
+    IN_PROCESS: ClassVar[bool] = True
     STATE: ClassVar[dict[str, str]] = {"tuples": "tuples", "sketch": "sketch", "grids": "grids"}
 
     def output_columns(self) -> dict[str, tuple[str, ...]]:
@@ -80,11 +82,16 @@ def live_bound(run: HyperCubeRun, max_ts: dict[int, dt.datetime], keep: bool = T
     if keep:
         parts = [f"(side = {s} AND unix_micros(ts) > {mk})" for s, mk in marks.items()]
         parts += [f"side = {s}" for s in (0, 1) if s not in marks]
-    else:
-        parts = [f"(side = {s} AND unix_micros(ts) <= {mk})" for s, mk in marks.items()]
+    else:  # a DELETE's condition: what deltalake (DataFusion) reads as Spark does
+        parts = [f"(side = {s} AND ts <= '{_iso(mk)}')" for s, mk in marks.items()]
         if not parts:
             return None
     return " OR ".join(parts)
+
+
+def _iso(us: int) -> str:
+    """Epoch microseconds as an ISO instant with its offset (a literal Spark and delta-rs both read)."""
+    return (dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(us))).isoformat()
 
 
 def held(spark: Any, run: HyperCubeRun, unit: int, max_ts: dict[int, dt.datetime]) -> Any:
@@ -95,3 +102,35 @@ def held(spark: Any, run: HyperCubeRun, unit: int, max_ts: dict[int, dt.datetime
     if st is None:
         return None
     return st.where(live_bound(run, max_ts) or "true")
+
+
+def live_mask(run: HyperCubeRun, max_ts: dict[int, dt.datetime], t: Any) -> Any:
+    """:func:`live_bound` (``keep``) on a pyarrow Table (``side``, ``ts``): a boolean numpy mask."""
+    import numpy as np
+    import pyarrow as pa
+
+    from simjoin.core.hypercube.stream import expiry_marks
+
+    keep = np.ones(t.num_rows, bool)
+    if run.window_us <= 0 or not t.num_rows:
+        return keep
+    marks = expiry_marks({s: int(m.timestamp() * 1_000_000) for s, m in max_ts.items()}, run.window_us,
+                         run.lateness_us)
+    side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
+    ts = np.asarray(t.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False),
+                    np.int64)
+    for s, mk in marks.items():
+        keep &= ~((side == s) & (ts <= mk))
+    return keep
+
+
+def held_arrow(run: HyperCubeRun, unit: int, max_ts: dict[int, dt.datetime]) -> Any:
+    """:func:`held` read with deltalake (raises ``delta.NotLocal`` when the state is not local)."""
+    import pyarrow as pa
+
+    from simjoin.spark import delta
+
+    t = delta.read_arrow(run.state("tuples"), [("unit", "<", int(unit))], ["side", "id", "ts", "k"])
+    if t is None:
+        return None
+    return t.filter(pa.array(live_mask(run, max_ts, t)))

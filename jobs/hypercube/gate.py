@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.hypercube.common import HyperCubeRun
@@ -14,9 +17,18 @@ from simjoin.contracts import RowKind
 from simjoin.quality.gates import columns_expectations, pairs_expectations, run_suite
 
 
-def staged_output(run: HyperCubeRun, u: Any) -> DataFrame:
-    """The unit's rows as the output table holds them."""
+def staged_output(run: HyperCubeRun, u: Any) -> Any:
+    """The unit's rows as the output table holds them: a DataFrame, or a pyarrow Table (in process)."""
     j = u.work("joined")
+    if u.in_process:
+        kind = j.column("kind")
+        if run.cfg.count_only:
+            c = j.filter(pc.equal(kind, int(RowKind.COUNTER))).group_by("k").aggregate([("pairs", "sum")])
+            return pa.table({"k": c.column("k"), "pairs": c.column("pairs_sum").cast(pa.int64()),
+                             "batch_id": pa.array(np.full(c.num_rows, u.id, np.int64))})
+        pr = j.filter(pc.equal(kind, int(RowKind.PAIR)))
+        return pa.table({"left_id": pr.column("left_id"), "right_id": pr.column("right_id"), "k": pr.column("k"),
+                         "ts": pr.column("ts_us").cast(pa.timestamp("us", tz="UTC"))})
     if run.cfg.count_only:
         return (j.where(F.col("kind") == int(RowKind.COUNTER)).groupBy("k")
                 .agg(F.sum("pairs").cast("long").alias("pairs"))

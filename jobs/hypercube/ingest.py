@@ -15,12 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from jobs.hypercube.common import HyperCubeRun, held
-from simjoin.core.hypercube.stream import expiry_marks
+from jobs.hypercube.common import HyperCubeRun, held, held_arrow
 from simjoin.quality.rows import Derived, InputSpec, Late, Needed, UniqueIds
 from simjoin.spark import delta
 from simjoin.spark.engine import BatchInfo
@@ -39,27 +36,15 @@ def spec(run: HyperCubeRun) -> InputSpec:
 
 
 def live_ids(spark: SparkSession, run: HyperCubeRun) -> Any:
-    """(side, id) of the held tuples a new one can still meet (``held``'s bound), read with
-    deltalake, or by Spark when the state is not local."""
+    """(side, id) of the held tuples a new one can still meet (``held``), read with deltalake, or
+    by Spark when the state is not local."""
     def live(info: BatchInfo) -> Any:
         try:
-            t = delta.read_arrow(run.state("tuples"), [("unit", "<", int(info.unit))], ["side", "id", "ts"])
+            got = held_arrow(run, info.unit, info.progress.max_ts)
+            return None if got is None else got.select(["side", "id"])
         except delta.NotLocal:
             got = held(spark, run, info.unit, info.progress.max_ts)
             return None if got is None else got.select("side", "id")
-        if t is None or not t.num_rows:
-            return None
-        if run.window_us > 0:
-            marks = expiry_marks({s: int(m.timestamp() * 1_000_000) for s, m in info.progress.max_ts.items()},
-                                 run.window_us, run.lateness_us)
-            side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
-            ts = np.asarray(t.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-                            .to_numpy(zero_copy_only=False), np.int64)
-            gone = np.zeros(t.num_rows, bool)
-            for s, mk in marks.items():
-                gone |= (side == s) & (ts <= mk)
-            t = t.filter(pa.array(~gone))
-        return t.select(["side", "id"])
 
     return live
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.hypercube.common import HyperCubeRun, live_bound
+from jobs.hypercube.dispatch import dispatch_row
 from jobs.hypercube.gate import staged_output
 
 #: Whole history: older running summaries are dropped every this many units (a few hundred rows each).
@@ -38,9 +41,13 @@ def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
-    unit_col = F.lit(u.id).cast("long").alias("unit")
-    tuples = u.records.select("side", "id", "ts", "k", unit_col)
-    disp = json.loads(u.work("dispatch").first()["dispatcher"])
+    if u.in_process:
+        r = u.records
+        tuples = pa.table({"side": r.column("side").cast(pa.int8()), "id": r.column("id"), "ts": r.column("ts"),
+                           "k": r.column("k"), "unit": pa.array(np.full(r.num_rows, u.id, np.int64))})
+    else:
+        tuples = u.records.select("side", "id", "ts", "k", F.lit(u.id).cast("long").alias("unit"))
+    disp = json.loads(dispatch_row(u)["dispatcher"])
     pieces = [("output", staged_output(run_, u), run_.output),
               ("stats", u.work("stats", keep_unit=True), run_.tables.stats),
               ("tuples", tuples, run_.state("tuples")),

@@ -323,9 +323,97 @@ def _check_s3j(spark, tmp_path, monkeypatch, seed):
 S3J_SEEDS = [0, 1, 3]
 
 
-CHECKS = {"ineq": _check, "s3j": _check_s3j}
-FAST = [("ineq", s) for s in SEEDS] + [("s3j", s) for s in S3J_SEEDS]
-MORE = [("ineq", s) for s in range(3, 25) if s not in SEEDS] + [("s3j", s) for s in range(2, 20) if s not in S3J_SEEDS]
+# ------------------------------------------------------------------------------------ HyperCube
+
+HYPERCUBE_TABLES = {"output": "", "stats": "_stats", "quarantine": "_quarantine", "tuples": "_state/tuples",
+                    "sketch": "_state/sketch", "grids": "_state/grids", "progress": "_state/progress"}
+
+
+def _hypercube_case(seed: int) -> tuple[dict, list[list[pa.Table]]]:
+    """A random HyperCube shape: Zipf keys (keys that turn heavy, grids that grow), p 2-6, whole
+    history or a window with lateness, pairs or counts; bad rows: a null key, a duplicate id, late
+    rows; rows out of order inside each unit."""
+    rng = np.random.default_rng(2000 + seed)
+    alpha = float([0.0, 1.2, 1.8][int(rng.integers(0, 3))])
+    conf: dict = {"key": "k", "workers": int(rng.integers(2, 7)), "count_only": bool(seed % 3 == 2)}
+    window = int(rng.integers(10, 40)) if rng.integers(0, 2) else 0
+    if window:
+        conf.update(window=f"{window}s", allowed_lateness=f"{int(rng.integers(0, 5))}s")
+    units, n = int(rng.integers(2, 4)), int(rng.integers(80, 200))
+    dom = 40
+    pz = 1.0 / np.arange(1, dom + 1) ** alpha
+    pieces: list[list[pa.Table]] = []
+    next_id = 1
+    for u in range(units):
+        per_side = []
+        for _ in range(2):
+            ids = np.arange(next_id, next_id + n, dtype=np.int64)
+            next_id += n
+            k = rng.choice(dom, n, p=pz / pz.sum()).astype(np.int64) * 3 + 1
+            secs = u * 40 + rng.integers(0, 40, n)
+            bad = rng.random(n)
+            ids = np.where((bad > 0.97) & (ids > next_id - n + 3), ids - 3, ids)  # a duplicate id
+            if u:
+                secs = np.where(bad < 0.03, u * 40 - 100, secs)  # late (or, without a window, joined)
+            key = pa.array(np.where((bad >= 0.03) & (bad < 0.05), -1, k), mask=(bad >= 0.03) & (bad < 0.05))
+            per_side.append(pa.table({"id": pa.array(ids), "ts": pa.array(T0_US + secs * 1_000_000).cast(US),
+                                      "k": key}))
+        pieces.append(per_side)
+    return conf, pieces
+
+
+def _check_hypercube(spark, tmp_path, monkeypatch, seed):
+    from collections import Counter
+
+    from deltalake import DeltaTable
+
+    conf, pieces = _hypercube_case(seed)
+    local = _run(spark, tmp_path / "local", conf, pieces, lambda u: False, monkeypatch, "hypercube", HYPERCUBE_TABLES)
+    other = _run(spark, tmp_path / "other", conf, pieces, (lambda u: u % 2 == 1) if seed % 2 else (lambda u: True),
+                 monkeypatch, "hypercube", HYPERCUBE_TABLES)
+    for k in local:
+        assert local[k] == other[k], (f"seed {seed}: {k} differs between the executors: "
+                                      f"{sorted(set(local[k]) - set(other[k]))} vs {sorted(set(other[k]) - set(local[k]))}")
+    out = str(tmp_path / "local" / "out")
+    import json
+
+    q = DeltaTable(out + "_quarantine").to_pyarrow_table().to_pylist()
+    gone = Counter((r["side"], r["id"], r["ts"], json.loads(r["row"] or "{}").get("k")) for r in q)
+    rows: list[list[tuple]] = [[], []]
+    for per in pieces:
+        for s in (0, 1):
+            for r in per[s].to_pylist():
+                key = (s, r["id"], r["ts"], r["k"])
+                if gone[key]:
+                    gone[key] -= 1
+                else:
+                    rows[s].append((r["id"], r["k"], r["ts"]))
+    assert not +gone, f"quarantined rows not in the input: {+gone}"
+    w = float(conf.get("window", "0s")[:-1])
+    ref = Counter((a, b, ka) for a, ka, ta in rows[0] for b, kb, tb in rows[1]
+                  if ka == kb and (not w or abs((ta - tb).total_seconds()) < w))
+    t = DeltaTable(out).to_pyarrow_table()
+    if conf["count_only"]:
+        got = Counter()
+        for k, n in zip(t.column("k").to_pylist(), t.column("pairs").to_pylist(), strict=True):
+            got[k] += n
+        assert got == Counter(k for _, _, k in ref.elements()), f"seed {seed}: counts differ from the brute force"
+    else:
+        got = Counter(zip(t.column("left_id").to_pylist(), t.column("right_id").to_pylist(), t.column("k").to_pylist(),
+                          strict=True))
+        assert got == ref, f"seed {seed}: {sum(got.values())} pairs, the brute force {sum(ref.values())}"
+    assert ref and local["quarantine"], "the case has pairs and bad rows"
+    _check_jobs(tmp_path)
+
+
+#: fast seeds cover: pairs on Spark only (0), pairs alternating executors (1), counts (2)
+HYPERCUBE_SEEDS = [0, 1, 2]
+
+
+CHECKS = {"ineq": _check, "s3j": _check_s3j, "hypercube": _check_hypercube}
+FAST = [("ineq", s) for s in SEEDS] + [("s3j", s) for s in S3J_SEEDS] + [("hypercube", s) for s in HYPERCUBE_SEEDS]
+MORE = ([("ineq", s) for s in range(3, 25) if s not in SEEDS] + [("s3j", s) for s in range(2, 20) if s not in S3J_SEEDS]
+        + [("hypercube", s) for s in range(3, 16)])
 
 
 @pytest.mark.parametrize("pipeline,seed", FAST)
