@@ -25,6 +25,8 @@ PAIR_COLUMNS = ("left_id", "right_id", "ts")
 
 class S2JRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"blocks": "blocks", "buffer": "buffer"}
+    #: a unit of at most ``SIMJOIN_LOCAL_UNIT_ROWS`` records runs on the in-process executor
+    IN_PROCESS: ClassVar[bool] = True
 
     @property
     def tables(self) -> Any:
@@ -114,3 +116,17 @@ def dead_blocks(p: Any, marks: dict[int, Any]) -> str | None:
         if mark is not None:
             conds.append(f"(side = {s} AND ts_max <= {bound_micros(mark, p.window_us + p.lateness_us)})")
     return " OR ".join(conds) or None
+
+
+def dead_mask(p: Any, marks: dict[int, Any], t: Any) -> Any:
+    """:func:`dead_blocks` on a pyarrow Table of blocks (``side``, ``ts_max``): a boolean numpy mask."""
+    import numpy as np
+
+    side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
+    ts_max = np.asarray(t.column("ts_max").to_numpy(zero_copy_only=False), np.int64)
+    dead = np.zeros(t.num_rows, bool)
+    for s in p.sides:
+        mark = marks.get(s if p.self_join else 1 - s)
+        if mark is not None:
+            dead |= (side == s) & (ts_max <= bound_micros(mark, p.window_us + p.lateness_us))
+    return dead

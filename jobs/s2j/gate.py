@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.s2j.common import S2JRun
@@ -15,14 +17,20 @@ from simjoin.contracts import RowKind
 from simjoin.quality.gates import pairs_expectations, run_suite
 
 
-def staged_pairs(run: S2JRun, u: Any) -> DataFrame:
-    """The micro-batch's pairs: task index, left_id, right_id, ts. Kept (persisted) for the
-    later stages of the same process: the gate checks them and publish writes one table per task."""
+def staged_pairs(run: S2JRun, u: Any) -> Any:
+    """The micro-batch's pairs: task index, left_id, right_id, ts - a pyarrow Table on the
+    in-process executor, else a DataFrame kept (persisted) for the later stages of the same
+    process: the gate checks them and publish writes one table per task."""
+    if u.in_process:
+        j = u.work("joined")
+        j = j.filter(pc.equal(j.column("kind"), int(RowKind.PAIR)))
+        return pa.table({"task": j.column("task"), "left_id": j.column("left_id"), "right_id": j.column("right_id"),
+                         "ts": j.column("ts").cast(pa.timestamp("us", tz="UTC"))})
     key = f"s2j_pairs_{u.id}"
     if key not in run.frames:
         run.keep(key, u.work("joined").where(F.col("kind") == int(RowKind.PAIR))
                  .select("task", "left_id", "right_id", F.timestamp_micros("ts").alias("ts")).persist())
-    return run.frames[key]  # type: ignore[no-any-return]
+    return run.frames[key]
 
 
 def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
@@ -37,7 +45,10 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     ex = [*pairs_expectations(None, None, None, False, window_col="task"),
           gxe.ExpectColumnValuesToNotBeNull(column="ts"),
           gxe.ExpectColumnValuesToBeBetween(column="task", min_value=0, max_value=len(run_.tasks) - 1)]
-    if run_.self_join:
+    if run_.self_join and u.in_process:
+        pairs = pairs.append_column("_self", pc.equal(pairs.column("left_id"), pairs.column("right_id")))
+        ex.append(gxe.ExpectColumnValuesToNotBeInSet(column="_self", value_set=[True]))
+    elif run_.self_join:
         pairs = pairs.withColumn("_self", F.col("left_id") == F.col("right_id"))
         ex.append(gxe.ExpectColumnValuesToNotBeInSet(column="_self", value_set=[True]))
     res = run_suite(pairs, "s2j_pairs", ex)

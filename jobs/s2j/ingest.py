@@ -18,13 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.s2j.common import S2JRun, bound_micros, dead_blocks
+from jobs.s2j.common import S2JRun, dead_blocks, dead_mask
 from simjoin.quality.rows import Bounded, InputSpec, Late, Needed, UniqueIds
 from simjoin.spark import delta
 from simjoin.spark.engine import BatchInfo
@@ -70,14 +69,7 @@ def live_ids(spark: SparkSession, run: S2JRun) -> Any:
             return (df.where(f"NOT ({cond})") if cond else df).select("side", F.explode("ids").alias("id"))
         if t is None or not t.num_rows:
             return None
-        side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
-        ts_max = np.asarray(t.column("ts_max").to_numpy(zero_copy_only=False), np.int64)
-        dead = np.zeros(t.num_rows, bool)
-        for s in p.sides:
-            mark = info.progress.max_ts.get(s if p.self_join else 1 - s)
-            if mark is not None:
-                dead |= (side == s) & (ts_max <= bound_micros(mark, p.window_us + p.lateness_us))
-        t = t.filter(pa.array(~dead))
+        t = t.filter(pa.array(~dead_mask(p, info.progress.max_ts, t)))
         ids = t.column("ids").combine_chunks()
         rows = pc.list_parent_indices(ids)
         return pa.table({"side": pc.take(t.column("side"), rows), "id": pc.list_flatten(ids)})

@@ -18,7 +18,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.s2j.common import EXPIRE_EVERY, S2JRun, dead_blocks
@@ -33,8 +36,16 @@ def snapshot_due(u: Any, run: S2JRun, meta: dict[str, Any]) -> bool:
     if every is not None and u.id - last >= int(every):
         return True
     if c.punctuation:
+        if u.in_process:
+            return bool(pc.any(u.records.column(c.punctuation)).as_py())
         return u.records.where(F.col(c.punctuation)).limit(1).count() > 0
     return False
+
+
+def _task_pairs(found: Any, task: int) -> Any:
+    if isinstance(found, pa.Table):
+        return found.filter(pc.equal(found.column("task"), task)).select(["left_id", "right_id", "ts"])
+    return found.where(F.col("task") == task).select("left_id", "right_id", "ts")
 
 
 def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
@@ -42,27 +53,33 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     if u is None:
         return {"unit": None}
     meta = u.engine.progress().meta
-    dec = u.work("decision").first()
+    w = u.work("decision")
+    dec = w.to_pylist()[0] if u.in_process else w.first()
     pairs = staged_pairs(run_, u)
     due = snapshot_due(u, run_, meta)
     snaps = int(meta.get("snapshots", 0))
     last = int(meta.get("last_snapshot_unit", -1))
-    pieces: list[tuple[str, DataFrame, str]] = []
+    pieces: list[tuple[str, Any, str]] = []
     options: dict[str, dict[str, str]] = {}
     if due:
-        held = None
-        if delta.table_exists(spark, run_.buffer):
+        found = pairs
+        if u.in_process:
+            held = delta.read_arrow(run_.buffer, [("unit", ">", last), ("unit", "<", int(u.id))],
+                                    ["task", "left_id", "right_id", "ts"])
+            if held is not None and held.num_rows:
+                found = pa.concat_tables([pairs, held.cast(pairs.schema)])
+        elif delta.table_exists(spark, run_.buffer):
             held = (delta.read_table(spark, run_.buffer).where((F.col("unit") > last) & (F.col("unit") < u.id))
                     .select("task", "left_id", "right_id", "ts"))
-        found = pairs if held is None else pairs.unionByName(held)
+            found = pairs.unionByName(held)
         tag = json.dumps({"snapshot": snaps, "unit": u.id})
         for i, t in enumerate(run_.tasks):
             piece = f"task:{t.name}"
-            pieces.append((piece, found.where(F.col("task") == i).select("left_id", "right_id", "ts"),
-                           run_.task_table(t.name)))
+            pieces.append((piece, _task_pairs(found, i), run_.task_table(t.name)))
             options[piece] = {"userMetadata": tag}
     else:
-        pieces.append(("buffer", pairs.withColumn("unit", F.lit(u.id).cast("long")), run_.buffer))
+        pieces.append(("buffer", pairs.append_column("unit", pa.array(np.full(pairs.num_rows, u.id, np.int64)))
+                       if u.in_process else pairs.withColumn("unit", F.lit(u.id).cast("long")), run_.buffer))
     if int(dec["shed"]):
         pieces.append(("shed", u.work("shed", keep_unit=True), run_.tables.shed))
     pieces += [("stats", u.work("stats", keep_unit=True), run_.tables.stats),
@@ -79,5 +96,6 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
             u.engine.delete(run_.blocks, dead)
     if due and delta.table_exists(spark, run_.buffer):
         u.engine.delete(run_.buffer, f"unit <= {u.id}")
-    pairs.unpersist()
+    if not u.in_process:
+        pairs.unpersist()
     return {**res, "snapshot": snaps if due else None}  # type: ignore[no-any-return]

@@ -27,10 +27,11 @@ from simjoin.contracts import RowKind
 from simjoin.core.inequality.spo import Tuples
 from simjoin.core.s2j.join import Block
 from simjoin.core.s2j.operator import S2JParams, TaskPairs, join_new, join_stored, make_tuples
-from simjoin.spark.routing import route_to_tasks
+from simjoin.spark.routing import map_tasks, route_to_tasks
 from simjoin.spark.session import arrow_frame
 
-__all__ = ["BLOCK_SCHEMA", "JOIN_SCHEMA", "read_new", "block_frame", "join_df"]
+__all__ = ["BLOCK_SCHEMA", "JOIN_SCHEMA", "read_new", "block_table", "block_frame", "join_df", "join_arrow",
+           "worker_pairs"]
 
 BLOCK_ARROW = pa.schema([("block_id", pa.int64()), ("side", pa.int8()), ("worker", pa.int32()), ("n", pa.int64()),
                          ("ts_min", pa.int64()), ("ts_max", pa.int64()), ("ids", pa.list_(pa.int64())),
@@ -50,11 +51,17 @@ def _np(t: pa.Table, c: str, dtype: Any) -> np.ndarray:
     return np.ascontiguousarray(t.column(c).to_numpy(zero_copy_only=False), dtype=dtype)
 
 
-def read_new(records: DataFrame, p: S2JParams) -> dict[int, Tuples]:
-    """The micro-batch's staged tuples per side, read once (projected to the tasks' columns)."""
+def read_new(records: DataFrame | pa.Table, p: S2JParams) -> dict[int, Tuples]:
+    """The micro-batch's staged tuples per side, read once (projected to the tasks' columns): a
+    DataFrame (one Spark job), or a pyarrow Table (the in-process executor)."""
     cols = sorted({c for s in p.sides for c in p.columns(s)})
-    t = records.select(F.col("side").cast("int").alias("side"), "id", F.unix_micros("ts").alias("ts"),
-                       *cols).toArrow()
+    if isinstance(records, pa.Table):
+        t = pa.table({"side": records.column("side").cast(pa.int32()), "id": records.column("id"),
+                      "ts": records.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()),
+                      **{c: records.column(c) for c in cols}})
+    else:
+        t = records.select(F.col("side").cast("int").alias("side"), "id", F.unix_micros("ts").alias("ts"),
+                           *cols).toArrow()
     side = _np(t, "side", np.int64)
     # each column in its staged type (``simjoin.spark.exact_types``): integers stay int64, compared exactly
     # (a long's nulls - the other side's rows of a column only one side has - as 0, never through float64)
@@ -69,11 +76,16 @@ def read_new(records: DataFrame, p: S2JParams) -> dict[int, Tuples]:
     return out
 
 
-def block_frame(spark: SparkSession, rows: list[tuple[int, int, int, Block]]) -> DataFrame:
-    """New blocks ``(block_id, side, worker, block)`` as a DataFrame of ``BLOCK_SCHEMA``."""
+def block_table(rows: list[tuple[int, int, int, Block]]) -> pa.Table:
+    """New blocks ``(block_id, side, worker, block)`` as a pyarrow Table of ``BLOCK_ARROW``."""
     data = [{"block_id": b, "side": s, "worker": w, "n": len(k), "ts_min": k.ts_min, "ts_max": k.ts_max,
              "ids": k.tuples.id.tolist(), "blob": k.to_bytes()} for b, s, w, k in rows]
-    return arrow_frame(spark, pa.Table.from_pylist(data, schema=BLOCK_ARROW))
+    return pa.Table.from_pylist(data, schema=BLOCK_ARROW)
+
+
+def block_frame(spark: SparkSession, rows: list[tuple[int, int, int, Block]]) -> DataFrame:
+    """:func:`block_table` as a DataFrame of ``BLOCK_SCHEMA``."""
+    return arrow_frame(spark, block_table(rows))
 
 
 def _batch(tp: TaskPairs, worker: int, block_id: int) -> pa.RecordBatch:
@@ -85,42 +97,64 @@ def _batch(tp: TaskPairs, worker: int, block_id: int) -> pa.RecordBatch:
          pa.nulls(n, pa.int64()), pa.nulls(n, pa.float64())], schema=JOIN_ARROW)
 
 
+#: the block rows a worker's task reads: the live blocks, and one pseudo-block for the new tuples
+WORK_ARROW = pa.schema([("block_id", pa.int64()), ("side", pa.int8()), ("worker", pa.int32()), ("n", pa.int64()),
+                        ("blob", pa.binary())])
+
+
+def worker_pairs(rows: pa.Table | pa.RecordBatch, new: dict[int, Tuples], p: S2JParams) -> Iterator[pa.RecordBatch]:
+    """A worker's task, on both executors: each of its blocks (``WORK_ARROW`` rows) read once and
+    joined with the new tuples for every join task (source sharing); the pseudo-block
+    ``NEW_BLOCK`` joins the new tuples among themselves. ``PAIR`` batches, and per (block, task) a
+    ``STATS`` row."""
+    for r in rows.to_pylist():
+        w, bid = int(r["worker"]), int(r["block_id"])
+        t0 = time.perf_counter()
+        if bid == NEW_BLOCK:
+            found, stored = list(join_new(p, new)), sum(len(t) for t in new.values())
+        else:
+            block = Block.from_bytes(r["blob"])
+            found, stored = list(join_stored(p, block, int(r["side"]), new)), len(block)
+        secs = time.perf_counter() - t0
+        per: dict[int, list[int]] = {}
+        for tp in found:
+            n = int(tp.left_id.shape[0])
+            if n:
+                yield _batch(tp, w, bid)
+            c = per.setdefault(tp.task, [0, 0])
+            c[0] += tp.candidates
+            c[1] += n
+        yield pa.RecordBatch.from_pylist([{
+            "kind": int(RowKind.STATS), "task": k, "worker": w, "block_id": bid, "stored": stored,
+            "candidates": c[0], "pairs": c[1], "seconds": secs / max(1, len(per))}
+            for k, c in sorted(per.items())] or [{
+            "kind": int(RowKind.STATS), "task": -1, "worker": w, "block_id": bid, "stored": stored,
+            "candidates": 0, "pairs": 0, "seconds": secs}], schema=JOIN_ARROW)
+
+
+def join_arrow(blocks: pa.Table | None, new: dict[int, Tuples], p: S2JParams) -> pa.Table:
+    """:func:`join_df` on the in-process executor: the same worker tasks on a thread pool
+    (``simjoin.spark.routing.map_tasks``) over the live blocks (``WORK_ARROW``, their worker this
+    micro-batch) and the pseudo-block of the new tuples."""
+    pseudo = pa.Table.from_pylist([{"block_id": NEW_BLOCK, "side": 0, "worker": 0, "n": 0, "blob": None}],
+                                  schema=WORK_ARROW)
+    rows = pseudo if blocks is None else pa.concat_tables([blocks.select(WORK_ARROW.names).cast(WORK_ARROW), pseudo])
+    got = map_tasks(rows, _np(rows, "worker", np.int64), lambda t: list(worker_pairs(t, new, p)), "s2j-join")
+    return pa.Table.from_batches([b for bs in got for b in bs], schema=JOIN_ARROW)
+
+
 def join_df(spark: SparkSession, blocks: DataFrame | None, new: dict[int, Tuples], p: S2JParams,
             workers: int) -> DataFrame:
     """Pairs of every task between the live blocks (``block_id, side, worker, n, blob``; the
     ``worker`` column is the block's worker this micro-batch) and the new tuples, plus the new
     tuples among themselves. ``PAIR`` rows, and per (block, task) a ``STATS`` row."""
     pseudo = arrow_frame(spark, pa.Table.from_pylist(
-        [{"block_id": NEW_BLOCK, "side": 0, "worker": 0, "n": 0, "blob": None}],
-        schema=pa.schema([("block_id", pa.int64()), ("side", pa.int8()), ("worker", pa.int32()), ("n", pa.int64()),
-                          ("blob", pa.binary())])))
+        [{"block_id": NEW_BLOCK, "side": 0, "worker": 0, "n": 0, "blob": None}], schema=WORK_ARROW))
     rows = pseudo if blocks is None else blocks.select("block_id", "side", "worker", "n", "blob").unionByName(pseudo)
     rows = route_to_tasks(rows, "worker", workers)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            for r in b.to_pylist():
-                w, bid = int(r["worker"]), int(r["block_id"])
-                t0 = time.perf_counter()
-                if bid == NEW_BLOCK:
-                    found, stored = list(join_new(p, new)), sum(len(t) for t in new.values())
-                else:
-                    block = Block.from_bytes(r["blob"])
-                    found, stored = list(join_stored(p, block, int(r["side"]), new)), len(block)
-                secs = time.perf_counter() - t0
-                per: dict[int, list[int]] = {}
-                for tp in found:
-                    n = int(tp.left_id.shape[0])
-                    if n:
-                        yield _batch(tp, w, bid)
-                    c = per.setdefault(tp.task, [0, 0])
-                    c[0] += tp.candidates
-                    c[1] += n
-                yield pa.RecordBatch.from_pylist([{
-                    "kind": int(RowKind.STATS), "task": k, "worker": w, "block_id": bid, "stored": stored,
-                    "candidates": c[0], "pairs": c[1], "seconds": secs / max(1, len(per))}
-                    for k, c in sorted(per.items())] or [{
-                    "kind": int(RowKind.STATS), "task": -1, "worker": w, "block_id": bid, "stored": stored,
-                    "candidates": 0, "pairs": 0, "seconds": secs}], schema=JOIN_ARROW)
+            yield from worker_pairs(b, new, p)
 
     return rows.mapInArrow(task, JOIN_SCHEMA)
