@@ -121,10 +121,10 @@ WORKLOADS = {
                      {"": _pairs_sql("l.a < r.a AND l.b > r.b")}, {"": ""},
                      what=f"`{Q1}`, correlated data (b = a + N(0, 2)), W = {W_S} s"),
     "hypercube": Workload("hypercube", None, ("k",), ("--key", "k", "--count-only"),
-                          {"": "SELECT l.k AS k, count(*) AS pairs FROM L l JOIN R r ON l.k = r.k "
+                          {"": "SELECT l.k AS k, count(*) AS pairs, {start_us} AS start_us FROM L l JOIN R r ON l.k = r.k "
                                f"WHERE {_NEW} GROUP BY l.k"}, {"": ""}, counts=True,
                           what="`--count-only`, Zipf(1.5) keys, the whole history"),
-    "s2j": Workload("s2j", 2_000_000, ("a", "b"), ("--tasks", "eq: l.a = r.a; band: abs(l.b - r.b) <= 0.01",
+    "s2j": Workload("s2j", 2_000_000, ("a", "b"), ("--task", "eq: l.a = r.a", "--task", "band: abs(l.b - r.b) <= 0.01",
                                                    "--window", "2s"),
                     {"_eq": _pairs_sql("l.a = r.a"), "_band": _pairs_sql("abs(l.b - r.b) <= 0.01")},
                     {"_eq": "/eq", "_band": "/band"},
@@ -148,8 +148,8 @@ def results_of(path: str, wl: Workload, start_us: int, end_us: int, batch: int |
 
     t = DeltaTable(path).to_pyarrow_table()
     if wl.counts:
-        if batch is not None:
-            t = t.filter(pc.equal(t.column("batch_id"), batch))
+        t = t.filter(pc.equal(t.column("batch_id"), batch) if batch is not None
+                     else pc.equal(t.column("start_us"), start_us))
         return {int(k): int(n) for k, n in zip(t.column("k").to_pylist(), t.column("pairs").to_pylist(), strict=True)}
     us = np.asarray(t.column("ts").cast(pa.int64()).to_numpy(), np.int64)
     m = (us >= start_us) & (us < end_us)
@@ -182,7 +182,7 @@ def main() -> None:
         got = {}
         runs = (("ours", {}),) if a.no_spark else (("ours", {}), ("spark", {"SIMJOIN_LOCAL_UNIT_ROWS": "0"}))
         for name, extra in runs:
-            cmd = [str(BIN / "simjoin"), wl.name, "--left", left, "--right", right, "--output", str(work / name),
+            cmd = [str(BIN / "simjoin"), *([wl.name, "run"] if wl.name == "s2j" else [wl.name]), "--left", left, "--right", right, "--output", str(work / name),
                    *wl.args]
             got[name], _ = timed(cmd, {**env, **extra})
         lo_us = 0 if wl.window_us is None else start_us - wl.window_us
