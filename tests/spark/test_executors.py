@@ -14,6 +14,7 @@ Every run is also checked pair for pair against the brute force."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -108,6 +109,34 @@ def _run(spark, tmp, conf: dict, pieces: list[list[pa.Table]], on_spark, monkeyp
     return _tables(conf["output"], names)
 
 
+def _both(spark, tmp_path, monkeypatch, seed: int, conf: dict, pieces: list[list[pa.Table]], pipeline: str,
+          names: dict[str, str]) -> dict:
+    """The case run all in process, then all on Spark (even seeds) or alternating (odd seeds: each
+    executor reads state the other wrote); every table must be identical. The in-process run's tables."""
+    local = _run(spark, tmp_path / "local", conf, pieces, lambda u: False, monkeypatch, pipeline, names)
+    other = _run(spark, tmp_path / "other", conf, pieces, (lambda u: u % 2 == 1) if seed % 2 else (lambda u: True),
+                 monkeypatch, pipeline, names)
+    for k in local:
+        only_local, only_other = sorted(set(local[k]) - set(other[k])), sorted(set(other[k]) - set(local[k]))
+        assert local[k] == other[k], f"seed {seed}: {k} differs between the executors: {only_local} vs {only_other}"
+    return local
+
+
+def _kept(pieces: list[list[pa.Table]], gone: Any, key: Any) -> list[list[dict]]:
+    """Per side, the input rows less the quarantined ones (``gone``: a Counter of ``key(side, row)``)."""
+    rows: list[list[dict]] = [[] for _ in pieces[0]]
+    for per in pieces:
+        for s, t in enumerate(per):
+            for r in t.to_pylist():
+                k = key(s, r)
+                if gone[k]:
+                    gone[k] -= 1
+                else:
+                    rows[s].append(r)
+    assert not +gone, f"quarantined rows not in the input: {+gone}"
+    return rows
+
+
 def _admitted(pieces: list[list[pa.Table]], out: str) -> list[dict[str, np.ndarray] | None]:
     """Per side, the rows ingest admitted (every row less the quarantined ones), in arrival order
     (unit, ts, id), with their unit: what the brute force joins."""
@@ -152,13 +181,7 @@ def _check(spark, tmp_path, monkeypatch, seed):
     from tests.unit.test_inequality_stream import brute_force
 
     conf, pieces, timed = _case(seed)
-    local = _run(spark, tmp_path / "local", conf, pieces, lambda u: False, monkeypatch)
-    # every unit of the other run on the other executor, or (odd seeds) alternating, so that each
-    # executor reads state the other wrote
-    other = _run(spark, tmp_path / "other", conf, pieces, (lambda u: u % 2 == 1) if seed % 2 else (lambda u: True),
-                 monkeypatch)
-    for k in local:
-        assert local[k] == other[k], f"seed {seed}: {k} differs between the executors"
+    local = _both(spark, tmp_path, monkeypatch, seed, conf, pieces, "ineq", INEQ_TABLES)
     # and the pairs are the brute force over the rows ingest admitted
     out = str(tmp_path / "local" / "out")
     sides = _admitted(pieces, out)
@@ -299,11 +322,7 @@ def _check_s3j(spark, tmp_path, monkeypatch, seed):
     from deltalake import DeltaTable
 
     conf, pieces = _s3j_case(seed)
-    local = _run(spark, tmp_path / "local", conf, pieces, lambda u: False, monkeypatch, "s3j", S3J_TABLES)
-    other = _run(spark, tmp_path / "other", conf, pieces, (lambda u: u % 2 == 1) if seed % 2 else (lambda u: True),
-                 monkeypatch, "s3j", S3J_TABLES)
-    for k in local:
-        assert local[k] == other[k], f"seed {seed}: {k} differs between the executors"
+    local = _both(spark, tmp_path, monkeypatch, seed, conf, pieces, "s3j", S3J_TABLES)
     out = str(tmp_path / "local" / "out")
     t = DeltaTable(out).to_pyarrow_table()
     got = [(a, b, int((w - T0).total_seconds())) for a, b, w in zip(
@@ -325,6 +344,22 @@ S3J_SEEDS = [0, 1, 3]
 
 # ------------------------------------------------------------------------------------ HyperCube
 
+
+def _pieces(rng: np.random.Generator, units: int, sides: int, n: int, piece: Any) -> list[list[pa.Table]]:
+    """Per unit, each side's appended rows: ``piece(unit, ids, bad)`` with n fresh ids (a few
+    turned into an earlier id of the same piece: duplicates) and a uniform ``bad`` draw per row."""
+    out: list[list[pa.Table]] = []
+    for u in range(units):
+        per_side = []
+        for k in range(sides):
+            first = 1 + (u * sides + k) * n
+            ids = np.arange(first, first + n, dtype=np.int64)
+            bad = rng.random(n)
+            ids = np.where((bad > 0.97) & (ids > first + 3), ids - 3, ids)  # a duplicate id
+            per_side.append(piece(u, ids, bad))
+        out.append(per_side)
+    return out
+
 HYPERCUBE_TABLES = {"output": "", "stats": "_stats", "quarantine": "_quarantine", "tuples": "_state/tuples",
                     "sketch": "_state/sketch", "grids": "_state/grids", "progress": "_state/progress"}
 
@@ -339,56 +374,34 @@ def _hypercube_case(seed: int) -> tuple[dict, list[list[pa.Table]]]:
     window = int(rng.integers(10, 40)) if rng.integers(0, 2) else 0
     if window:
         conf.update(window=f"{window}s", allowed_lateness=f"{int(rng.integers(0, 5))}s")
-    units, n = int(rng.integers(2, 4)), int(rng.integers(80, 200))
     dom = 40
     pz = 1.0 / np.arange(1, dom + 1) ** alpha
-    pieces: list[list[pa.Table]] = []
-    next_id = 1
-    for u in range(units):
-        per_side = []
-        for _ in range(2):
-            ids = np.arange(next_id, next_id + n, dtype=np.int64)
-            next_id += n
-            k = rng.choice(dom, n, p=pz / pz.sum()).astype(np.int64) * 3 + 1
-            secs = u * 40 + rng.integers(0, 40, n)
-            bad = rng.random(n)
-            ids = np.where((bad > 0.97) & (ids > next_id - n + 3), ids - 3, ids)  # a duplicate id
-            if u:
-                secs = np.where(bad < 0.03, u * 40 - 100, secs)  # late (or, without a window, joined)
-            key = pa.array(np.where((bad >= 0.03) & (bad < 0.05), -1, k), mask=(bad >= 0.03) & (bad < 0.05))
-            per_side.append(pa.table({"id": pa.array(ids), "ts": pa.array(T0_US + secs * 1_000_000).cast(US),
-                                      "k": key}))
-        pieces.append(per_side)
-    return conf, pieces
+
+    def piece(u: int, ids: np.ndarray, bad: np.ndarray) -> pa.Table:
+        k = rng.choice(dom, ids.size, p=pz / pz.sum()).astype(np.int64) * 3 + 1
+        secs = u * 40 + rng.integers(0, 40, ids.size)
+        if u:
+            secs = np.where(bad < 0.03, u * 40 - 100, secs)  # late (or, without a window, joined)
+        null = (bad >= 0.03) & (bad < 0.05)
+        return pa.table({"id": pa.array(ids), "ts": pa.array(T0_US + secs * 1_000_000).cast(US),
+                         "k": pa.array(np.where(null, -1, k), mask=null)})
+
+    return conf, _pieces(rng, int(rng.integers(2, 4)), 2, int(rng.integers(80, 200)), piece)
 
 
 def _check_hypercube(spark, tmp_path, monkeypatch, seed):
+    import json
     from collections import Counter
 
     from deltalake import DeltaTable
 
     conf, pieces = _hypercube_case(seed)
-    local = _run(spark, tmp_path / "local", conf, pieces, lambda u: False, monkeypatch, "hypercube", HYPERCUBE_TABLES)
-    other = _run(spark, tmp_path / "other", conf, pieces, (lambda u: u % 2 == 1) if seed % 2 else (lambda u: True),
-                 monkeypatch, "hypercube", HYPERCUBE_TABLES)
-    for k in local:
-        assert local[k] == other[k], (f"seed {seed}: {k} differs between the executors: "
-                                      f"{sorted(set(local[k]) - set(other[k]))} vs {sorted(set(other[k]) - set(local[k]))}")
+    local = _both(spark, tmp_path, monkeypatch, seed, conf, pieces, "hypercube", HYPERCUBE_TABLES)
     out = str(tmp_path / "local" / "out")
-    import json
-
     q = DeltaTable(out + "_quarantine").to_pyarrow_table().to_pylist()
     gone = Counter((r["side"], r["id"], r["ts"], json.loads(r["row"] or "{}").get("k")) for r in q)
-    rows: list[list[tuple]] = [[], []]
-    for per in pieces:
-        for s in (0, 1):
-            for r in per[s].to_pylist():
-                key = (s, r["id"], r["ts"], r["k"])
-                if gone[key]:
-                    gone[key] -= 1
-                else:
-                    rows[s].append((r["id"], r["k"], r["ts"]))
-    assert not +gone, f"quarantined rows not in the input: {+gone}"
+    rows = [[(r["id"], r["k"], r["ts"]) for r in side]
+            for side in _kept(pieces, gone, lambda s, r: (s, r["id"], r["ts"], r["k"]))]
     w = float(conf.get("window", "0s")[:-1])
     ref = Counter((a, b, ka) for a, ka, ta in rows[0] for b, kb, tb in rows[1]
                   if ka == kb and (not w or abs((ta - tb).total_seconds()) < w))
@@ -431,26 +444,17 @@ def _s2j_case(seed: int) -> tuple[dict, list[list[pa.Table]]]:
                   "min_block": 16, "snapshot_every": int(rng.integers(1, 3))}
     if seed % 2:
         conf.update(capacity=int(rng.integers(60, 200)), sustain=1)
-    units, n = int(rng.integers(2, 4)), int(rng.integers(40, 100))
-    pieces: list[list[pa.Table]] = []
-    next_id = 1
-    for u in range(units):
-        per_side = []
-        for _ in range(2 if two else 1):
-            ids = np.arange(next_id, next_id + n, dtype=np.int64)
-            next_id += n
-            secs = u * 40 + rng.integers(0, 40, n)
-            a = rng.integers(0, 15, n).astype(float)
-            b = np.round(rng.uniform(0, 20, n), 1)
-            bad = rng.random(n)
-            a = np.where(bad < 0.02, np.nan, a)
-            ids = np.where((bad > 0.97) & (ids > next_id - n + 3), ids - 3, ids)
-            if u:
-                secs = np.where((bad >= 0.02) & (bad < 0.05), u * 40 - 200, secs)  # late
-            per_side.append(pa.table({"id": pa.array(ids), "ts": pa.array(T0_US + secs * 1_000_000).cast(US),
-                                      "a": pa.array(a), "b": pa.array(b, mask=(bad >= 0.05) & (bad < 0.07))}))
-        pieces.append(per_side)
-    return conf, pieces
+
+    def piece(u: int, ids: np.ndarray, bad: np.ndarray) -> pa.Table:
+        secs = u * 40 + rng.integers(0, 40, ids.size)
+        a = np.where(bad < 0.02, np.nan, rng.integers(0, 15, ids.size).astype(float))
+        b = np.round(rng.uniform(0, 20, ids.size), 1)
+        if u:
+            secs = np.where((bad >= 0.02) & (bad < 0.05), u * 40 - 200, secs)  # late
+        return pa.table({"id": pa.array(ids), "ts": pa.array(T0_US + secs * 1_000_000).cast(US),
+                         "a": pa.array(a), "b": pa.array(b, mask=(bad >= 0.05) & (bad < 0.07))})
+
+    return conf, _pieces(rng, int(rng.integers(2, 4)), 2 if two else 1, int(rng.integers(40, 100)), piece)
 
 
 def _check_s2j(spark, tmp_path, monkeypatch, seed):
@@ -460,11 +464,7 @@ def _check_s2j(spark, tmp_path, monkeypatch, seed):
     from deltalake import DeltaTable
 
     conf, pieces = _s2j_case(seed)
-    local = _run(spark, tmp_path / "local", conf, pieces, lambda u: False, monkeypatch, "s2j", S2J_TABLES)
-    other = _run(spark, tmp_path / "other", conf, pieces, (lambda u: u % 2 == 1) if seed % 2 else (lambda u: True),
-                 monkeypatch, "s2j", S2J_TABLES)
-    for k in local:
-        assert local[k] == other[k], f"seed {seed}: {k} differs between the executors"
+    local = _both(spark, tmp_path, monkeypatch, seed, conf, pieces, "s2j", S2J_TABLES)
     assert local["quarantine"], "the case has bad rows"
     _check_jobs(tmp_path)
     if "capacity" in conf or len(pieces[0]) != 2:  # shedding, or a self-join: the executors agree, checked above
@@ -476,16 +476,7 @@ def _check_s2j(spark, tmp_path, monkeypatch, seed):
     def norm(r):
         return repr({c: ("NaN" if r[c] != r[c] else r[c]) for c in ("a", "b") if r[c] is not None})
 
-    rows: list[list[dict]] = [[], []]
-    for per in pieces:
-        for s in (0, 1):
-            for r in per[s].to_pylist():
-                key = (s, r["id"], r["ts"], norm(r))
-                if gone[key]:
-                    gone[key] -= 1
-                else:
-                    rows[s].append(r)
-    assert not +gone, f"quarantined rows not in the input: {+gone}"
+    rows = _kept(pieces, gone, lambda s, r: (s, r["id"], r["ts"], norm(r)))
     w = float(conf["window"][:-1])
     n_snap = len(pieces) if conf["snapshot_every"] == 1 else (len(pieces) // 2)  # units 1, 3, ... commit one
     for name, pred in S2J_TASKS.items():
@@ -495,7 +486,7 @@ def _check_s2j(spark, tmp_path, monkeypatch, seed):
         got = Counter() if t is None else Counter(zip(t.column("left_id").to_pylist(),
                                                       t.column("right_id").to_pylist(), strict=True))
         if conf["snapshot_every"] == 1:
-            assert got == ref, f"seed {seed}, task {name}: {sum(got.values())} pairs, the brute force {sum(ref.values())}"
+            assert got == ref, f"seed {seed}, task {name}: {got.total()} pairs, the brute force {ref.total()}"
         else:  # the last unit's pairs may wait in the buffer
             assert not got - ref, f"seed {seed}, task {name}: pairs the brute force lacks"
 
