@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from jobs.hypercube.common import HyperCubeRun
 from simjoin.contracts import RowKind
-from simjoin.quality.gates import columns_expectations, pairs_expectations, run_suite
+from simjoin.quality.gates import Expect, columns_expectations, pairs_expectations, run_suite
 
 
 def staged_output(run: HyperCubeRun, u: Any) -> Any:
@@ -38,10 +38,6 @@ def staged_output(run: HyperCubeRun, u: Any) -> Any:
 
 
 def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
-    from simjoin.quality.gates import expectations
-
-    gxe = expectations()
-
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
@@ -49,8 +45,8 @@ def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
     if run_.cfg.count_only:
         ex = [*columns_expectations({"k": "LongType", "pairs": "LongType", "batch_id": "LongType"},
                                     not_null=["k", "pairs", "batch_id"]),
-              gxe.ExpectColumnValuesToBeBetween(column="pairs", min_value=1),
-              gxe.ExpectColumnValuesToBeUnique(column="k")]
+              Expect.of("ExpectColumnValuesToBeBetween", column="pairs", min_value=1),
+              Expect.of("ExpectColumnValuesToBeUnique", column="k")]
         name = "hypercube_counts"
     else:
         ex = [*pairs_expectations(None, None, None, False),

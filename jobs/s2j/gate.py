@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from jobs.s2j.common import S2JRun
 from simjoin.contracts import RowKind
-from simjoin.quality.gates import pairs_expectations, run_suite
+from simjoin.quality.gates import Expect, pairs_expectations, run_suite
 
 
 def staged_pairs(run: S2JRun, u: Any) -> Any:
@@ -34,22 +34,18 @@ def staged_pairs(run: S2JRun, u: Any) -> Any:
 
 
 def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
-    from simjoin.quality.gates import expectations
-
-    gxe = expectations()
-
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
     pairs = staged_pairs(run_, u)
     ex = [*pairs_expectations(None, None, None, False, window_col="task"),
-          gxe.ExpectColumnValuesToNotBeNull(column="ts"),
-          gxe.ExpectColumnValuesToBeBetween(column="task", min_value=0, max_value=len(run_.tasks) - 1)]
+          Expect.of("ExpectColumnValuesToNotBeNull", column="ts"),
+          Expect.of("ExpectColumnValuesToBeBetween", column="task", min_value=0, max_value=len(run_.tasks) - 1)]
     if run_.self_join and u.in_process:
         pairs = pairs.append_column("_self", pc.equal(pairs.column("left_id"), pairs.column("right_id")))
-        ex.append(gxe.ExpectColumnValuesToNotBeInSet(column="_self", value_set=[True]))
+        ex.append(Expect.of("ExpectColumnValuesToNotBeInSet", column="_self", value_set=[True]))
     elif run_.self_join:
         pairs = pairs.withColumn("_self", F.col("left_id") == F.col("right_id"))
-        ex.append(gxe.ExpectColumnValuesToNotBeInSet(column="_self", value_set=[True]))
+        ex.append(Expect.of("ExpectColumnValuesToNotBeInSet", column="_self", value_set=[True]))
     res = run_suite(pairs, "s2j_pairs", ex)
     return {"unit": u.id, "expectations": res.evaluated, "success": res.success}

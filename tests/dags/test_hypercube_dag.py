@@ -19,13 +19,16 @@ def dag(airflow_db):
 def test_tasks_params_and_outlets(dag):
     from airflow.sdk.exceptions import ParamValidationError
 
-    assert [t.task_id for t in dag.topological_sort()] == ["ingest", "dispatch", "join", "gate", "stats", "publish"]
+    assert [t.task_id for t in dag.topological_sort()] == ["ingest", "dispatch", "join", "gate", "stats", "publish",
+                                                           "in_process"]
+    # ingest chooses: one in_process task for a unit the in-process executor takes, else a task per stage
+    assert dag.get_task("ingest").downstream_task_ids == {"dispatch", "in_process"}
     assert "simjoin" in dag.tags and dag.doc_md and dag.params["key"] == "k" and dag.params["workers"] == 8
     for key, bad in (("workers", 0), ("window", "soon"), ("strategy", "broadcast"), ("epsilon", 1.5)):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)
     outs = {t: {u.rsplit("/", 1)[-1] for u in us} for t, us in outlet_uris(dag).items()}
-    assert {"pairs", "pairs_stats"} <= outs["publish"]
+    assert {"pairs", "pairs_stats"} <= outs["publish"] and outs["publish"] <= outs["in_process"]
     assert not any(outs[t] for t in ("ingest", "dispatch", "join", "gate", "stats"))
 
 

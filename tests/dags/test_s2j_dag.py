@@ -27,13 +27,16 @@ def _state(run):
 def test_tasks_params_and_outlets(dag):
     from airflow.sdk.exceptions import ParamValidationError
 
-    assert [t.task_id for t in dag.topological_sort()] == ["ingest", "join", "gate", "publish"]
+    assert [t.task_id for t in dag.topological_sort()] == ["ingest", "join", "gate", "publish", "in_process"]
+    # ingest chooses: one in_process task for a unit the in-process executor takes, else a task per stage
+    assert dag.get_task("ingest").downstream_task_ids == {"join", "in_process"}
     assert "simjoin" in dag.tags and dag.doc_md and "pm25: abs(l.pm25 - r.pm25) > 30" in dag.params["tasks"]
     for key, bad in (("capacity", 0), ("window", "soon"), ("shed_model", "cubic"), ("tau1", 1.5)):
         with pytest.raises(ParamValidationError):
             dag.params.get_param(key).resolve(bad)
     outs = {t: {u.rsplit("/", 1)[-1] for u in us} for t, us in outlet_uris(dag).items()}
-    assert outs["publish"] and not any(outs[t] for t in ("ingest", "join", "gate"))
+    assert outs["publish"] and outs["publish"] <= outs["in_process"]
+    assert not any(outs[t] for t in ("ingest", "join", "gate"))
 
 
 def test_a_failed_task_publishes_nothing_then_the_rerun_is_exact(dag, spark, tmp_path, monkeypatch):
