@@ -125,12 +125,14 @@ def run_aqe(spark, work: Path, timeout: float, workers: int) -> dict:
     res: dict = {}
 
     def go() -> None:
+        # the job group is per Python thread (PySpark's pinned threads): set it where the job runs,
+        # or cancelJobGroup reaches nothing and the job runs on beside the next alpha's run
+        spark.sparkContext.setJobGroup("aqe", "bench aqe", interruptOnCancel=True)
         try:
             res["count"] = left.join(right, "k").count()
         except Exception as e:  # cancelled at the timeout
             res["error"] = str(e).splitlines()[0][:200]
 
-    spark.sparkContext.setJobGroup("aqe", "bench aqe", interruptOnCancel=True)
     t0 = time.perf_counter()
     th = threading.Thread(target=go, daemon=True)
     th.start()
@@ -140,7 +142,8 @@ def run_aqe(spark, work: Path, timeout: float, workers: int) -> dict:
         spark.sparkContext.cancelJobGroup("aqe")
         th.join(60)
     wall = time.perf_counter() - t0
-    spark.sparkContext.setJobGroup("", "")
+    if th.is_alive():
+        raise RuntimeError("the AQE job did not stop when cancelled: later timings would share the cores with it")
     spark.conf.set("spark.sql.autoBroadcastJoinThreshold", old_bc)
     spark.conf.set("spark.sql.shuffle.partitions", old_sp)
     return {"wall": wall, "timed_out": timed_out, "count": res.get("count")}
