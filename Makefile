@@ -86,6 +86,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/s2j.py
 	$(BIN)/python bench/s3j.py
 	$(BIN)/python bench/s3j_balance.py
+	for p in ineq hypercube s2j; do $(BIN)/python bench/microbatch.py --pipeline $$p || exit 1; done
 	$(BIN)/python bench/airflow.py
 
 bench-s2j: $(STAMP)
