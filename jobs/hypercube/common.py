@@ -17,13 +17,15 @@ from typing import Any, ClassVar
 
 from simjoin.config import parse_duration
 from simjoin.pipeline.stream import StreamRun
+from simjoin.quality.rows import epoch_us
 
-__all__ = ["HyperCubeRun", "held", "held_arrow", "live_mask", "dispatcher_of", "live_bound"]
+__all__ = ["HyperCubeRun", "held", "held_of", "live_mask", "dispatcher_of", "expired_condition"]
 
 
 class HyperCubeRun(StreamRun):
     #: a unit of at most ``SIMJOIN_LOCAL_UNIT_ROWS`` records runs on the in-process executor
     IN_PROCESS: ClassVar[bool] = True
+    ARROW_STAGES: ClassVar[bool] = True
     STATE: ClassVar[dict[str, str]] = {"tuples": "tuples", "sketch": "sketch", "grids": "grids"}
 
     def output_columns(self) -> dict[str, tuple[str, ...]]:
@@ -69,24 +71,23 @@ def dispatcher_of(run: HyperCubeRun, meta: dict[str, Any]) -> Any:
     return run.fresh_dispatcher()
 
 
-def live_bound(run: HyperCubeRun, max_ts: dict[int, dt.datetime], keep: bool = True) -> str | None:
-    """SQL condition on a held tuple: one a future tuple can still meet (``keep``), or not. None
-    when every tuple is live (no window). A future tuple of the other side may be up to the
-    allowed lateness L behind that side's committed max ts, so a tuple is held W + L behind it."""
+def expired_condition(run: HyperCubeRun, max_ts: dict[int, dt.datetime]) -> str | None:
+    """A DELETE's condition on the held tuples no future tuple can meet (None: with no window,
+    every tuple stays live). A future tuple of the other side may be up to the allowed lateness L
+    behind that side's committed max ts, so a tuple is held W + L behind it. Written as deltalake
+    (DataFusion) and Spark both read it."""
+    marks = _marks(run, max_ts)
+    parts = [f"(side = {s} AND ts <= '{_iso(mk)}')" for s, mk in marks.items()]
+    return " OR ".join(parts) or None
+
+
+def _marks(run: HyperCubeRun, max_ts: dict[int, dt.datetime]) -> dict[int, int]:
     from simjoin.core.hypercube.stream import expiry_marks
 
     if run.window_us <= 0:
-        return None if not keep else "true"
-    marks = expiry_marks({s: int(m.timestamp() * 1_000_000) for s, m in max_ts.items()}, run.window_us,
-                         run.lateness_us)
-    if keep:
-        parts = [f"(side = {s} AND unix_micros(ts) > {mk})" for s, mk in marks.items()]
-        parts += [f"side = {s}" for s in (0, 1) if s not in marks]
-    else:  # a DELETE's condition: what deltalake (DataFusion) reads as Spark does
-        parts = [f"(side = {s} AND ts <= '{_iso(mk)}')" for s, mk in marks.items()]
-        if not parts:
-            return None
-    return " OR ".join(parts)
+        return {}
+    return expiry_marks({s: epoch_us(m) for s, m in max_ts.items()}, run.window_us,  # type: ignore[no-any-return]
+                        run.lateness_us)
 
 
 def _iso(us: int) -> str:
@@ -94,28 +95,16 @@ def _iso(us: int) -> str:
     return (dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(us))).isoformat()
 
 
-def held(spark: Any, run: HyperCubeRun, unit: int, max_ts: dict[int, dt.datetime]) -> Any:
-    """The tuples held before ``unit`` that a future tuple can still meet, or None."""
-    from simjoin.spark.engine import read_state
-
-    st = read_state(spark, run.state("tuples"), unit)
-    if st is None:
-        return None
-    return st.where(live_bound(run, max_ts) or "true")
-
-
 def live_mask(run: HyperCubeRun, max_ts: dict[int, dt.datetime], t: Any) -> Any:
-    """:func:`live_bound` (``keep``) on a pyarrow Table (``side``, ``ts``): a boolean numpy mask."""
+    """Which rows of a pyarrow Table (``side``, ``ts``) a future tuple can still meet (not
+    :func:`expired_condition`): a boolean numpy mask."""
     import numpy as np
     import pyarrow as pa
 
-    from simjoin.core.hypercube.stream import expiry_marks
-
     keep = np.ones(t.num_rows, bool)
-    if run.window_us <= 0 or not t.num_rows:
+    marks = _marks(run, max_ts)
+    if not marks or not t.num_rows:
         return keep
-    marks = expiry_marks({s: int(m.timestamp() * 1_000_000) for s, m in max_ts.items()}, run.window_us,
-                         run.lateness_us)
     side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
     ts = np.asarray(t.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False),
                     np.int64)
@@ -124,13 +113,21 @@ def live_mask(run: HyperCubeRun, max_ts: dict[int, dt.datetime], t: Any) -> Any:
     return keep
 
 
-def held_arrow(run: HyperCubeRun, unit: int, max_ts: dict[int, dt.datetime]) -> Any:
-    """:func:`held` read with deltalake (raises ``delta.NotLocal`` when the state is not local)."""
+def held(read: Any, run: HyperCubeRun, unit: int, max_ts: dict[int, dt.datetime]) -> Any:
+    """The tuples (side, id, ts, k) held before ``unit`` that a future tuple can still meet, as a
+    pyarrow Table, or None. ``read``: the state reader (``OpenUnit.read_state``, or
+    ``delta.read_arrow_any`` bound to a session)."""
     import pyarrow as pa
 
-    from simjoin.spark import delta
-
-    t = delta.read_arrow(run.state("tuples"), [("unit", "<", int(unit))], ["side", "id", "ts", "k"])
+    t = read(run.state("tuples"), [("unit", "<", int(unit))], ["side", "id", "ts", "k"])
     if t is None:
         return None
     return t.filter(pa.array(live_mask(run, max_ts, t)))
+
+
+def held_of(run: HyperCubeRun, u: Any) -> Any:
+    """:func:`held` for the open unit, read once and kept for its later stages in this process."""
+    key = f"hypercube_held_{u.id}"
+    if key not in run.frames:
+        run.keep(key, held(u.read_state, run, u.id, u.engine.progress().max_ts))
+    return run.frames[key]

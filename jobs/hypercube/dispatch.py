@@ -13,17 +13,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from jobs.hypercube.common import HyperCubeRun, dispatcher_of, held, held_arrow
+from jobs.hypercube.common import HyperCubeRun, dispatcher_of, held_of
 from simjoin.core.hypercube.route import moved_copies
 from simjoin.core.hypercube.sketch import Summary, counters_for, merge_all
 from simjoin.log import get_logger
 from simjoin.spark import delta
-from simjoin.spark.engine import read_state
-from simjoin.spark.hypercube import batch_counts, batch_counts_arrow
-from simjoin.spark.session import small_frame
+from simjoin.spark.hypercube import batch_counts
 
 log = get_logger("simjoin.hypercube")
 
@@ -41,18 +37,12 @@ def _summary(rows: list[Any], cap: int) -> Summary:
                    np.array([r["count"] for r in live], np.int64), int(rows[0]["n"]))
 
 
-def previous_summary(spark: SparkSession, run: HyperCubeRun, unit: int, now_us: int, local: bool = False) -> Summary:
+def previous_summary(u: Any, run: HyperCubeRun, now_us: int) -> Summary:
     """Whole history: the running summary of the last unit. Window: the merge of the summaries of
-    the units whose newest tuple is inside the window. ``local``: read with deltalake."""
+    the units whose newest tuple is inside the window."""
     cap = counters_for(run.cfg.eps)
-    if local:
-        t = delta.read_arrow(run.state("sketch"), [("unit", "<", int(unit))])
-        rows = [] if t is None else t.to_pylist()
-    else:
-        st = read_state(spark, run.state("sketch"), unit)
-        rows = [] if st is None else [r.asDict() for r in (
-            st.where(F.col("unit") == st.agg(F.max("unit")).first()[0]) if run.window_us <= 0  # type: ignore[index]
-            else st.where(F.col("ts_max") > now_us - run.window_us)).collect()]
+    t = u.read_state(run.state("sketch"), [("unit", "<", int(u.id))])
+    rows = [] if t is None else t.to_pylist()
     if run.window_us <= 0:
         last = max((int(r["unit"]) for r in rows), default=None)
         return _summary([r for r in rows if int(r["unit"]) == last], cap)
@@ -63,21 +53,14 @@ def previous_summary(spark: SparkSession, run: HyperCubeRun, unit: int, now_us: 
     return merge_all(cap, (_summary(rs, cap) for _, rs in sorted(per.items())))
 
 
-def _held_keys(spark: SparkSession, run: HyperCubeRun, u: Any, max_ts: Any, keys: list[int]) -> Any:
+def _held_keys(run: HyperCubeRun, u: Any, keys: list[int]) -> Any:
     """(side, id, k) of the held tuples of ``keys``, as a pyarrow Table, or None."""
-    if u.in_process:
-        h = held_arrow(run, u.id, max_ts)
-        return None if h is None else h.filter(pc.is_in(h.column("k"), pa.array(keys, pa.int64()))).select(
-            ["side", "id", "k"])
-    h = held(spark, run, u.id, max_ts)
-    return None if h is None else h.where(F.col("k").isin(keys)).select("side", "id", "k").toArrow()
+    h = held_of(run, u)
+    return None if h is None else h.filter(pc.is_in(h.column("k"), pa.array(keys, pa.int64()))).select(
+        ["side", "id", "k"])
 
 
-def _table(spark: SparkSession, u: Any, rows: list[tuple[Any, ...]], schema: str) -> Any:
-    return delta.rows_table(rows, schema) if u.in_process else small_frame(spark, rows, schema)
-
-
-def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
+def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
@@ -85,12 +68,9 @@ def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
     before = dispatcher_of(run_, prog.meta)
     cap = counters_for(run_.cfg.eps)
     recs = u.records
-    if u.in_process:
-        ts_max = int(pc.max(recs.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())).as_py())
-    else:
-        ts_max = int(recs.agg(F.max(F.unix_micros("ts"))).first()[0])  # type: ignore[index]
-    prev = previous_summary(spark, run_, u.id, ts_max, local=u.in_process)
-    s, k, c, n = (batch_counts_arrow if u.in_process else batch_counts)(recs, cap + 1, prev.keys())
+    ts_max = int(pc.max(recs.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())).as_py())
+    prev = previous_summary(u, run_, ts_max)
+    s, k, c, n = batch_counts(recs, cap + 1, prev.keys())
     batch = Summary.of(cap, s, k, c, n)
     est = prev.merge(batch)
     if run_.cfg.strategy == "phj":
@@ -100,7 +80,7 @@ def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
     changed = sorted({st.key for st in steps})
     moved: dict[int, int] = {}
     if changed:
-        rows = _held_keys(spark, run_, u, prog.max_ts, changed)
+        rows = _held_keys(run_, u, changed)
         for key in changed:
             if rows is None or rows.num_rows == 0:
                 moved[key] = 0
@@ -130,16 +110,16 @@ def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
             grid_rows.append((key, 0, 0, int(est.estimate(0, np.array([key]))[0]),
                               int(est.estimate(1, np.array([key]))[0]), float("nan"), float("nan"), [], [],
                               "light", int(moved.get(key, 0))))
-    u.write_work(_table(spark, u, sketch_rows, SKETCH_SCHEMA), "sketch")
-    u.write_work(_table(spark, u, grid_rows, GRID_SCHEMA), "grids")
+    u.write_work(delta.rows_table(sketch_rows, SKETCH_SCHEMA), "sketch")
+    u.write_work(delta.rows_table(grid_rows, GRID_SCHEMA), "grids")
     migrated = int(sum(moved.values()))
-    u.write_work(_table(spark, u, [(json.dumps(after.to_json()), migrated, len(after.grids), int(est.n))],
-                        DISPATCH_SCHEMA), "dispatch")
+    u.write_work(delta.rows_table([(json.dumps(after.to_json()), migrated, len(after.grids), int(est.n))],
+                                  DISPATCH_SCHEMA), "dispatch")
     run_.keep(f"hypercube_dispatcher_{u.id}", after)
     return {"unit": u.id, "heavy": len(after.grids), "steps": len(steps), "migrated": migrated, "n": int(est.n)}
 
 
-def dispatcher(spark: SparkSession, run_: HyperCubeRun, u: Any) -> Any:
+def dispatcher(run_: HyperCubeRun, u: Any) -> Any:
     """The unit's dispatcher (kept in this process, else read from the dispatch work table)."""
     from simjoin.core.hypercube.dispatch import Dispatcher
 
@@ -151,5 +131,4 @@ def dispatcher(spark: SparkSession, run_: HyperCubeRun, u: Any) -> Any:
 
 def dispatch_row(u: Any) -> dict[str, Any]:
     """The unit's ``dispatch`` work row (dispatcher, migrated, heavy, n)."""
-    w = u.work("dispatch")
-    return w.to_pylist()[0] if u.in_process else w.first().asDict()  # type: ignore[no-any-return]
+    return u.work("dispatch").to_pylist()[0]  # type: ignore[no-any-return]

@@ -9,8 +9,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from jobs.hypercube.common import HyperCubeRun
 from simjoin.contracts import RowKind
@@ -18,26 +16,19 @@ from simjoin.quality.gates import Expect, columns_expectations, pairs_expectatio
 
 
 def staged_output(run: HyperCubeRun, u: Any) -> Any:
-    """The unit's rows as the output table holds them: a DataFrame, or a pyarrow Table (in process)."""
+    """The unit's rows as the output table holds them, a pyarrow Table."""
     j = u.work("joined")
-    if u.in_process:
-        kind = j.column("kind")
-        if run.cfg.count_only:
-            c = j.filter(pc.equal(kind, int(RowKind.COUNTER))).group_by("k").aggregate([("pairs", "sum")])
-            return pa.table({"k": c.column("k"), "pairs": c.column("pairs_sum").cast(pa.int64()),
-                             "batch_id": pa.array(np.full(c.num_rows, u.id, np.int64))})
-        pr = j.filter(pc.equal(kind, int(RowKind.PAIR)))
-        return pa.table({"left_id": pr.column("left_id"), "right_id": pr.column("right_id"), "k": pr.column("k"),
-                         "ts": pr.column("ts_us").cast(pa.timestamp("us", tz="UTC"))})
+    kind = j.column("kind")
     if run.cfg.count_only:
-        return (j.where(F.col("kind") == int(RowKind.COUNTER)).groupBy("k")
-                .agg(F.sum("pairs").cast("long").alias("pairs"))
-                .select("k", "pairs", F.lit(u.id).cast("long").alias("batch_id")))
-    return (j.where(F.col("kind") == int(RowKind.PAIR))
-            .select("left_id", "right_id", "k", F.timestamp_micros("ts_us").alias("ts")))
+        c = j.filter(pc.equal(kind, int(RowKind.COUNTER))).group_by("k").aggregate([("pairs", "sum")])
+        return pa.table({"k": c.column("k"), "pairs": c.column("pairs_sum").cast(pa.int64()),
+                         "batch_id": pa.array(np.full(c.num_rows, u.id, np.int64))})
+    pr = j.filter(pc.equal(kind, int(RowKind.PAIR)))
+    return pa.table({"left_id": pr.column("left_id"), "right_id": pr.column("right_id"), "k": pr.column("k"),
+                     "ts": pr.column("ts_us").cast(pa.timestamp("us", tz="UTC"))})
 
 
-def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
+def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}

@@ -13,11 +13,10 @@ side (``--key`` / ``--right-key``, an integer type) becomes ``k``.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from pyspark.sql import SparkSession
-
-from jobs.hypercube.common import HyperCubeRun, held, held_arrow
+from jobs.hypercube.common import HyperCubeRun, held
 from simjoin.quality.rows import Derived, InputSpec, Late, Needed, UniqueIds
 from simjoin.spark import delta
 from simjoin.spark.engine import BatchInfo
@@ -35,20 +34,16 @@ def spec(run: HyperCubeRun) -> InputSpec:
                      derived=(Derived("k", (lk, rk)),))
 
 
-def live_ids(spark: SparkSession, run: HyperCubeRun) -> Any:
+def live_ids(spark: Any, run: HyperCubeRun) -> Any:
     """(side, id) of the held tuples a new one can still meet (``held``), read with deltalake, or
     by Spark when the state is not local."""
     def live(info: BatchInfo) -> Any:
-        try:
-            got = held_arrow(run, info.unit, info.progress.max_ts)
-            return None if got is None else got.select(["side", "id"])
-        except delta.NotLocal:
-            got = held(spark, run, info.unit, info.progress.max_ts)
-            return None if got is None else got.select("side", "id")
+        got = held(functools.partial(delta.read_arrow_any, spark), run, info.unit, info.progress.max_ts)
+        return None if got is None else got.select(["side", "id"])
 
     return live
 
 
-def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
+def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
     return run_.engine(spark).ingest(spec(run_), live_ids(spark, run_))  # type: ignore[no-any-return]

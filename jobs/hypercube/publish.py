@@ -12,12 +12,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from jobs.hypercube.common import HyperCubeRun, live_bound
+from jobs.hypercube.common import HyperCubeRun, expired_condition
 from jobs.hypercube.dispatch import dispatch_row
 from jobs.hypercube.gate import staged_output
+from simjoin.quality.rows import epoch_us
 
 #: Whole history: older running summaries are dropped every this many units (a few hundred rows each).
 SKETCH_COMPACT_EVERY = 16
@@ -29,24 +28,21 @@ def _housekeeping(u: Any, run: HyperCubeRun) -> None:
         if u.id % SKETCH_COMPACT_EVERY == SKETCH_COMPACT_EVERY - 1:  # readers take the last unit's summary
             u.engine.delete(run.state("sketch"), f"unit < {u.id}")
         return
-    drop = live_bound(run, prog.max_ts, keep=False)
+    drop = expired_condition(run, prog.max_ts)
     if drop:
         u.engine.delete(run.state("tuples"), drop)
     if prog.max_ts:
-        now = max(int(m.timestamp() * 1_000_000) for m in prog.max_ts.values())
+        now = max(epoch_us(m) for m in prog.max_ts.values())
         u.engine.delete(run.state("sketch"), f"ts_max <= {now - run.window_us}")
 
 
-def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
+def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
-    if u.in_process:
-        r = u.records
-        tuples = pa.table({"side": r.column("side").cast(pa.int8()), "id": r.column("id"), "ts": r.column("ts"),
-                           "k": r.column("k"), "unit": pa.array(np.full(r.num_rows, u.id, np.int64))})
-    else:
-        tuples = u.records.select("side", "id", "ts", "k", F.lit(u.id).cast("long").alias("unit"))
+    r = u.records
+    tuples = pa.table({"side": r.column("side").cast(pa.int8()), "id": r.column("id"), "ts": r.column("ts"),
+                       "k": r.column("k"), "unit": pa.array(np.full(r.num_rows, u.id, np.int64))})
     disp = json.loads(dispatch_row(u)["dispatcher"])
     pieces = [("output", staged_output(run_, u), run_.output),
               ("stats", u.work("stats", keep_unit=True), run_.tables.stats),

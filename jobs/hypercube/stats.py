@@ -13,17 +13,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from jobs.hypercube.common import HyperCubeRun, held, held_arrow, live_bound, live_mask
+from jobs.hypercube.common import HyperCubeRun, held_of, live_mask
 from jobs.hypercube.dispatch import dispatch_row, dispatcher
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.hypercube.stream import optimal_bound
 from simjoin.spark import delta
 from simjoin.spark.engine.units import naive_utc as naive
-from simjoin.spark.hypercube import loads, loads_arrow
-from simjoin.spark.session import small_frame
+from simjoin.spark.hypercube import loads
 
 STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, tuples_in long, received long, "
                 "new_copies long, tasks long, load long, phj_load long, held long, out_pairs double, bound double, "
@@ -31,44 +28,15 @@ STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, tu
                 "p_r int, p_s int")
 
 
-def _measure_spark(spark: SparkSession, run_: HyperCubeRun, u: Any, disp: Any) -> tuple[Any, ...]:
+def _measure(run_: HyperCubeRun, u: Any, disp: Any) -> tuple[Any, ...]:
     """(per-worker STATS rows, loads, PHJ loads, tuples held, join size of the held, quarantined,
-    tuples in, grid rows) of a unit on the Spark executor."""
-    st = {int(r["worker"]): r for r in u.work("joined").where(F.col("kind") == int(RowKind.STATS)).collect()}
-    recs = u.records.select("side", "id", "k", "ts")
-    h = held(spark, run_, u.id, u.engine.progress().max_ts)
-    now = recs if h is None else h.select("side", "id", "k", "ts").unionByName(recs)
-    if run_.window_us > 0:  # the tuples still live after this unit
-        marks = dict(u.engine.progress().max_ts)
-        for r in recs.groupBy("side").agg(F.max("ts").alias("m")).collect():
-            s = int(r["side"])
-            marks[s] = max(marks[s], r["m"]) if s in marks else r["m"]
-        now = now.where(live_bound(run_, marks) or "true")
-    now = now.cache()
-    try:
-        ours, phj = loads(now, disp)
-        per_key = now.groupBy("k").agg(F.sum(F.when(F.col("side") == 0, 1).otherwise(0)).alias("r"),
-                                       F.sum(F.when(F.col("side") == 1, 1).otherwise(0)).alias("s"))
-        agg = per_key.agg(F.sum("r").alias("r"), F.sum("s").alias("s"),
-                          F.sum(F.col("r").cast("double") * F.col("s")).alias("out")).first()
-    finally:
-        now.unpersist()
-    n_held = int((agg["r"] or 0) + (agg["s"] or 0))  # type: ignore[index]
-    out = float(agg["out"] or 0.0)  # type: ignore[index]
-    q = 0
-    if delta.table_exists(spark, run_.tables.quarantine):
-        q = delta.read_table(spark, run_.tables.quarantine).where(F.col("unit") == u.id).count()
-    return st, ours, phj, n_held, out, q, u.records.count(), [g.asDict() for g in u.work("grids").collect()]
-
-
-def _measure_arrow(run_: HyperCubeRun, u: Any, disp: Any) -> tuple[Any, ...]:
-    """:func:`_measure_spark` on the in-process executor (Arrow and deltalake)."""
+    tuples in, grid rows) of a unit."""
     j = u.work("joined")
     st = {int(r["worker"]): r for r in j.filter(pc.equal(j.column("kind"), int(RowKind.STATS))).to_pylist()}
     cols = ["side", "id", "k", "ts"]
     recs = u.records.select(cols)
     recs = recs.cast(pa.schema([(c, pa.int8() if c == "side" else recs.schema.field(c).type) for c in cols]))
-    h = held_arrow(run_, u.id, u.engine.progress().max_ts)
+    h = held_of(run_, u)
     now = recs if h is None else pa.concat_tables([h.select(cols).cast(recs.schema), recs])
     if run_.window_us > 0:  # the tuples still live after this unit
         marks = dict(u.engine.progress().max_ts)
@@ -78,29 +46,26 @@ def _measure_arrow(run_: HyperCubeRun, u: Any, disp: Any) -> tuple[Any, ...]:
             m = pc.max(ts.filter(pa.array(side == s))).as_py().replace(tzinfo=None)
             marks[s] = max(naive(marks[s]), m) if s in marks else m
         now = now.filter(pa.array(live_mask(run_, marks, now)))
-    ours, phj = loads_arrow(now, disp)
+    ours, phj = loads(now, disp)
     k = np.asarray(now.column("k").to_numpy(zero_copy_only=False), np.int64)
     side = np.asarray(now.column("side").to_numpy(zero_copy_only=False), np.int64)
     _, inv = np.unique(k, return_inverse=True)
     r_n = np.bincount(inv, weights=(side == 0), minlength=inv.max() + 1 if inv.size else 0)
     s_n = np.bincount(inv, weights=(side == 1), minlength=inv.max() + 1 if inv.size else 0)
     out = float((r_n * s_n).sum())
-    qt = delta.read_arrow(run_.tables.quarantine, [("unit", "=", int(u.id))], ["unit"])
+    qt = u.read_state(run_.tables.quarantine, [("unit", "=", int(u.id))], ["unit"])
     q = 0 if qt is None else qt.num_rows
     return st, ours, phj, int(now.num_rows), out, q, u.records.num_rows, u.work("grids").to_pylist()
 
 
-def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
+def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
-    disp = dispatcher(spark, run_, u)
+    disp = dispatcher(run_, u)
     p = run_.p
     d = dispatch_row(u)
-    if u.in_process:
-        st, ours, phj, n_held, out, q, tuples_in, grids = _measure_arrow(run_, u, disp)
-    else:
-        st, ours, phj, n_held, out, q, tuples_in, grids = _measure_spark(spark, run_, u, disp)
+    st, ours, phj, n_held, out, q, tuples_in, grids = _measure(run_, u, disp)
     bound = optimal_bound(n_held, int(out), p)
     pairs = sum(int(r["pairs"]) for r in st.values())
     rep = float(ours.sum()) / n_held if n_held else 0.0
@@ -119,8 +84,7 @@ def run(spark: SparkSession, run_: HyperCubeRun) -> dict[str, Any]:
     for g in grids:  # each heavy key's grid (0 x 0: it turned light)
         rows.append(("hypercube", 0.0, "grid", u.id, None, None, None, None, g["p_r"] * g["p_s"], None, None, None,
                      None, None, None, int(g["migrated"]), None, None, None, int(g["k"]), int(g["p_r"]), int(g["p_s"])))
-    table = delta.rows_table(rows, STATS_SCHEMA) if u.in_process else small_frame(spark, rows, STATS_SCHEMA)
-    path = u.write_work(table, "stats")
+    path = u.write_work(delta.rows_table(rows, STATS_SCHEMA), "stats")
     return {"unit": u.id, "stats": path, "pairs": pairs, "max_load": int(ours.max()), "phj_max_load": int(phj.max()),
             "bound": bound, "replication": rep, "migrated": int(d["migrated"]), "heavy": int(d["heavy"]),
             "tuples_in": tuples_in, "quarantined": q}

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from simjoin.config import parse_duration
 from simjoin.pipeline.stream import StreamRun
+from simjoin.quality.rows import epoch_us
 
 __all__ = ["IneqRun", "counts", "new_tuples", "tuple_bound", "tuple_live"]
 
@@ -23,6 +24,7 @@ __all__ = ["IneqRun", "counts", "new_tuples", "tuple_bound", "tuple_live"]
 class IneqRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"batches": "batches", "tuples": "tuples"}
     IN_PROCESS: ClassVar[bool] = True
+    ARROW_STAGES: ClassVar[bool] = True
 
     @property
     def batches(self) -> str:
@@ -61,12 +63,11 @@ def counts(meta: dict[str, Any]) -> dict[int, int]:
 def new_tuples(spark: Any, run: IneqRun, u: Any) -> Any:
     """The open unit's new tuples per side (``simjoin.core.inequality.spo.Tuples``), kept for
     the later stages of the same process."""
-    from simjoin.spark.inequality import new_tuples, new_tuples_arrow
+    from simjoin.spark.inequality import new_tuples
 
     key = f"ineq_new_{u.id}"
     if key not in run.frames:
-        load = new_tuples_arrow if u.in_process else new_tuples
-        run.keep(key, load(u.records, run.params(), counts(u.engine.progress().meta)))
+        run.keep(key, new_tuples(u.records, run.params(), counts(u.engine.progress().meta)))
     return run.frames[key]
 
 
@@ -91,7 +92,7 @@ def _bound(p: Any, prog: Any, side: int) -> int | None:
         mark = prog.max_ts.get(side if p.self_join else 1 - side)
         if mark is None:
             return None
-        return int(mark.timestamp() * 1_000_000) - int(p.window.time_us) - int(p.lateness_us)
+        return epoch_us(mark) - int(p.window.time_us) - int(p.lateness_us)
     return counts(prog.meta).get(side, 0) - int(p.window.count)
 
 

@@ -22,9 +22,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from jobs.ineq.common import IneqRun, tuple_bound, tuple_live
+from jobs.ineq.common import IneqRun, tuple_live
 from simjoin.quality.rows import Bounded, InputSpec, Late, Needed, UniqueIds
 from simjoin.spark import delta
 from simjoin.spark.engine import BatchInfo
@@ -57,13 +56,7 @@ def live_ids(spark: SparkSession, run: IneqRun) -> Any:
     the exact bound is applied here), read with deltalake, or by Spark when they are not local."""
     def live(info: BatchInfo) -> Any:
         p = run.params()
-        try:
-            t = delta.read_arrow(run.tuples, [("unit", "<", int(info.unit))], ["side", "id", "ts", "seq"])
-        except delta.NotLocal:
-            if not delta.table_exists(spark, run.tuples):
-                return None
-            bound = " OR ".join(f"({tuple_bound(p, info.progress, s, 'ts', 'seq')})" for s in p.sides)
-            return delta.read_table(spark, run.tuples).where(F.col("unit") < info.unit).where(bound)
+        t = delta.read_arrow_any(spark, run.tuples, [("unit", "<", int(info.unit))], ["side", "id", "ts", "seq"])
         if t is None or not t.num_rows:
             return None
         keep = np.zeros(t.num_rows, bool)

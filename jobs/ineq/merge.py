@@ -9,41 +9,30 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from jobs.ineq.common import IneqRun, new_tuples
-from jobs.ineq.probe import live_state, live_state_arrow
+from jobs.ineq.probe import live_state
 from simjoin.core.inequality.spo import MUTABLE, merge_state, read_mutable
 from simjoin.spark import delta
-from simjoin.spark.inequality import state_frame, state_table
-from simjoin.spark.session import small_frame
+from simjoin.spark.inequality import state_table
 
 MERGE_SCHEMA = "merge_seconds double, build_seconds double, new_batches long, next_batch long, mutable long"
 
 
-def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
+def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
     p = run_.params()
     new = new_tuples(spark, run_, u)
-    if u.in_process:
-        sa = live_state_arrow(run_, u.id)
-        mut = [] if sa is None else sa.filter(pc.equal(sa.column("kind").cast(pa.string()), MUTABLE)).to_pylist()
-    else:
-        st = live_state(spark, run_, u.id)
-        mut = [] if st is None else st.where(F.col("kind") == MUTABLE).collect()
+    sa = live_state(run_, u)
+    mut = [] if sa is None else sa.filter(pc.equal(sa.column("kind").cast(pa.string()), MUTABLE)).to_pylist()
     prev = read_mutable(mut) if mut else {}
     next_batch = int(u.engine.progress().meta.get("next_batch", 0))
     rows, nxt, secs = merge_state(prev, new, p, next_batch)
     made = nxt - next_batch
     sizes = {int(r["side"]): int(r["n"]) for r in rows if r["kind"] == MUTABLE}
     stat = [(secs["merge_seconds"], secs["build_seconds"], made, nxt, sum(sizes.values()))]
-    if u.in_process:
-        u.write_work(state_table(rows), "state")
-        u.write_work(delta.rows_table(stat, MERGE_SCHEMA), "merge")
-    else:
-        u.write_work(state_frame(spark, rows), "state")
-        u.write_work(small_frame(spark, stat, MERGE_SCHEMA), "merge")
+    u.write_work(state_table(rows), "state")
+    u.write_work(delta.rows_table(stat, MERGE_SCHEMA), "merge")
     return {"unit": u.id, "new_batches": made, "next_batch": nxt, "mutable": sizes, **secs}

@@ -13,13 +13,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from jobs.ineq.common import IneqRun, counts, tuple_bound
 from jobs.ineq.gate import staged_pairs
 from simjoin.core.inequality.spo import BATCH, MUTABLE
-from simjoin.spark import delta
+from simjoin.quality.rows import epoch_us
 
 
 def _expire(u: Any, run: IneqRun) -> list[int]:
@@ -32,13 +30,9 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
     p = run.params()
     prog = u.engine.progress()
     n = counts(prog.meta)
-    if u.in_process:
-        t = delta.read_arrow(run.batches, None, ["kind", "batch_id", "side", "ts_max", "seq_max"])
-        meta = [] if t is None else t.filter(pc.equal(t.column("kind").cast(pa.string()), BATCH)).to_pylist()
-    else:
-        meta = (delta.read_table(u.engine.spark, run.batches).where(F.col("kind") == BATCH)
-                .select("batch_id", "side", "ts_max", "seq_max").collect())
-    marks = {s: int(m.timestamp() * 1_000_000) for s, m in prog.max_ts.items()}
+    t = u.read_state(run.batches, None, ["kind", "batch_id", "side", "ts_max", "seq_max"])
+    meta = [] if t is None else t.filter(pc.equal(t.column("kind").cast(pa.string()), BATCH)).to_pylist()
+    marks = {s: epoch_us(m) for s, m in prog.max_ts.items()}
     gone = [int(r["batch_id"]) for r in meta if expired(
         p.window, int(r["ts_max"]), int(r["seq_max"]), marks.get(int(r["side"]) if p.self_join else 1 - int(r["side"])),
         n.get(int(r["side"]), 0), p.lateness_us)]
@@ -53,16 +47,7 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
 
 # seq of each new tuple: its rank by (ts, id) in its side after the earlier units' count
 
-def _tuples_df(records: Any, before: dict[int, int], unit: int) -> Any:
-    from pyspark.sql import Window
-
-    seq = F.row_number().over(Window.partitionBy("side").orderBy("ts", "id")) - 1
-    base = F.element_at(F.array(*[F.lit(before.get(s, 0)) for s in (0, 1)]), F.col("side").cast("int") + 1)
-    return records.select("side", "id", "ts", (seq + base).cast("long").alias("seq"),
-                          F.lit(unit).cast("long").alias("unit"))
-
-
-def _tuples_arrow(records: pa.Table, before: dict[int, int], unit: int) -> pa.Table:
+def _tuples(records: pa.Table, before: dict[int, int], unit: int) -> pa.Table:
     side = np.asarray(records.column("side").to_numpy(zero_copy_only=False), np.int64)
     ids = np.asarray(records.column("id").to_numpy(zero_copy_only=False), np.int64)
     ts = records.column("ts").cast(pa.timestamp("us", tz="UTC"))
@@ -77,22 +62,17 @@ def _tuples_arrow(records: pa.Table, before: dict[int, int], unit: int) -> pa.Ta
                      "ts": ts, "seq": pa.array(seq), "unit": pa.array(np.full(side.size, unit, np.int64))})
 
 
-def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
+def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
     b = u.id
     state = u.work("state", keep_unit=True)
     before = counts(u.engine.progress().meta)
-    if u.in_process:
-        merge = u.work("merge").to_pylist()[0]
-        tuples = _tuples_arrow(u.records, before, b)
-        sides = np.asarray(tuples.column("side").to_numpy(zero_copy_only=False), np.int64)
-        got = {int(s): int((sides == s).sum()) for s in np.unique(sides)}
-    else:
-        merge = u.work("merge").first()
-        tuples = _tuples_df(u.records, before, b)
-        got = {int(r["side"]): int(r["n"]) for r in u.records.groupBy("side").agg(F.count("*").alias("n")).collect()}
+    merge = u.work("merge").to_pylist()[0]
+    tuples = _tuples(u.records, before, b)
+    sides = np.asarray(tuples.column("side").to_numpy(zero_copy_only=False), np.int64)
+    got = {int(s): int((sides == s).sum()) for s in np.unique(sides)}
     n = {str(s): before.get(s, 0) + got.get(s, 0) for s in run_.params().sides}
     pieces = [("pairs", staged_pairs(u), run_.output), ("stats", u.work("stats", keep_unit=True), run_.tables.stats),
               ("batches", state, run_.batches), ("tuples", tuples, run_.tuples)]

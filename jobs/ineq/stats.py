@@ -8,37 +8,26 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from jobs.ineq.common import IneqRun
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.spark import delta
-from simjoin.spark.session import small_frame
 
 STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, tuples_in long, tuples_probed long, "
                 "live_batches long, stored_tuples long, new_batches long, mutable long, merge_seconds double, "
                 "probe_seconds double, max_task_seconds double, result_pairs long, quarantined long")
 
 
-def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
+def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
-    if u.in_process:
-        probed = u.work("probed")
-        st = probed.filter(pc.equal(probed.column("kind"), int(RowKind.STATS))).to_pylist()
-        merge = u.work("merge").to_pylist()[0]
-        tuples_in = u.records.num_rows
-        qt = delta.read_arrow(run_.tables.quarantine, [("unit", "=", int(u.id))], ["unit"])
-        q = 0 if qt is None else qt.num_rows
-    else:
-        st = u.work("probed").where(F.col("kind") == int(RowKind.STATS)).collect()
-        merge = u.work("merge").first()
-        tuples_in = u.records.count()
-        q = 0
-        if delta.table_exists(spark, run_.tables.quarantine):
-            q = delta.read_table(spark, run_.tables.quarantine).where(F.col("unit") == u.id).count()
+    probed = u.work("probed")
+    st = probed.filter(pc.equal(probed.column("kind"), int(RowKind.STATS))).to_pylist()
+    merge = u.work("merge").to_pylist()[0]
+    tuples_in = u.records.num_rows
+    qt = u.read_state(run_.tables.quarantine, [("unit", "=", int(u.id))], ["unit"])
+    q = 0 if qt is None else qt.num_rows
     pairs = sum(int(r["ts"]) for r in st)  # a STATS row's ts column holds its pair count
     batches = sum(1 for r in st if int(r["batch_id"]) >= 0)
     probe_s = sum(float(r["seconds"]) for r in st)
@@ -55,7 +44,6 @@ def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
         rows.append(("ineq", s, "worker", u.id, w, None, sum(int(r["probed"]) for r in rs),
                      sum(1 for r in rs if int(r["batch_id"]) >= 0), sum(int(r["stored"]) for r in rs), None, None,
                      None, s, max(float(r["seconds"]) for r in rs), sum(int(r["ts"]) for r in rs), None))
-    table = delta.rows_table(rows, STATS_SCHEMA) if u.in_process else small_frame(spark, rows, STATS_SCHEMA)
-    path = u.write_work(table, "stats")
+    path = u.write_work(delta.rows_table(rows, STATS_SCHEMA), "stats")
     return {"unit": u.id, "stats": path, "pairs": pairs, "live_batches": batches, "tuples_in": tuples_in,
             "probe_seconds": probe_s, "merge_seconds": merge_s, "quarantined": q}

@@ -12,7 +12,6 @@ reads only state of earlier units, so a replay sees what the first attempt saw.
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 from simjoin.config import parse_duration
@@ -27,6 +26,7 @@ class S2JRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"blocks": "blocks", "buffer": "buffer"}
     #: a unit of at most ``SIMJOIN_LOCAL_UNIT_ROWS`` records runs on the in-process executor
     IN_PROCESS: ClassVar[bool] = True
+    ARROW_STAGES: ClassVar[bool] = True
 
     @property
     def tables(self) -> Any:
@@ -98,7 +98,9 @@ class S2JRun(StreamRun):
 
 def bound_micros(mark: Any, window_us: int) -> int:
     """The newest ``ts`` (microseconds) a stored tuple may have and still be unreachable."""
-    return math.floor(mark.timestamp() * 1_000_000) - int(window_us)
+    from simjoin.quality.rows import epoch_us
+
+    return epoch_us(mark) - int(window_us)
 
 
 #: Dead blocks are physically deleted every this many units (readers skip them before that).

@@ -9,8 +9,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from jobs.s2j.common import S2JRun
 from simjoin.contracts import RowKind
@@ -18,22 +16,15 @@ from simjoin.quality.gates import Expect, pairs_expectations, run_suite
 
 
 def staged_pairs(run: S2JRun, u: Any) -> Any:
-    """The micro-batch's pairs: task index, left_id, right_id, ts - a pyarrow Table on the
-    in-process executor, else a DataFrame kept (persisted) for the later stages of the same
-    process: the gate checks them and publish writes one table per task."""
-    if u.in_process:
-        j = u.work("joined")
-        j = j.filter(pc.equal(j.column("kind"), int(RowKind.PAIR)))
-        return pa.table({"task": j.column("task"), "left_id": j.column("left_id"), "right_id": j.column("right_id"),
-                         "ts": j.column("ts").cast(pa.timestamp("us", tz="UTC"))})
-    key = f"s2j_pairs_{u.id}"
-    if key not in run.frames:
-        run.keep(key, u.work("joined").where(F.col("kind") == int(RowKind.PAIR))
-                 .select("task", "left_id", "right_id", F.timestamp_micros("ts").alias("ts")).persist())
-    return run.frames[key]
+    """The micro-batch's pairs as a pyarrow Table: task index, left_id, right_id, ts. The gate
+    checks them and publish writes one table per task."""
+    j = u.work("joined")
+    j = j.filter(pc.equal(j.column("kind"), int(RowKind.PAIR)))
+    return pa.table({"task": j.column("task"), "left_id": j.column("left_id"), "right_id": j.column("right_id"),
+                     "ts": j.column("ts").cast(pa.timestamp("us", tz="UTC"))})
 
 
-def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
+def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
@@ -41,11 +32,8 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     ex = [*pairs_expectations(None, None, None, False, window_col="task"),
           Expect.of("ExpectColumnValuesToNotBeNull", column="ts"),
           Expect.of("ExpectColumnValuesToBeBetween", column="task", min_value=0, max_value=len(run_.tasks) - 1)]
-    if run_.self_join and u.in_process:
+    if run_.self_join:
         pairs = pairs.append_column("_self", pc.equal(pairs.column("left_id"), pairs.column("right_id")))
-        ex.append(Expect.of("ExpectColumnValuesToNotBeInSet", column="_self", value_set=[True]))
-    elif run_.self_join:
-        pairs = pairs.withColumn("_self", F.col("left_id") == F.col("right_id"))
         ex.append(Expect.of("ExpectColumnValuesToNotBeInSet", column="_self", value_set=[True]))
     res = run_suite(pairs, "s2j_pairs", ex)
     return {"unit": u.id, "expectations": res.evaluated, "success": res.success}

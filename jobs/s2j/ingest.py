@@ -21,9 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from jobs.s2j.common import S2JRun, dead_blocks, dead_mask
+from jobs.s2j.common import S2JRun, dead_mask
 from simjoin.quality.rows import Bounded, InputSpec, Late, Needed, UniqueIds
 from simjoin.spark import delta
 from simjoin.spark.engine import BatchInfo
@@ -54,19 +53,12 @@ def spec(run: S2JRun, exact: ExactTypes) -> InputSpec:
                      staged=("id", "ts", "side", *cols, *extra), casts=exact.casts)
 
 
-def live_ids(spark: SparkSession, run: S2JRun) -> Any:
-    """(side, id) of the tuples in live blocks (``dead_blocks``' bound), read with deltalake, or
-    by Spark when the blocks are not local."""
+def live_ids(spark: Any, run: S2JRun) -> Any:
+    """(side, id) of the tuples in live blocks (``dead_mask``'s bound), read with deltalake, or by
+    Spark when the blocks are not local."""
     def live(info: BatchInfo) -> Any:
         p = run.params()
-        try:
-            t = delta.read_arrow(run.blocks, [("unit", "<", int(info.unit))], ["side", "ids", "ts_max"])
-        except delta.NotLocal:
-            if not delta.table_exists(spark, run.blocks):
-                return None
-            df = delta.read_table(spark, run.blocks).where(F.col("unit") < info.unit)
-            cond = dead_blocks(p, info.progress.max_ts)
-            return (df.where(f"NOT ({cond})") if cond else df).select("side", F.explode("ids").alias("id"))
+        t = delta.read_arrow_any(spark, run.blocks, [("unit", "<", int(info.unit))], ["side", "ids", "ts_max"])
         if t is None or not t.num_rows:
             return None
         t = t.filter(pa.array(~dead_mask(p, info.progress.max_ts, t)))

@@ -7,9 +7,10 @@
 2. **Shed.** The shed tuples (deterministic by hash, so a retry sheds the same ones) go to
    ``DIR/_work/shed`` and, at publish, to ``DIR/_shed``: processed plus shed is the input.
 3. **Join.** The micro-batch is read once; the tasks' pre-selection drops tuples no task can use;
-   every live block goes to its worker's Spark task (blocks keep their worker; those of released
-   workers and new blocks go to the least-loaded, and a worker more than ς tuples above another
-   hands blocks over), where each block is read once for every task.
+   every live block goes to its worker's task on the unit's executor (a thread, or a Spark
+   task); blocks keep their worker, those of released workers and new blocks go to the
+   least-loaded, and a worker more than ς tuples above another hands blocks over. A worker reads
+   each of its blocks once for every join task.
 4. **Blocks.** The kept tuples, cut into blocks of ς, go to ``DIR/_work/blocks``.
 
 Statistics for the unit (τ, workers, shed ratio and count, ς, input scans, latency), per worker
@@ -19,26 +20,23 @@ Statistics for the unit (τ, workers, shed ratio and count, ς, input scans, lat
 from __future__ import annotations
 
 import datetime as dt
-import math
 import time
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from jobs.s2j.common import S2JRun, dead_blocks, dead_mask
+from jobs.s2j.common import S2JRun, dead_mask
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.s2j.adapt import assign_blocks, decide, shed_mask, window_load
 from simjoin.core.s2j.join import Block
 from simjoin.core.s2j.operator import cut_blocks, expired
 from simjoin.log import get_logger
+from simjoin.quality.rows import epoch_us
 from simjoin.spark import delta
-from simjoin.spark.engine import WATERMARK_SKEW, read_state
-from simjoin.spark.s2j import block_frame, block_table, join_arrow, join_df, read_new
-from simjoin.spark.session import arrow_frame, small_frame
+from simjoin.spark.engine import WATERMARK_SKEW
+from simjoin.spark.s2j import block_table, join, read_new
 
 log = get_logger("simjoin.s2j")
 
@@ -49,25 +47,19 @@ DECISION_SCHEMA = "workers int, high int, low int, next_block long, shed long"
 SHED_SCHEMA = "side byte, id long, ts timestamp, tau double, shed_ratio double"
 
 
-def _live_blocks(spark: SparkSession, run_: S2JRun, u: Any, max_ts: Any) -> tuple[Any, list[dict[str, Any]]]:
-    """The live blocks (a pyarrow Table in ``block_id`` order on the in-process executor, else a
-    DataFrame; None when there are none) and their rows (block_id, side, worker, n, ts_min, ts_max)."""
+def _live_blocks(run_: S2JRun, u: Any, max_ts: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """The live blocks (a pyarrow Table in ``block_id`` order; None when there are none) and their
+    rows (block_id, side, worker, n, ts_min, ts_max)."""
     p = run_.params()
     cols = ["block_id", "side", "worker", "n", "ts_min", "ts_max"]
-    if u.in_process:
-        t = delta.read_arrow(run_.blocks, [("unit", "<", int(u.id))])
-        if t is None or not t.num_rows:
-            return None, []
-        t = t.filter(pa.array(~dead_mask(p, max_ts, t))).sort_by("block_id")
-        return (t if t.num_rows else None), t.select(cols).to_pylist()
-    state = read_state(spark, run_.blocks, u.id)
-    dead = dead_blocks(p, max_ts)
-    if state is not None and dead:
-        state = state.where(f"NOT ({dead})")
-    return state, [] if state is None else [r.asDict() for r in state.select(*cols).orderBy("block_id").collect()]
+    t = u.read_state(run_.blocks, [("unit", "<", int(u.id))])
+    if t is None or not t.num_rows:
+        return None, []
+    t = t.filter(pa.array(~dead_mask(p, max_ts, t))).sort_by("block_id")
+    return (t if t.num_rows else None), t.select(cols).to_pylist()
 
 
-def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
+def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
@@ -78,11 +70,11 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     new = read_new(u.records, p)  # the one scan of the micro-batch, shared by every task
     input_scans = 1
     # dead blocks wait for the periodic delete; nothing reads them
-    state, live_rows = _live_blocks(spark, run_, u, prog.max_ts)
+    state, live_rows = _live_blocks(run_, u, prog.max_ts)
     # each stream's newest committed ts once this unit is in (at most: publish caps a new max ts at
     # its time + WATERMARK_SKEW, later than now): blocks below it by W + L are dropped at publish
-    marks = {s: math.floor(m.timestamp() * 1_000_000) for s, m in prog.max_ts.items()}
-    cap = math.floor((dt.datetime.now(dt.UTC) + WATERMARK_SKEW).timestamp() * 1_000_000)
+    marks = {s: epoch_us(m) for s, m in prog.max_ts.items()}
+    cap = epoch_us(dt.datetime.now(dt.UTC) + WATERMARK_SKEW)
     for s, t in new.items():
         if len(t):
             top = min(int(t.ts.max()), cap)
@@ -122,7 +114,7 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
                        "ts": pa.array([r[2] for r in shed_rows], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
                        "tau": pa.array(np.full(n_shed, d.tau, np.float64)),
                        "shed_ratio": pa.array(np.full(n_shed, d.shed_ratio, np.float64))})
-        u.write_work(sh if u.in_process else arrow_frame(spark, sh), "shed")
+        u.write_work(sh, "shed")
     # blocks -> workers (existing, then the new ones); a new block the other stream already left behind is not kept
     next_block = int(meta.get("next_block", 0))
     fresh = [(s, Block(t).index(p.index_columns(s))) for s in sides for t in cut_blocks(kept[s], d.block_size)]
@@ -132,26 +124,14 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     assign = assign_blocks(sizes, current, d.workers, d.block_size)
     moved = sum(1 for a, c in zip(assign, current) if c >= 0 and a != c)
     rows = [(next_block + i, s, assign[len(live_rows) + i], b) for i, (s, b) in enumerate(fresh)]
-    if u.in_process:
-        blocks = None
-        if state is not None:  # state rows in block_id order, as live_rows
-            blocks = state.set_column(state.column_names.index("worker"), "worker",
-                                      pa.array(assign[:len(live_rows)], pa.int32()))
-        joined = join_arrow(blocks, kept, p)
-        u.write_work(joined, "joined")
-        u.write_work(block_table(rows), "blocks")
-        st = joined.filter(pc.equal(joined.column("kind"), int(RowKind.STATS))).to_pylist()
-    else:
-        blocks = None
-        if state is not None:
-            mapping = arrow_frame(spark, pa.table({
-                "block_id": pa.array([int(r["block_id"]) for r in live_rows], pa.int64()),
-                "_w": pa.array(assign[:len(live_rows)], pa.int32())}))
-            blocks = (state.join(F.broadcast(mapping), "block_id").drop("worker").withColumnRenamed("_w", "worker"))
-        u.write_work(join_df(spark, blocks, kept, p, d.workers), "joined")
-        u.write_work(block_frame(spark, rows), "blocks")
-        # statistics (the join runs here, once: in this process its output stays cached for the gate and publish)
-        st = u.work("joined").where(F.col("kind") == int(RowKind.STATS)).collect()
+    blocks = None
+    if state is not None:  # state rows in block_id order, as live_rows
+        blocks = state.set_column(state.column_names.index("worker"), "worker",
+                                  pa.array(assign[:len(live_rows)], pa.int32()))
+    joined = join(blocks, kept, p, u.map_tasks)
+    u.write_work(joined, "joined")
+    u.write_work(block_table(rows), "blocks")
+    st = joined.filter(pc.equal(joined.column("kind"), int(RowKind.STATS))).to_pylist()
     secs = time.perf_counter() - t0
     loads = [0] * d.workers
     nblocks = [0] * d.workers
@@ -180,12 +160,8 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
         out.append(("s2j", None, "task", u.id, None, t.name, None, None, None, None, None, None, None, None, None,
                     None, None, c[0], c[1], None, None))
     dec = [(d.workers, d.high, d.low, next_block + len(fresh), len(shed_rows))]
-    if u.in_process:
-        u.write_work(delta.rows_table(out, STATS_SCHEMA), "stats")
-        u.write_work(delta.rows_table(dec, DECISION_SCHEMA), "decision")
-    else:
-        u.write_work(small_frame(spark, out, STATS_SCHEMA), "stats")
-        u.write_work(small_frame(spark, dec, DECISION_SCHEMA), "decision")
+    u.write_work(delta.rows_table(out, STATS_SCHEMA), "stats")
+    u.write_work(delta.rows_table(dec, DECISION_SCHEMA), "decision")
     return {"unit": u.id, "tau": d.tau, "workers": d.workers, "shed": len(shed_rows), "shed_ratio": d.shed_ratio,
             "block_size": d.block_size, "tuples_in": incoming, "processed": processed, "pairs": pairs,
             "moved_blocks": moved, "new_blocks": len(fresh), "expired_blocks": len(gone), "live": live,

@@ -21,8 +21,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from jobs.s2j.common import EXPIRE_EVERY, S2JRun, dead_blocks
 from jobs.s2j.gate import staged_pairs
@@ -36,25 +34,20 @@ def snapshot_due(u: Any, run: S2JRun, meta: dict[str, Any]) -> bool:
     if every is not None and u.id - last >= int(every):
         return True
     if c.punctuation:
-        if u.in_process:
-            return bool(pc.any(u.records.column(c.punctuation)).as_py())
-        return u.records.where(F.col(c.punctuation)).limit(1).count() > 0
+        return bool(pc.any(u.records.column(c.punctuation)).as_py())
     return False
 
 
-def _task_pairs(found: Any, task: int) -> Any:
-    if isinstance(found, pa.Table):
-        return found.filter(pc.equal(found.column("task"), task)).select(["left_id", "right_id", "ts"])
-    return found.where(F.col("task") == task).select("left_id", "right_id", "ts")
+def _task_pairs(found: pa.Table, task: int) -> pa.Table:
+    return found.filter(pc.equal(found.column("task"), task)).select(["left_id", "right_id", "ts"])
 
 
-def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
+def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
     meta = u.engine.progress().meta
-    w = u.work("decision")
-    dec = w.to_pylist()[0] if u.in_process else w.first()
+    dec = u.work("decision").to_pylist()[0]
     pairs = staged_pairs(run_, u)
     due = snapshot_due(u, run_, meta)
     snaps = int(meta.get("snapshots", 0))
@@ -63,23 +56,18 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
     options: dict[str, dict[str, str]] = {}
     if due:
         found = pairs
-        if u.in_process:
-            held = delta.read_arrow(run_.buffer, [("unit", ">", last), ("unit", "<", int(u.id))],
-                                    ["task", "left_id", "right_id", "ts"])
-            if held is not None and held.num_rows:
-                found = pa.concat_tables([pairs, held.cast(pairs.schema)])
-        elif delta.table_exists(spark, run_.buffer):
-            held = (delta.read_table(spark, run_.buffer).where((F.col("unit") > last) & (F.col("unit") < u.id))
-                    .select("task", "left_id", "right_id", "ts"))
-            found = pairs.unionByName(held)
+        held = u.read_state(run_.buffer, [("unit", ">", last), ("unit", "<", int(u.id))],
+                            ["task", "left_id", "right_id", "ts"])
+        if held is not None and held.num_rows:
+            found = pa.concat_tables([pairs, held.cast(pairs.schema)])
         tag = json.dumps({"snapshot": snaps, "unit": u.id})
         for i, t in enumerate(run_.tasks):
             piece = f"task:{t.name}"
             pieces.append((piece, _task_pairs(found, i), run_.task_table(t.name)))
             options[piece] = {"userMetadata": tag}
     else:
-        pieces.append(("buffer", pairs.append_column("unit", pa.array(np.full(pairs.num_rows, u.id, np.int64)))
-                       if u.in_process else pairs.withColumn("unit", F.lit(u.id).cast("long")), run_.buffer))
+        pieces.append(("buffer", pairs.append_column("unit", pa.array(np.full(pairs.num_rows, u.id, np.int64))),
+                       run_.buffer))
     if int(dec["shed"]):
         pieces.append(("shed", u.work("shed", keep_unit=True), run_.tables.shed))
     pieces += [("stats", u.work("stats", keep_unit=True), run_.tables.stats),
@@ -96,6 +84,4 @@ def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
             u.engine.delete(run_.blocks, dead)
     if due and delta.table_exists(spark, run_.buffer):
         u.engine.delete(run_.buffer, f"unit <= {u.id}")
-    if not u.in_process:
-        pairs.unpersist()
     return {**res, "snapshot": snaps if due else None}  # type: ignore[no-any-return]

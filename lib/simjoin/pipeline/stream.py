@@ -76,6 +76,11 @@ class StreamRun(Run):
     #: whether the pipeline's stages run a unit on Arrow tables in this process (the in-process
     #: executor, :func:`in_process_rows`); otherwise every unit runs on Spark
     IN_PROCESS: ClassVar[bool] = False
+    #: whether the pipeline's stages are functions of Arrow data on both executors: a unit's
+    #: records, state and work tables are pyarrow Tables whichever executor runs it, and the
+    #: executor decides only where the tasks of a stage that fans out run
+    #: (:meth:`OpenUnit.map_tasks`: a thread pool, or one ``mapInArrow`` Spark job)
+    ARROW_STAGES: ClassVar[bool] = False
 
     def open_unit(self, spark: Any) -> Any:
         """The engine's open unit (``simjoin.spark.engine.OpenUnit``), or None when nothing is
@@ -85,13 +90,14 @@ class StreamRun(Run):
         then run without a Spark job, and every task of the unit decides alike."""
         if "open_unit" in self.frames:
             return self.frames["open_unit"]
-        u = OpenUnit.of(self.engine(spark), self, in_process=self.IN_PROCESS)
+        u = OpenUnit.of(self.engine(spark), self, in_process=self.IN_PROCESS, arrow_stages=self.ARROW_STAGES)
         if u is not None:
             from simjoin.log import get_logger
 
-            get_logger("simjoin.pipeline").info(
-                "%s: unit %d runs on the %s", self.pipeline, u.id,
-                f"in-process executor ({u.records.num_rows} records)" if u.in_process else "Spark executor")
+            where = (f"in-process executor ({u.records.num_rows} records)" if u.in_process else
+                     f"Spark executor ({u.records.num_rows} records; its stages' tasks in Spark jobs)" if u.arrow
+                     else "Spark executor")
+            get_logger("simjoin.pipeline").info("%s: unit %d runs on the %s", self.pipeline, u.id, where)
             self.keep("open_unit", u)
         return u
 
@@ -113,20 +119,28 @@ class OpenUnit:
     run: Any = field(default=None, compare=False, repr=False)
     #: work tables already checked to hold this unit (one Spark job per table, not per read)
     _checked: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: the records are a pyarrow Table, but the unit runs on the Spark executor: its stages' tasks
+    #: run in Spark jobs (``ARROW_STAGES``)
+    spark_tasks: bool = False
 
     @classmethod
-    def of(cls, engine: Any, run: Any = None, in_process: bool = False) -> OpenUnit | None:
-        unit: Any = _in_process_unit(engine) if in_process else False
-        if unit is False:
-            unit = engine.open_unit()
+    def of(cls, engine: Any, run: Any = None, in_process: bool = False,
+           arrow_stages: bool = False) -> OpenUnit | None:
+        spark_tasks = False
+        if arrow_stages:
+            unit, spark_tasks = _arrow_unit(engine)
+        else:
+            unit = _in_process_unit(engine) if in_process else False
+            if unit is False:
+                unit = engine.open_unit()
         if unit is None:
             return None
         meta = {**engine.progress().meta, **(json.loads(unit.meta) if unit.meta else {})}
-        return cls(engine, unit, meta, run)
+        return cls(engine, unit, meta, run, spark_tasks=spark_tasks)
 
     def like(self, cls: type[OpenUnit]) -> Any:
         """This unit as a pipeline's subclass of OpenUnit (same engine, unit, run and frames)."""
-        return cls(self.engine, self.unit, self.meta, self.run, self._checked)
+        return cls(self.engine, self.unit, self.meta, self.run, self._checked, self.spark_tasks)
 
     @property
     def id(self) -> int:
@@ -141,16 +155,41 @@ class OpenUnit:
         return bool(self.run is not None and self.run.in_process)
 
     @property
-    def in_process(self) -> bool:
-        """Whether the unit runs on the in-process executor: its records and work tables are
-        pyarrow Tables, read and written with deltalake."""
+    def arrow(self) -> bool:
+        """Whether the unit's records and work tables are pyarrow Tables (read and written with
+        deltalake when local)."""
         import pyarrow as pa
 
         return isinstance(self.unit.records, pa.Table)
 
+    @property
+    def in_process(self) -> bool:
+        """Whether the unit runs on the in-process executor: Arrow data, and its tasks on a
+        thread pool of this process (no Spark job)."""
+        return self.arrow and not self.spark_tasks
+
+    def map_tasks(self, t: Any, task: Any, fn: Any, schema: Any, name: str = "task") -> Any:
+        """A stage's fan-out on the unit's executor: ``fn`` (a task's rows -> its output batches)
+        per task id of ``task`` (one per row of ``t``), on a thread pool in process, else in one
+        Spark job (``mapInArrow``, each task alone in its partition). The same pyarrow Table of
+        ``schema`` either way, in ascending task order."""
+        from simjoin.spark import routing
+
+        if self.in_process:
+            return routing.task_table(t, task, fn, schema, name)
+        return routing.spark_task_table(self.engine.spark, t, task, fn, schema, name)
+
+    def read_state(self, path: str, where: Any = None, columns: Any = None) -> Any:
+        """A state table's rows (``where``: ``(column, op, value)`` filters, e.g. ``unit < u``) as a
+        pyarrow Table, or None when there is no table: read with deltalake, or with Spark when
+        deltalake cannot (not local)."""
+        from simjoin.spark import delta
+
+        return delta.read_arrow_any(lambda: self.engine.spark, path, where, columns)
+
     def work(self, name: str, keep_unit: bool = False) -> Any:
         kept = self.run.frames.get(self._key(name)) if self.in_memory else None
-        if self.in_process:
+        if self.arrow:
             return self._work_arrow(name, kept, keep_unit)
         if kept is not None:
             if keep_unit:
@@ -170,7 +209,7 @@ class OpenUnit:
         t = kept
         if t is None:
             path = self.engine.tables.work(name)
-            t = delta.read_arrow(path)
+            t = delta.read_arrow_any(lambda: self.engine.spark, path)
             if t is None:
                 raise StaleUnit(f"no {name} table at {path}: run the previous stage first")
             units = set(t.column("unit").unique().to_pylist())
@@ -234,25 +273,47 @@ def in_process_rows() -> int:
     return n
 
 
-def _in_process_unit(engine: Any) -> Any:
+def _arrow_unit(engine: Any) -> tuple[Any, bool]:
+    """The open unit (None if there is none) with its records as a pyarrow Table, and whether its
+    tasks run on Spark: a unit of more than :func:`in_process_rows` records, or records deltalake
+    cannot read (read with Spark into the driver: a unit is bounded by ``--max-records-per-unit``)."""
+    got = _in_process_unit(engine, arrow=True)
+    if got is None:
+        return None, False
+    if got[0] is not False:
+        return got  # type: ignore[no-any-return]
+    u = engine.open_unit()
+    if u is None:
+        return None, False
+    import dataclasses
+
+    return dataclasses.replace(u, records=u.records.toArrow()), True
+
+
+def _in_process_unit(engine: Any, arrow: bool = False) -> Any:
     """The open unit with its records as a pyarrow Table when it may run in this process (local
     tables deltalake reads, at most :func:`in_process_rows` records), None when no unit is open,
-    False when it runs on Spark."""
+    False when it runs on Spark. ``arrow``: (the unit read with deltalake whatever its size,
+    whether its tasks run on Spark), or (False, True) when deltalake cannot read it."""
     from simjoin.log import get_logger
     from simjoin.spark import delta
 
     limit = in_process_rows()
-    if limit <= 0 or not engine.local_tables():
-        return False
+    spark_only = (False, True) if arrow else False
+    if not engine.local_tables() or (limit <= 0 and not arrow):
+        return spark_only
     try:
-        head = engine.open_unit_table(["side"])
-        if head is None or head.records.num_rows > limit:
-            if head is not None:
-                get_logger("simjoin.pipeline").info(
-                    "%s: unit %d has %d records (> SIMJOIN_LOCAL_UNIT_ROWS=%d): it runs on Spark", engine.pipeline,
-                    head.unit, head.records.num_rows, limit)
-            return None if head is None else False
-        return engine.open_unit_table()
+        head = engine.open_unit_table(None if arrow else ["side"])
+        if head is None:
+            return None
+        big = head.records.num_rows > limit
+        if big:
+            get_logger("simjoin.pipeline").info(
+                "%s: unit %d has %d records (> SIMJOIN_LOCAL_UNIT_ROWS=%d): it runs on Spark", engine.pipeline,
+                head.unit, head.records.num_rows, limit)
+        if arrow:
+            return head, big
+        return False if big else engine.open_unit_table()
     except delta.NotLocal as e:
         get_logger("simjoin.pipeline").info("%s: the unit runs on Spark: %s", engine.pipeline, e)
-        return False
+        return spark_only

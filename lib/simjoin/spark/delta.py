@@ -43,6 +43,7 @@ __all__ = [
     "latest_version",
     "background_writes",
     "small_rows",
+    "read_arrow_any",
     "read_small",
     "overwrite_rows",
     "append_rows",
@@ -218,6 +219,32 @@ def read_arrow(ref: str, where: Any = None, columns: Sequence[str] | None = None
         return delta_files.read_kept(local, where, None if columns is None else list(columns))
     except Exception as e:  # a reader feature deltalake lacks
         raise NotLocal(f"deltalake cannot read {ref}: {e}") from e
+
+
+_OPS = {"<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__", "=": "__eq__", "==": "__eq__",
+        "!=": "__ne__"}
+
+
+def read_arrow_any(spark: Any, ref: str, where: Any = None, columns: Sequence[str] | None = None) -> Any:
+    """:func:`read_arrow`, and for a table this process cannot read with ``deltalake`` (not local,
+    a feature it lacks) the same rows read with Spark into the driver: the one reader of a unit's
+    state and work tables on either executor. ``where``: a conjunction of ``(column, op, value)``
+    (ops ``< <= > >= = != in``). ``spark``: a session, or a callable that gives one (asked only
+    when Spark reads)."""
+    try:
+        return read_arrow(ref, where, columns)
+    except NotLocal as e:
+        log.info("delta: %s is read with Spark: %s", ref, e)
+    from pyspark.sql import functions as F
+
+    session = spark() if callable(spark) else spark
+    if not table_exists(session, ref):
+        return None
+    df = read_table(session, ref)
+    for c, op, v in where or ():
+        col = F.col(c)
+        df = df.where(col.isin(list(v)) if op == "in" else getattr(col, _OPS[op])(v))
+    return (df if columns is None else df.select(*columns)).toArrow()
 
 
 def owner(spark: SparkSession, ref: str) -> str | None:

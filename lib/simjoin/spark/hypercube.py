@@ -1,71 +1,50 @@
-"""Spark adapter of Streaming HyperCube (Qiu, Papadias & Yi, EDBT'19).
+"""Streaming HyperCube (Qiu, Papadias & Yi, EDBT'19) over Arrow, for both executors.
 
 The algorithm lives in ``simjoin.core.hypercube``; this module moves its arrays:
 
 * :func:`batch_counts` - a micro-batch's top (side, key) counts for the heavy-hitter summary (a
   top-k query: the Misra-Gries merge needs no more).
-* :func:`copies` - every tuple's copies (task, worker) under a dispatcher, computed with numpy
-  inside ``mapInArrow``.
-* :func:`join` - copies routed by worker through ``simjoin.spark.routing.route_to_tasks`` (each
-  worker one Spark partition, its tasks logically apart inside it), and every worker's local hash
-  join (the core's numba kernel) in ``mapInArrow``: ``PAIR`` rows, or per-key ``COUNTER`` rows
-  with ``--count-only``, and one ``STATS`` row per worker.
+* :func:`copies_of` - every tuple's copies (task, worker) under a dispatcher.
+* :func:`join` - the copies grouped by worker, and every worker's local hash join (the core's
+  numba kernel, :func:`worker_join`) as one task of the unit's executor (``OpenUnit.map_tasks``:
+  a thread pool, or a Spark job with each worker alone in its partition): ``PAIR`` rows, or
+  per-key ``COUNTER`` rows with ``--count-only``, and one ``STATS`` row per worker.
 * :func:`loads` - the copies each worker holds under a dispatcher, and PHJ's per-worker tuples.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from simjoin.contracts import RowKind
 from simjoin.core.hypercube.dispatch import Dispatcher
 from simjoin.core.hypercube.join import local_counts, local_join
 from simjoin.core.hypercube.route import phj_loads, route
-from simjoin.spark.routing import map_tasks, route_to_tasks
 
-__all__ = ["TUPLE_COLUMNS", "JOIN_SCHEMA", "batch_counts", "batch_counts_arrow", "copies", "copies_of", "join",
-           "join_arrow", "worker_join", "loads", "loads_arrow"]
+__all__ = ["TUPLE_COLUMNS", "JOIN_ARROW", "batch_counts", "copies_of", "join", "worker_join", "loads"]
 
 #: A tuple as the join sees it: side (0 R, 1 S), id, ts in microseconds, key, new in this unit.
 TUPLE_COLUMNS = ("side", "id", "ts_us", "k", "new")
 COPY_ARROW = pa.schema([("side", pa.int64()), ("id", pa.int64()), ("ts_us", pa.int64()), ("k", pa.int64()),
                         ("new", pa.int64()), ("task", pa.int64()), ("worker", pa.int64())])
-COPY_SCHEMA = "side long, id long, ts_us long, k long, new long, task long, worker long"
 JOIN_ARROW = pa.schema([("kind", pa.int8()), ("left_id", pa.int64()), ("right_id", pa.int64()), ("k", pa.int64()),
                         ("ts_us", pa.int64()), ("pairs", pa.int64()), ("worker", pa.int32()),
                         ("received", pa.int64()), ("new_copies", pa.int64()), ("tasks", pa.int64()),
                         ("seconds", pa.float64())])
-JOIN_SCHEMA = ("kind byte, left_id long, right_id long, k long, ts_us long, pairs long, worker int, received long, "
-               "new_copies long, tasks long, seconds double")
 
 
 def _col(t: pa.Table | pa.RecordBatch, c: str) -> np.ndarray:
     return np.ascontiguousarray(t.column(c).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def batch_counts(records: DataFrame, top: int, also: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def batch_counts(records: pa.Table, top: int, also: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """The ``top`` largest (side, key) counts of ``records`` plus the counts of keys in ``also``
     (the summary's keys), and the number of records."""
-    c = records.groupBy("side", "k").agg(F.count("*").alias("n")).cache()
-    try:
-        n = int(c.agg(F.sum("n")).first()[0] or 0)  # type: ignore[index]
-        big = c.orderBy(F.desc("n"), "side", "k").limit(int(top))
-        part = big if also.size == 0 else big.unionByName(c.where(F.col("k").isin([int(k) for k in also])))
-        t = part.distinct().toArrow()
-    finally:
-        c.unpersist()
-    return (_col(t, "side").astype(np.int8), _col(t, "k"), _col(t, "n"), n)
-
-
-def batch_counts_arrow(records: pa.Table, top: int, also: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                               int]:
-    """:func:`batch_counts` on a pyarrow Table (the in-process executor): the same rows."""
     side, k = _col(records, "side"), _col(records, "k")
     if side.size == 0:
         z = np.zeros(0, np.int64)
@@ -84,19 +63,6 @@ def copies_of(b: pa.Table | pa.RecordBatch, d: Dispatcher) -> pa.RecordBatch:
     c = route(cols["side"], cols["id"], cols["k"], d)
     return pa.RecordBatch.from_arrays([pa.array(cols[n][c.row]) for n in TUPLE_COLUMNS]
                                       + [pa.array(c.task), pa.array(c.worker)], schema=COPY_ARROW)
-
-
-def copies(tuples: DataFrame, disp: Dispatcher) -> DataFrame:
-    """``tuples`` (``TUPLE_COLUMNS``) with one row per copy: its task and worker."""
-    state = disp.to_json()
-
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        d = Dispatcher.from_json(state)
-        for b in batches:
-            if b.num_rows:
-                yield copies_of(b, d)
-
-    return tuples.select(*TUPLE_COLUMNS).mapInArrow(task, COPY_SCHEMA)
 
 
 def worker_join(tb: pa.Table, window_us: int, count_only: bool) -> list[pa.RecordBatch]:
@@ -134,29 +100,15 @@ def worker_join(tb: pa.Table, window_us: int, count_only: bool) -> list[pa.Recor
     return got
 
 
-def join(tuples: DataFrame, disp: Dispatcher, window_us: int, count_only: bool) -> DataFrame:
-    """Each worker's local joins over its copies (see the module docstring)."""
-    p = disp.p
-    routed = route_to_tasks(copies(tuples, disp), "worker", p)
-
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        bs = list(batches)
-        tb = pa.Table.from_batches(bs, schema=COPY_ARROW) if bs else COPY_ARROW.empty_table()
-        # one worker per partition (route_to_tasks); should Spark ever put two in one, each is its own task
-        for got in map_tasks(tb, _col(tb, "worker"), lambda t: worker_join(t, window_us, count_only), "worker"):
-            yield from got
-
-    return routed.mapInArrow(task, JOIN_SCHEMA)
-
-
-def join_arrow(tuples: pa.Table, disp: Dispatcher, window_us: int, count_only: bool) -> pa.Table:
-    """:func:`join` on the in-process executor: the same copies and the same per-worker task on
-    a thread pool (``simjoin.spark.routing.map_tasks``)."""
+def join(tuples: pa.Table, disp: Dispatcher, window_us: int, count_only: bool, map_tasks: Any) -> pa.Table:
+    """Each worker's local joins over its copies (see the module docstring). ``map_tasks``: the
+    unit's executor (``OpenUnit.map_tasks``)."""
     if tuples.num_rows == 0:
         return JOIN_ARROW.empty_table()
     cp = pa.Table.from_batches([copies_of(tuples, disp)])
-    got = map_tasks(cp, _col(cp, "worker"), lambda t: worker_join(t, window_us, count_only), "hypercube-join")
-    return pa.Table.from_batches([b for bs in got for b in bs], schema=JOIN_ARROW)
+    return map_tasks(cp, _col(cp, "worker"), functools.partial(worker_join, window_us=window_us,
+                                                               count_only=count_only),
+                     JOIN_ARROW, "hypercube-join")
 
 
 def _worker_loads(b: pa.Table | pa.RecordBatch, d: Dispatcher, p: int) -> tuple[np.ndarray, np.ndarray]:
@@ -164,36 +116,10 @@ def _worker_loads(b: pa.Table | pa.RecordBatch, d: Dispatcher, p: int) -> tuple[
     return np.bincount(route(s, i, k, d).worker, minlength=p)[:p], phj_loads(k, p)
 
 
-def loads_arrow(held: pa.Table, disp: Dispatcher) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`loads` on a pyarrow Table (side, id, k)."""
+def loads(held: pa.Table, disp: Dispatcher) -> tuple[np.ndarray, np.ndarray]:
+    """Copies each worker holds under ``disp`` (the paper's load) and tuples per worker under
+    PHJ, over the tuples ``held`` (side, id, k)."""
     if held.num_rows == 0:
         return np.zeros(disp.p, np.int64), np.zeros(disp.p, np.int64)
     ours, phj = _worker_loads(held, disp, disp.p)
     return ours.astype(np.int64), phj.astype(np.int64)
-
-
-def loads(held: DataFrame, disp: Dispatcher) -> tuple[np.ndarray, np.ndarray]:
-    """Copies each worker holds under ``disp`` (the paper's load) and tuples per worker under
-    PHJ, over the tuples ``held`` (side, id, k)."""
-    state = disp.to_json()
-    p = disp.p
-
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        d = Dispatcher.from_json(state)
-        ours, phj = np.zeros(p, np.int64), np.zeros(p, np.int64)
-        for b in batches:
-            if b.num_rows:
-                o, h = _worker_loads(b, d, p)
-                ours += o
-                phj += h
-        yield pa.RecordBatch.from_arrays([pa.array(np.arange(p, dtype=np.int64)), pa.array(ours), pa.array(phj)],
-                                         names=["worker", "load", "phj"])
-
-    got = (held.select(F.col("side").cast("long"), "id", "k")
-           .mapInArrow(task, "worker long, load long, phj long")
-           .groupBy("worker").agg(F.sum("load").alias("load"), F.sum("phj").alias("phj")).toArrow())
-    ours, phj = np.zeros(p, np.int64), np.zeros(p, np.int64)
-    w = _col(got, "worker")
-    ours[w] = _col(got, "load")
-    phj[w] = _col(got, "phj")
-    return ours, phj

@@ -10,8 +10,8 @@ SSJ routes its units (Fier & Freytag's n x m units), the inequality join its PO-
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from simjoin.core.hashing import spark_hash_long
 
-__all__ = ["spark_hash_long", "partition_keys", "route_to_tasks", "map_tasks"]
+__all__ = ["spark_hash_long", "partition_keys", "route_to_tasks", "map_tasks", "task_table", "spark_task_table"]
 
 R = TypeVar("R")
 
@@ -68,3 +68,46 @@ def map_tasks(t: pa.Table, task: np.ndarray, fn: Callable[[pa.Table], R], name: 
         return [fn(groups[0])]
     with ThreadPoolExecutor(min(len(groups), os.cpu_count() or 1), thread_name_prefix=name) as pool:
         return list(pool.map(fn, groups))
+
+
+#: A task function of the unit runner: a task's rows in, its output batches out.
+TaskFn = Callable[[pa.Table], Iterable[pa.RecordBatch]]
+
+
+def task_table(t: pa.Table, task: np.ndarray, fn: TaskFn, schema: pa.Schema, name: str = "task") -> pa.Table:
+    """The in-process executor: ``fn`` per task on a thread pool (:func:`map_tasks`), its
+    batches as one Table of ``schema`` in ascending task order."""
+    got = map_tasks(t, task, lambda g: list(fn(g)), name)
+    return pa.Table.from_batches([b for bs in got for b in bs], schema=schema)
+
+
+def spark_task_table(spark: Any, t: pa.Table, task: np.ndarray, fn: TaskFn, schema: pa.Schema,
+                     name: str = "task") -> pa.Table:
+    """The Spark executor: the same ``fn`` per task inside ``mapInArrow``, each task alone in its
+    Spark partition (:func:`route_to_tasks`), in one Spark job; the batches come back in the
+    same order as :func:`task_table`'s."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from simjoin.spark.session import arrow_frame
+
+    task = np.asarray(task)
+    if t.num_rows == 0:
+        return schema.empty_table()
+    ids = np.unique(task)
+    dense = np.searchsorted(ids, task).astype(np.int64)  # partition i holds the i-th task id
+    cols = t.column_names
+    df = arrow_frame(spark, t.append_column("_task", pa.array(task.astype(np.int64)))
+                     .append_column("_slot", pa.array(dense)))
+    routed = route_to_tasks(df, "_slot", int(ids.size))
+
+    def part(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        bs = [b for b in batches if b.num_rows]
+        if not bs:
+            return
+        tb = pa.Table.from_batches(bs)
+        for got in map_tasks(tb.select(cols), np.asarray(tb.column("_task").to_numpy()), lambda g: list(fn(g)), name):
+            for b in got:
+                yield b.cast(schema) if b.schema != schema else b
+
+    out = routed.mapInArrow(part, from_arrow_schema(schema, prefer_timestamp_ntz=False)).toArrow()
+    return out.cast(schema) if out.schema != schema else out

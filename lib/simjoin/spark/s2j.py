@@ -1,49 +1,41 @@
-"""Spark adapter of the S2J operator (``simjoin.core.s2j``): it ships tuple blocks and the
-micro-batch's tuples to the workers and pairs back, and holds no join rule of its own.
+"""The S2J operator (``simjoin.core.s2j``) over Arrow, for both executors: it ships tuple blocks
+and the micro-batch's tuples to the workers and pairs back, and holds no join rule of its own.
 
-* **Blocks** (``BLOCK_SCHEMA``, the Delta table ``DIR/_state/blocks``): one row per tuple block,
+* **Blocks** (``BLOCK_ARROW``, the Delta table ``DIR/_state/blocks``): one row per tuple block,
   its ids as an array (the duplicate-id check reads them) and its arrays with their sort orders
   as one blob, so a worker never re-sorts a stored block.
-* **Join** (:func:`join_df`): every live block goes to the Spark task of its worker
-  (``route_to_tasks``; the number of partitions follows the workers), together with the
-  micro-batch's tuples, read once and carried in the task's closure. A task reads each of its
-  blocks once and runs every join task on it (source sharing); one task also joins the new tuples
-  among themselves. The kernels are the core's numba loops inside ``mapInArrow``; pairs leave as
-  Arrow arrays, with one ``STATS`` row per (block, join task).
+* **Join** (:func:`join`): every live block goes to the task of its worker on the unit's executor
+  (``OpenUnit.map_tasks``: a thread pool, or a Spark job with each worker alone in its
+  partition), together with the micro-batch's tuples, read once and carried in the task's
+  closure. A task (:func:`worker_pairs`) reads each of its blocks once and runs every join task on
+  it (source sharing); one task also joins the new tuples among themselves. The kernels are the
+  core's numba loops; pairs leave as Arrow arrays, with one ``STATS`` row per (block, join task).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from simjoin.contracts import RowKind
 from simjoin.core.inequality.spo import Tuples
 from simjoin.core.s2j.join import Block
 from simjoin.core.s2j.operator import S2JParams, TaskPairs, join_new, join_stored, make_tuples
-from simjoin.spark.routing import map_tasks, route_to_tasks
-from simjoin.spark.session import arrow_frame
 
-__all__ = ["BLOCK_SCHEMA", "JOIN_SCHEMA", "read_new", "block_table", "block_frame", "join_df", "join_arrow",
-           "worker_pairs"]
+__all__ = ["BLOCK_ARROW", "JOIN_ARROW", "read_new", "block_table", "join", "worker_pairs"]
 
 BLOCK_ARROW = pa.schema([("block_id", pa.int64()), ("side", pa.int8()), ("worker", pa.int32()), ("n", pa.int64()),
                          ("ts_min", pa.int64()), ("ts_max", pa.int64()), ("ids", pa.list_(pa.int64())),
                          ("blob", pa.binary())])
-BLOCK_SCHEMA = ("block_id long, side byte, worker int, n long, ts_min long, ts_max long, ids array<long>, "
-                "blob binary")
 JOIN_ARROW = pa.schema([("kind", pa.int8()), ("task", pa.int32()), ("left_id", pa.int64()),
                         ("right_id", pa.int64()), ("ts", pa.int64()), ("worker", pa.int32()),
                         ("block_id", pa.int64()), ("stored", pa.int64()), ("candidates", pa.int64()),
                         ("pairs", pa.int64()), ("seconds", pa.float64())])
-JOIN_SCHEMA = ("kind byte, task int, left_id long, right_id long, ts long, worker int, block_id long, stored long, "
-               "candidates long, pairs long, seconds double")
 NEW_BLOCK = -1
 
 
@@ -51,17 +43,12 @@ def _np(t: pa.Table, c: str, dtype: Any) -> np.ndarray:
     return np.ascontiguousarray(t.column(c).to_numpy(zero_copy_only=False), dtype=dtype)
 
 
-def read_new(records: DataFrame | pa.Table, p: S2JParams) -> dict[int, Tuples]:
-    """The micro-batch's staged tuples per side, read once (projected to the tasks' columns): a
-    DataFrame (one Spark job), or a pyarrow Table (the in-process executor)."""
+def read_new(records: pa.Table, p: S2JParams) -> dict[int, Tuples]:
+    """The micro-batch's staged tuples per side, read once (projected to the tasks' columns)."""
     cols = sorted({c for s in p.sides for c in p.columns(s)})
-    if isinstance(records, pa.Table):
-        t = pa.table({"side": records.column("side").cast(pa.int32()), "id": records.column("id"),
-                      "ts": records.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()),
-                      **{c: records.column(c) for c in cols}})
-    else:
-        t = records.select(F.col("side").cast("int").alias("side"), "id", F.unix_micros("ts").alias("ts"),
-                           *cols).toArrow()
+    t = pa.table({"side": records.column("side").cast(pa.int32()), "id": records.column("id"),
+                  "ts": records.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()),
+                  **{c: records.column(c) for c in cols}})
     side = _np(t, "side", np.int64)
     # each column in its staged type (``simjoin.spark.exact_types``): integers stay int64, compared exactly
     # (a long's nulls - the other side's rows of a column only one side has - as 0, never through float64)
@@ -81,11 +68,6 @@ def block_table(rows: list[tuple[int, int, int, Block]]) -> pa.Table:
     data = [{"block_id": b, "side": s, "worker": w, "n": len(k), "ts_min": k.ts_min, "ts_max": k.ts_max,
              "ids": k.tuples.id.tolist(), "blob": k.to_bytes()} for b, s, w, k in rows]
     return pa.Table.from_pylist(data, schema=BLOCK_ARROW)
-
-
-def block_frame(spark: SparkSession, rows: list[tuple[int, int, int, Block]]) -> DataFrame:
-    """:func:`block_table` as a DataFrame of ``BLOCK_SCHEMA``."""
-    return arrow_frame(spark, block_table(rows))
 
 
 def _batch(tp: TaskPairs, worker: int, block_id: int) -> pa.RecordBatch:
@@ -132,29 +114,13 @@ def worker_pairs(rows: pa.Table | pa.RecordBatch, new: dict[int, Tuples], p: S2J
             "candidates": 0, "pairs": 0, "seconds": secs}], schema=JOIN_ARROW)
 
 
-def join_arrow(blocks: pa.Table | None, new: dict[int, Tuples], p: S2JParams) -> pa.Table:
-    """:func:`join_df` on the in-process executor: the same worker tasks on a thread pool
-    (``simjoin.spark.routing.map_tasks``) over the live blocks (``WORK_ARROW``, their worker this
-    micro-batch) and the pseudo-block of the new tuples."""
+def join(blocks: pa.Table | None, new: dict[int, Tuples], p: S2JParams, map_tasks: Any) -> pa.Table:
+    """Pairs of every task between the live blocks (``WORK_ARROW``; the ``worker`` column is the
+    block's worker this micro-batch) and the new tuples, plus the new tuples among themselves:
+    ``PAIR`` rows, and per (block, task) a ``STATS`` row. ``map_tasks``: the unit's executor
+    (``OpenUnit.map_tasks``)."""
     pseudo = pa.Table.from_pylist([{"block_id": NEW_BLOCK, "side": 0, "worker": 0, "n": 0, "blob": None}],
                                   schema=WORK_ARROW)
     rows = pseudo if blocks is None else pa.concat_tables([blocks.select(WORK_ARROW.names).cast(WORK_ARROW), pseudo])
-    got = map_tasks(rows, _np(rows, "worker", np.int64), lambda t: list(worker_pairs(t, new, p)), "s2j-join")
-    return pa.Table.from_batches([b for bs in got for b in bs], schema=JOIN_ARROW)
-
-
-def join_df(spark: SparkSession, blocks: DataFrame | None, new: dict[int, Tuples], p: S2JParams,
-            workers: int) -> DataFrame:
-    """Pairs of every task between the live blocks (``block_id, side, worker, n, blob``; the
-    ``worker`` column is the block's worker this micro-batch) and the new tuples, plus the new
-    tuples among themselves. ``PAIR`` rows, and per (block, task) a ``STATS`` row."""
-    pseudo = arrow_frame(spark, pa.Table.from_pylist(
-        [{"block_id": NEW_BLOCK, "side": 0, "worker": 0, "n": 0, "blob": None}], schema=WORK_ARROW))
-    rows = pseudo if blocks is None else blocks.select("block_id", "side", "worker", "n", "blob").unionByName(pseudo)
-    rows = route_to_tasks(rows, "worker", workers)
-
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            yield from worker_pairs(b, new, p)
-
-    return rows.mapInArrow(task, JOIN_SCHEMA)
+    return map_tasks(rows, _np(rows, "worker", np.int64), functools.partial(worker_pairs, new=new, p=p), JOIN_ARROW,
+                     "s2j-join")
