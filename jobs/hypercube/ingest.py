@@ -39,6 +39,7 @@ def live_ids(spark: Any, run: HyperCubeRun) -> Any:
     by Spark when the state is not local."""
     def live(info: BatchInfo) -> Any:
         got = held(functools.partial(delta.read_arrow_any, spark), run, info.unit, info.progress.max_ts)
+        run.keep(f"hypercube_held_{info.unit}", got)  # the unit's later stages in this process (``held_of``)
         return None if got is None else got.select(["side", "id"])
 
     return live

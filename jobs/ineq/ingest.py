@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import SparkSession
 
 from jobs.ineq.common import IneqRun, tuple_live
 from simjoin.quality.rows import Bounded, InputSpec, Late, Needed, UniqueIds
@@ -30,7 +29,7 @@ from simjoin.spark.engine import BatchInfo
 from simjoin.spark.exact_types import ExactTypes, exact_types
 
 
-def types(spark: SparkSession, run: IneqRun) -> ExactTypes:
+def types(spark: Any, run: IneqRun) -> ExactTypes:
     """The staged type of every predicate column (exact comparison in its own type)."""
     p = run.params()
     return exact_types(spark, run.sources, [p.columns(s) for s in p.sides],
@@ -51,7 +50,7 @@ def spec(run: IneqRun, exact: ExactTypes) -> InputSpec:
                      casts=exact.casts)
 
 
-def live_ids(spark: SparkSession, run: IneqRun) -> Any:
+def live_ids(spark: Any, run: IneqRun) -> Any:
     """(side, id) of the live tuples (expired ones may linger in the table until a batch expires:
     the exact bound is applied here), read with deltalake, or by Spark when they are not local."""
     def live(info: BatchInfo) -> Any:
@@ -68,6 +67,6 @@ def live_ids(spark: SparkSession, run: IneqRun) -> Any:
     return live
 
 
-def run(spark: SparkSession, run_: IneqRun) -> dict[str, Any]:
+def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
     return run_.engine(spark).ingest(spec(run_, types(spark, run_)), live_ids(spark, run_))  # type: ignore[no-any-return]

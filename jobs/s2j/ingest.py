@@ -20,7 +20,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
 
 from jobs.s2j.common import S2JRun, dead_mask
 from simjoin.quality.rows import Bounded, InputSpec, Late, Needed, UniqueIds
@@ -29,7 +28,7 @@ from simjoin.spark.engine import BatchInfo
 from simjoin.spark.exact_types import ExactTypes, exact_types
 
 
-def types(spark: SparkSession, run: S2JRun) -> ExactTypes:
+def types(spark: Any, run: S2JRun) -> ExactTypes:
     """The staged type of every task column (exact comparison in its own type)."""
     p = run.params()
     return exact_types(spark, run.sources, [p.columns(s) for s in p.sides],
@@ -69,6 +68,6 @@ def live_ids(spark: Any, run: S2JRun) -> Any:
     return live
 
 
-def run(spark: SparkSession, run_: S2JRun) -> dict[str, Any]:
+def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
     return run_.engine(spark).ingest(spec(run_, types(spark, run_)), live_ids(spark, run_))  # type: ignore[no-any-return]

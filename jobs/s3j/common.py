@@ -18,13 +18,14 @@ from typing import Any, ClassVar
 
 from simjoin.pipeline.stream import OpenUnit, StreamRun
 
-__all__ = ["S3JRun", "S3JUnit", "expire_state", "open_unit", "micros", "read_assignment", "read_state",
-           "state_arrow", "assignment_arrow", "window_state_arrow", "us"]
+__all__ = ["S3JRun", "S3JUnit", "expire_state", "open_unit", "state_arrow", "assignment_arrow", "window_state_arrow",
+           "us"]
 
 
 class S3JRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"join_state": "join", "centroids": "centroids", "assignment": "assignment"}
     IN_PROCESS: ClassVar[bool] = True
+    ARROW_STAGES: ClassVar[bool] = True
 
     @property
     def join_state(self) -> str:
@@ -46,19 +47,6 @@ class S3JRun(StreamRun):
                           int(c.virtual_partitions), int(c.seed), bool(c.exact_distances), self.self_join, int(dim))
 
 
-def micros(col: str) -> Any:
-    from simjoin.spark.engine import micros as m
-
-    return m(col)
-
-
-def read_state(spark: Any, path: str, before_unit: int) -> Any:
-    """A state table as written by units before ``before_unit``, or None (``simjoin.spark.engine``)."""
-    from simjoin.spark.engine import read_state as read
-
-    return read(spark, path, before_unit)
-
-
 def expire_state(eng: Any, run: S3JRun, published: dict[str, Any]) -> None:
     """After a publish (``published``: the engine's result), drop the join state of the windows
     that ended at or before the watermark less the allowed lateness (``Progress.closed_watermark``):
@@ -72,48 +60,36 @@ def expire_state(eng: Any, run: S3JRun, published: dict[str, Any]) -> None:
                windows=(run.window_s, run.slide_s or run.window_s))
 
 
-def read_assignment(spark: Any, run: S3JRun, before_unit: int) -> Any:
-    """The rebalance stage's latest assignment made before ``before_unit`` (the savepoint), or None."""
-    from pyspark.sql import functions as F
-
-    a = read_state(spark, run.assignment, before_unit)
-    if a is None:
-        return None
-    last = a.agg(F.max("unit")).first()[0]
-    return None if last is None else a.where(F.col("unit") == last).drop("unit")
-
-
 def us(col: Any) -> Any:
-    """A timestamp column of a pyarrow Table as epoch microseconds (int64): ``micros``'s twin."""
+    """A timestamp column of a pyarrow Table as epoch microseconds (int64)."""
     import pyarrow as pa
 
     return col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
 
 
-def state_arrow(path: str, before_unit: int, columns: list[str] | None = None) -> Any:
-    """:func:`read_state` of a unit on the in-process executor (deltalake), or None."""
-    from simjoin.spark import delta
-
-    t = delta.read_arrow(path, [("unit", "<", int(before_unit))], columns)
+def state_arrow(u: Any, path: str, columns: list[str] | None = None) -> Any:
+    """A state table as units before ``u`` left it (what a replay of the unit saw), or None
+    (``OpenUnit.read_state``: deltalake, else Spark)."""
+    t = u.read_state(path, [("unit", "<", int(u.id))], columns)
     return t if t is not None and t.num_rows else None
 
 
-def assignment_arrow(run: S3JRun, before_unit: int) -> Any:
-    """:func:`read_assignment` of a unit on the in-process executor, or None."""
+def assignment_arrow(run: S3JRun, u: Any) -> Any:
+    """The rebalance stage's latest assignment made before ``u`` (the savepoint), or None."""
     import pyarrow.compute as pc
 
-    a = state_arrow(run.assignment, before_unit)
+    a = state_arrow(u, run.assignment)
     if a is None:
         return None
     return a.filter(pc.equal(a.column("unit"), pc.max(a.column("unit")))).drop_columns(["unit"])
 
 
-def window_state_arrow(run: S3JRun, before_unit: int, windows: Any) -> Any:
+def window_state_arrow(run: S3JRun, u: Any, windows: Any) -> Any:
     """The join state of the windows starting at ``windows`` (epoch microseconds) that units
-    before ``before_unit`` left, with ``w`` and ``we`` (epoch microseconds), or None."""
+    before ``u`` left, with ``w`` and ``we`` (epoch microseconds), or None."""
     import pyarrow.compute as pc
 
-    js = state_arrow(run.join_state, before_unit)
+    js = state_arrow(u, run.join_state)
     if js is None:
         return None
     js = js.append_column("w", us(js.column("window_start"))).append_column("we", us(js.column("window_end")))

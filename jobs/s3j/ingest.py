@@ -17,10 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from jobs.s3j.common import S3JRun, read_state
+from jobs.s3j.common import S3JRun
 from simjoin.contracts import Role
 from simjoin.quality.rows import InputSpec, UniqueIds, Vectors, Windows
 from simjoin.spark import delta
@@ -39,20 +37,14 @@ def spec(run: S3JRun) -> InputSpec:
                      windows=Windows(round(run.window_s * 1e6), round((run.slide_s or run.window_s) * 1e6)))
 
 
-def live_ids(spark: SparkSession, run: S3JRun) -> Any:
+def live_ids(spark: Any, run: S3JRun) -> Any:
     """(side, id) of the join state's records in still-open windows (rows of windows the
     watermark closed may linger until a window ends): read with deltalake (no Spark job, no
     vectors), or by Spark when the state is not local."""
     def live(info: BatchInfo) -> Any:
         wm = info.progress.closed_watermark
-        try:
-            js = delta.read_arrow(run.join_state, [("unit", "<", int(info.unit))], ["side", "id", "role", "window_end"])
-        except delta.NotLocal:
-            df = read_state(spark, run.join_state, info.unit)
-            if df is None:
-                return None
-            df = df.where(F.col("role") != int(Role.BUFFER))
-            return (df if wm is None else df.where(F.col("window_end") > F.lit(wm))).select("side", "id")
+        js = delta.read_arrow_any(spark, run.join_state, [("unit", "<", int(info.unit))],
+                                  ["side", "id", "role", "window_end"])
         if js is None:
             return None
         keep = pc.not_equal(js.column("role"), int(Role.BUFFER))
@@ -63,6 +55,6 @@ def live_ids(spark: SparkSession, run: S3JRun) -> Any:
     return live
 
 
-def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
+def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
     return run_.engine(spark).ingest(spec(run_), live_ids(spark, run_))  # type: ignore[no-any-return]

@@ -8,83 +8,48 @@ the output table's directory as Parquet files no commit names yet (one per task,
 ``<output>_work/joined``; the pairs themselves in ``joined`` when the output is not a local
 table), the per-(window, worker) and per-workset counters to ``counters``; ``publish`` commits
 the files to the output once the gate has passed. Both executors run the same task,
-``join_task_arrow``, per worker (in process: on a thread pool).
+``join_task_arrow``, per worker (``OpenUnit.map_tasks``: a thread pool, or one Spark job).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from jobs.s3j.common import (
-    S3JRun,
-    S3JUnit,
-    assignment_arrow,
-    micros,
-    open_unit,
-    read_assignment,
-    read_state,
-    window_state_arrow,
-)
+from jobs.s3j.common import S3JRun, S3JUnit, assignment_arrow, open_unit, window_state_arrow
 from jobs.s3j.gate import PAIR_ARROW
 from simjoin.contracts import Role, RowKind
 from simjoin.spark import delta
-from simjoin.spark.metric import (
-    join_counters,
-    join_counters_arrow,
-    join_task_arrow,
-    join_worksets_df,
-    route_by_assignment,
-    route_by_assignment_arrow,
-)
-from simjoin.spark.routing import map_tasks
+from simjoin.spark.metric import JOIN_ARROW, join_counters_arrow, join_task_arrow, route_by_assignment_arrow
 
 MEMBER_COLS = ["w", "we", "partition", "workset_id", "worker", "side", "id", "vector", "role", "is_new"]
 
 
-def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
+def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
     u = open_unit(spark, run_)
     if u is None:
         return {"unit": None}
-    if u.in_process:
-        return _join_arrow(run_, u)
-    new = u.work("members").where(F.col("kind") == int(RowKind.MEMBER)).select(*MEMBER_COLS)
-    members = new
-    js = read_state(spark, run_.join_state, u.id)
-    if js is not None:
-        # each workset's earlier rows go where its new rows go (its worker now)
-        keys = new.where("is_new").select("w", "partition", "workset_id", "worker").distinct()
-        old = (js.where(F.col("role") != int(Role.BUFFER))
-               .select(micros("window_start").alias("w"), micros("window_end").alias("we"), "partition",
-                       "workset_id", "side", "id", "vector", "role", F.lit(False).alias("is_new"))
-               .join(keys, ["w", "partition", "workset_id"], "inner").select(*MEMBER_COLS))
-        members = new.unionByName(old)
-    # the rebalance stage's assignment in force (split worksets replicated per part)
-    members = route_by_assignment(members, read_assignment(spark, run_, u.id))
-    # the tasks write the pairs as Parquet files into the output's directory (publish commits them)
-    files = delta.file_target(run_.output, PAIR_ARROW)
-    path = u.write_work(join_worksets_df(members, run_.params(u.dim), files), "joined")
-    # the counters (a few rows) apart, so later stages do not scan the unit's pairs for them
-    u.write_work(join_counters(u.work("joined")), "counters")
-    n = u.work("counters").where(F.col("kind") == int(RowKind.STATS)).agg(F.sum("results")).first()[0]  # type: ignore
-    return {"unit": u.id, "joined": path, "pairs": int(n or 0)}
+    return _join(run_, u)
+
+
+def _join_task(t: pa.Table, p: Any, target: Any) -> list[pa.RecordBatch]:
+    return join_task_arrow(t, p, target).to_batches()  # type: ignore[no-any-return]
 
 
 def _np(t: pa.Table, name: str, dtype: Any) -> np.ndarray:
     return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype)
 
 
-def _join_arrow(run_: S3JRun, u: S3JUnit) -> dict[str, Any]:
-    """The join on the in-process executor: the same rows routed alike, one task per worker."""
+def _join(run_: S3JRun, u: S3JUnit) -> dict[str, Any]:
+    """The unit's members and the earlier members of their worksets, one task per worker."""
     members = u.work("members")
     new = members.filter(pa.array(_np(members, "kind", np.int8) == int(RowKind.MEMBER))).select(MEMBER_COLS)
     rows = new
-    js = window_state_arrow(run_, u.id, pc.unique(new.column("w")))
+    js = window_state_arrow(run_, u, pc.unique(new.column("w")))
     if js is not None:  # each workset's earlier rows go where its new rows go (its worker now)
         old = js.filter(pa.array(_np(js, "role", np.int8) != int(Role.BUFFER)))
         keys = (new.filter(new.column("is_new")).select(["w", "partition", "workset_id", "worker"])
@@ -98,10 +63,10 @@ def _join_arrow(run_: S3JRun, u: S3JUnit) -> dict[str, Any]:
                 "is_new": pa.array(np.zeros(o.num_rows, bool))}
         rows = pa.concat_tables([new, pa.Table.from_arrays([cols[f.name].cast(f.type) for f in new.schema],
                                                            schema=new.schema)])
-    routed = route_by_assignment_arrow(rows, assignment_arrow(run_, u.id))
+    routed = route_by_assignment_arrow(rows, assignment_arrow(run_, u))
     p, target = run_.params(u.dim), delta.file_target(run_.output, PAIR_ARROW)
-    got = map_tasks(routed, _np(routed, "worker", np.int64), lambda t: join_task_arrow(t, p, target), "s3j-join")
-    joined = pa.concat_tables(got) if got else join_task_arrow(routed.slice(0, 0), p, target)
+    joined = u.map_tasks(routed, _np(routed, "worker", np.int64),
+                         functools.partial(_join_task, p=p, target=target), JOIN_ARROW, "s3j-join")
     path = u.write_work(joined, "joined")
     counters = join_counters_arrow(joined)
     u.write_work(counters, "counters")

@@ -2,8 +2,8 @@
 
 Each record goes to its nearest centroid (home) and, by Criterion 1 with the one-way routing
 of Section 6.3, as an outer copy to other partitions (S3J: one per worker; ClusterJoin: V
-virtual partitions). ``space_partition_arrow`` on the unit's records: in ``mapInArrow`` tasks on
-Spark, once on the in-process executor; writes ``<output>_work/copies``.
+virtual partitions). ``space_partition_arrow`` on the unit's records, vectorized in this process
+on either executor; writes ``<output>_work/copies``.
 """
 
 from __future__ import annotations
@@ -11,26 +11,20 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
 
-from jobs.s3j.common import S3JRun, micros, open_unit, us
-from simjoin.spark.metric import space_partition_arrow, space_partition_df
+from jobs.s3j.common import S3JRun, open_unit, us
+from simjoin.spark.metric import space_partition_arrow
 
 
-def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
+def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
     u = open_unit(spark, run_)
     if u is None:
         return {"unit": None}
     p = run_.params(u.dim)
-    if u.in_process:
-        r = u.records
-        rec = pa.table({"w": us(r.column("window_start")), "we": us(r.column("window_end")), "ts": us(r.column("ts")),
-                        "side": r.column("side").cast(pa.int8()), "id": r.column("id").cast(pa.int64()),
-                        "vector": r.column("vector").cast(pa.list_(pa.float64()))})
-        copies = space_partition_arrow(rec, p)
-    else:
-        recs = u.records.select(micros("window_start").alias("w"), micros("window_end").alias("we"),
-                                micros("ts").alias("ts"), "side", "id", "vector")
-        copies = space_partition_df(recs, p)
+    r = u.records
+    rec = pa.table({"w": us(r.column("window_start")), "we": us(r.column("window_end")), "ts": us(r.column("ts")),
+                    "side": r.column("side").cast(pa.int8()), "id": r.column("id").cast(pa.int64()),
+                    "vector": r.column("vector").cast(pa.list_(pa.float64()))})
+    copies = space_partition_arrow(rec, p)
     path = u.write_work(copies, "copies")
     return {"unit": u.id, "copies": path, "dim": u.dim}

@@ -11,8 +11,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from jobs.s3j.common import S3JRun, expire_state, open_unit
 from jobs.s3j.gate import staged_files, staged_pairs
@@ -20,40 +18,11 @@ from simjoin.contracts import Role, RowKind
 from simjoin.spark import delta
 
 
-def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
+def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
     u = open_unit(spark, run_)
     if u is None:
         return {"unit": None}
-    b = u.id
-    if u.in_process:
-        pieces = _pieces_arrow(run_, u)
-        res = u.engine.publish(u.unit, pieces, meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}})
-        expire_state(u.engine, run_, res)
-        return res  # type: ignore[no-any-return]
-    unit_col = F.lit(b).cast("long").alias("unit")
-    members = u.work("members")
-    cols: list[Any] = [F.timestamp_micros("w").alias("window_start"), F.timestamp_micros("we").alias("window_end"),
-                       F.col("partition").cast("int"), F.col("workset_id").cast("long"), F.col("worker").cast("int"),
-                       "side", "id", "vector", F.col("role").cast("byte"), unit_col]
-    state = members.where(F.col("kind") == int(RowKind.MEMBER)).select(*cols)
-    stats = u.work("stats", keep_unit=True)
-    if run_.cfg.algorithm == "s3j" and run_.cfg.rebalance != "off":
-        stats = stats.unionByName(u.work("rebalance", keep_unit=True))
-    files = staged_files(run_, u)
-    pairs = files if files is not None and files.rows else staged_pairs(run_, u)
-    pieces = [("pairs", pairs, run_.output), ("stats", stats, run_.tables.stats)]
-    if run_.cfg.algorithm == "s3j":
-        buf = u.work("copies").where("is_outer").select(
-            "w", "we", "partition", F.lit(0).cast("long").alias("workset_id"), F.lit(-1).alias("worker"),
-            "side", "id", "vector", F.lit(int(Role.BUFFER)).alias("role"))
-        state = state.unionByName(buf.select(*cols))
-        centroids = members.where(F.col("kind") == int(RowKind.CENTROID)).select(
-            "partition", "workset_id", "vector", "worker", F.timestamp_micros("w").alias("window_start"), unit_col)
-        pieces.append(("centroids", centroids, run_.centroids))
-    pieces.append(("join_state", state, run_.join_state))
-    # the stats table gained columns (workset and rebalance rows): older tables take them on
-    res = u.engine.publish(u.unit, pieces, meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}},
-                           small=("stats", "centroids"))
+    res = u.engine.publish(u.unit, _pieces(run_, u), meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}})
     expire_state(u.engine, run_, res)
     return res  # type: ignore[no-any-return]
 
@@ -77,8 +46,9 @@ def _as(ddl: str, n: int, **cols: Any) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=sch)
 
 
-def _pieces_arrow(run_: S3JRun, u: Any) -> list[tuple[str, Any, str]]:
-    """The pieces a unit on the in-process executor publishes: the rows of the Spark path's."""
+def _pieces(run_: S3JRun, u: Any) -> list[tuple[str, Any, str]]:
+    """The pieces a unit publishes: pairs (the join tasks' files, or rows), stats, centroids and
+    join state."""
     b = u.id
     members = u.work("members")
     kind = np.asarray(members.column("kind").to_numpy(zero_copy_only=False), np.int8)

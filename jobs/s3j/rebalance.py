@@ -20,52 +20,38 @@ from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from jobs.s3j.common import S3JRun, assignment_arrow, open_unit, read_assignment, read_state, state_arrow
+from jobs.s3j.common import S3JRun, assignment_arrow, open_unit, state_arrow
 from jobs.s3j.stats import ROW_BYTES, STATS_SCHEMA, stats_row
 from simjoin.contracts import RowKind
 from simjoin.core.metric import Assignment, rebalance
 from simjoin.spark import delta
-from simjoin.spark.session import small_frame
 
 ASSIGNMENT_SCHEMA = "partition int, workset_id long, part long, parts long, worker int, unit long"
 
 
-def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
+def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
     u = open_unit(spark, run_)
     if u is None:
         return {"unit": None}
     cfg = run_.cfg
     if cfg.algorithm != "s3j" or cfg.rebalance == "off":
         return {"unit": u.id, "rebalance": "off"}
-    ws, prev, homes = _inputs(spark, run_, u)
+    ws, prev, homes = _inputs(run_, u)
     if not ws:
-        return {"unit": u.id, "rebalance": u.write_work(_stats(spark, u, []), "rebalance"), "fired": False}
+        return {"unit": u.id, "rebalance": u.write_work(delta.rows_table([], STATS_SCHEMA), "rebalance"),
+                "fired": False}
     res, assignment, out = decide(cfg, u.id, u.dim, ws, prev, homes)
     if assignment:
         delta.append_rows(spark, assignment, ASSIGNMENT_SCHEMA, run_.assignment,
                           u.engine.write_id("assignment", u.unit.checkpoint_id), u.id)
-    return {**res, "rebalance": u.write_work(_stats(spark, u, out), "rebalance")}
+    return {**res, "rebalance": u.write_work(delta.rows_table(out, STATS_SCHEMA), "rebalance")}
 
 
-def _stats(spark: SparkSession, u: Any, rows: list[tuple[Any, ...]]) -> Any:
-    return delta.rows_table(rows, STATS_SCHEMA) if u.in_process else small_frame(spark, rows, STATS_SCHEMA)
-
-
-def _inputs(spark: SparkSession, run_: S3JRun, u: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None,
-                                                                 list[dict[str, Any]]]:
+def _inputs(run_: S3JRun, u: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[dict[str, Any]]]:
     """:func:`decide`'s inputs: the per-workset loads, the assignment in force and the worksets'
-    home workers. Both executors aggregate the same Arrow rows (on Spark, the unit's counter and
-    centroid rows are collected, one job each); the state is read with deltalake when local."""
-    if u.in_process:
-        c, m = u.work("counters"), u.work("members")
-    else:
-        c = (u.work("counters").where(F.col("kind") == int(RowKind.WORKSET))
-             .select("kind", "partition", "workset_id", "load", "n_inner", "worker").toArrow())
-        m = (u.work("members").where(F.col("kind") == int(RowKind.CENTROID))
-             .select("kind", "partition", "workset_id", "worker").toArrow())
+    home workers."""
+    c, m = u.work("counters"), u.work("members")
     c = c.filter(pc.equal(c.column("kind"), int(RowKind.WORKSET)))
     agg = (c.group_by(["partition", "workset_id"]).aggregate([("load", "sum"), ("n_inner", "max"), ("worker", "min")])
            .rename_columns(["partition", "workset_id", "load", "rows", "worker"])
@@ -73,17 +59,10 @@ def _inputs(spark: SparkSession, run_: S3JRun, u: Any) -> tuple[list[dict[str, A
     if not agg.num_rows:
         return [], None, []
     new_c = m.filter(pc.equal(m.column("kind"), int(RowKind.CENTROID))).select(["partition", "workset_id", "worker"])
-    try:
-        a = assignment_arrow(run_, u.id)
-        prev = None if a is None else a.to_pylist()
-        cent = state_arrow(run_.centroids, u.id, ["partition", "workset_id", "worker"])
-        homes = [] if cent is None else cent.to_pylist()
-    except delta.NotLocal:  # state that is not local: read with Spark
-        prev_df = read_assignment(spark, run_, u.id)
-        prev = None if prev_df is None else [r.asDict() for r in prev_df.collect()]
-        cent_df = read_state(spark, run_.centroids, u.id)
-        homes = [] if cent_df is None else [r.asDict() for r in
-                                            cent_df.select("partition", "workset_id", "worker").collect()]
+    a = assignment_arrow(run_, u)
+    prev = None if a is None else a.to_pylist()
+    cent = state_arrow(u, run_.centroids, ["partition", "workset_id", "worker"])
+    homes = [] if cent is None else cent.to_pylist()
     return agg.to_pylist(), prev, [*homes, *new_c.to_pylist()]
 
 

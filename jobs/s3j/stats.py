@@ -14,13 +14,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import SparkSession
 
 from jobs.s3j.common import S3JRun, open_unit, us
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.metric import comparisons_ratio, imbalance
 from simjoin.spark import delta
-from simjoin.spark.session import small_frame
 
 STATS_SCHEMA = (
     STATS_COMMON_SCHEMA + ", level string, algorithm string, unit long, window_start timestamp, worker int, "
@@ -49,22 +47,12 @@ def _ts(us: int) -> dt.datetime:
     return dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=int(us))
 
 
-def run(spark: SparkSession, run_: S3JRun) -> dict[str, Any]:
+def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
     u = open_unit(spark, run_)
     if u is None:
         return {"unit": None}
-    if u.in_process:
-        rows, res = stats_rows(run_.cfg, u.id, u.dim, *_inputs_arrow(u))
-        return {**res, "stats": u.write_work(delta.rows_table(rows, STATS_SCHEMA), "stats")}
-    counters = u.work("counters").collect()  # a few rows per (window, worker) and per workset
-    # the same partial counts as the in-process executor's, per Spark partition, in one job
-    parts = [u.work("members").select("w", "kind", "n").mapInArrow(_batches(members_counts), COUNTS_SCHEMA),
-             u.work("copies").select("w", "is_outer").mapInArrow(_batches(copies_counts), COUNTS_SCHEMA),
-             u.records.select("window_start").mapInArrow(_batches(records_counts), COUNTS_SCHEMA)]
-    both = parts[0].unionByName(parts[1]).unionByName(parts[2])
-    rows, res = stats_rows(run_.cfg, u.id, u.dim, counters, *fold_counts(both.toArrow()))
-    path = u.write_work(small_frame(spark, rows, STATS_SCHEMA), "stats")
-    return {**res, "stats": path}
+    rows, res = stats_rows(run_.cfg, u.id, u.dim, *_inputs(u))
+    return {**res, "stats": u.write_work(delta.rows_table(rows, STATS_SCHEMA), "stats")}
 
 
 def stats_rows(cfg: Any, b: int, dim: int, counters: list[Any], form: dict[tuple[int, int], int],
@@ -141,10 +129,6 @@ def stats_rows(cfg: Any, b: int, dim: int, counters: list[Any], form: dict[tuple
     return rows, {"unit": b, "windows": sorted(by_w), **tot}
 
 
-#: partial counts per (what, window, kind) of a unit's work tables (:func:`fold_counts`)
-COUNTS_SCHEMA = "what string, w long, kind int, n long, o long"
-
-
 def _partial(what: str, w: np.ndarray, kind: np.ndarray, n: np.ndarray, o: np.ndarray) -> pa.Table:
     """Sums of ``n`` and ``o`` per (w, kind), labelled ``what``."""
     keys, inv = np.unique(np.stack([w.astype(np.int64), kind.astype(np.int64)], 1).reshape(-1, 2), axis=0,
@@ -182,18 +166,9 @@ def records_counts(t: pa.Table) -> pa.Table:
     return _partial("records", w, np.zeros(k, np.int64), np.ones(k, np.int64), np.zeros(k, np.int64))
 
 
-def _batches(fn: Any) -> Any:
-    """``fn`` over the record batches of a ``mapInArrow`` partition."""
-    def run(batches: Any) -> Any:
-        for b in batches:
-            yield from fn(pa.Table.from_batches([b])).to_batches()
-    return run
-
-
 def fold_counts(t: pa.Table) -> tuple[dict[tuple[int, int], int], dict[int, tuple[int, int]], dict[int, int]]:
-    """:func:`stats_rows`' per-window inputs from partial counts (one table per partition or
-    per executor, summed here): ``form`` ((w, kind) -> n), ``cp`` (w -> (copies, outer)) and
-    ``recs`` (w -> records)."""
+    """:func:`stats_rows`' per-window inputs from partial counts (summed here): ``form`` ((w, kind)
+    -> n), ``cp`` (w -> (copies, outer)) and ``recs`` (w -> records)."""
     form: dict[tuple[int, int], int] = {}
     cp: dict[int, tuple[int, int]] = {}
     recs: dict[int, int] = {}
@@ -208,9 +183,9 @@ def fold_counts(t: pa.Table) -> tuple[dict[tuple[int, int], int], dict[int, tupl
     return form, cp, recs
 
 
-def _inputs_arrow(u: Any) -> tuple[list[Any], dict[tuple[int, int], int], dict[int, tuple[int, int]], dict[int, int]]:
-    """:func:`stats_rows`' inputs of a unit on the in-process executor: the counter rows, and the
-    partial counts of the members, copies and records the Spark executor computes per partition."""
+def _inputs(u: Any) -> tuple[list[Any], dict[tuple[int, int], int], dict[int, tuple[int, int]], dict[int, int]]:
+    """:func:`stats_rows`' inputs of a unit: the counter rows, and the partial counts of the
+    members, copies and records."""
     counters = u.work("counters").to_pylist()
     both = pa.concat_tables([members_counts(u.work("members")), copies_counts(u.work("copies")),
                              records_counts(u.records)])

@@ -8,20 +8,26 @@ import datetime as dt
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyspark.sql import functions as F
 
 from simjoin.contracts import RowKind
 from simjoin.core.metric import brute_force_join, pairwise
 from simjoin.spark import delta
-from tests.helpers import commit_engines, run_s3j
 from simjoin.spark.metric import (
+    FORM_ARROW,
+    JOIN_ARROW,
     JoinParams,
-    clusterjoin_members_df,
-    formulate_worksets_df,
-    join_worksets_df,
-    space_partition_df,
+    clusterjoin_members_arrow,
+    formulate_partition_arrow,
+    formulation_input_arrow,
+    join_task_arrow,
+    space_partition_arrow,
 )
+from simjoin.spark.routing import spark_task_table
+from tests.helpers import commit_engines, run_s3j
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "s3j"
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -89,7 +95,7 @@ CASES = [  # dim, metric, inclusive, two-stream, algorithm
 
 @pytest.mark.parametrize("dim,metric,inclusive,two,algorithm", CASES)
 def test_transforms_match_brute_force(spark, dim, metric, inclusive, two, algorithm):
-    """Space partitioning (mapInArrow) -> worksets (applyInArrow per partition) -> join (per
+    """Space partitioning -> worksets (a Spark task per partition) -> join (a Spark task per
     worker), three windows, against brute force per window."""
     rng = np.random.default_rng(dim * 7 + len(metric))
     n = 360
@@ -102,13 +108,22 @@ def test_transforms_match_brute_force(spark, dim, metric, inclusive, two, algori
     ts = np.arange(n)
     rows = [(int(w) * 60_000_000, int(w + 1) * 60_000_000, int(s), int(sd), int(i), x.tolist())
             for w, s, sd, i, x in zip(win, ts, side, ids, X)]
-    df = spark.createDataFrame(rows, "w long, we long, ts long, side byte, id long, vector array<double>")
+    recs = pa.Table.from_pylist([dict(zip(("w", "we", "ts", "side", "id", "vector"), r, strict=True)) for r in rows],
+                                schema=pa.schema([("w", pa.int64()), ("we", pa.int64()), ("ts", pa.int64()),
+                                                  ("side", pa.int8()), ("id", pa.int64()),
+                                                  ("vector", pa.list_(pa.float64()))]))
     p = JoinParams(metric, t, inclusive, 3, algorithm, 40, 42, False, not two, dim)
-    copies = space_partition_df(df, p)
-    members = (clusterjoin_members_df(copies, p) if algorithm == "clusterjoin"
-               else formulate_worksets_df(copies, None, None, p).where(f"kind = {int(RowKind.MEMBER)}").drop("kind", "n"))
-    out = join_worksets_df(members, p).collect()
-    got = [(r.w // 60_000_000, r.left_id, r.right_id) for r in out if r.kind == RowKind.PAIR]
+    copies = space_partition_arrow(recs, p)
+    if algorithm == "clusterjoin":
+        members = clusterjoin_members_arrow(copies, p)
+    else:
+        form_in = formulation_input_arrow(copies, None, None)
+        form = spark_task_table(spark, form_in, form_in.column("partition").to_numpy(),
+                                lambda g: formulate_partition_arrow(g, p).to_batches(), FORM_ARROW)
+        members = form.filter(pc.equal(form.column("kind"), int(RowKind.MEMBER))).drop_columns(["kind", "n"])
+    out = spark_task_table(spark, members, members.column("worker").to_numpy(),
+                           lambda g: join_task_arrow(g, p).to_batches(), JOIN_ARROW).to_pylist()
+    got = [(r["w"] // 60_000_000, r["left_id"], r["right_id"]) for r in out if r["kind"] == RowKind.PAIR]
     assert len(got) == len(set(got)), "duplicate pairs"
     ref = set()
     for w in range(3):
@@ -116,8 +131,8 @@ def test_transforms_match_brute_force(spark, dim, metric, inclusive, two, algori
         L, R, _ = brute_force_join(X[m], ids[m], side[m] if two else None, metric, t, inclusive)
         ref |= {(w, int(a), int(b)) for a, b in zip(L, R)}
     assert set(got) == ref and len(ref) > 0
-    stats = [r for r in out if r.kind == RowKind.STATS]
-    assert sum(r.c.results for r in stats) == len(ref)
+    stats = [r for r in out if r["kind"] == RowKind.STATS]
+    assert sum(r["c"]["results"] for r in stats) == len(ref)
 
 
 @pytest.mark.parametrize("seed,task_files", [(5, True), (6, False), pytest.param(8, True, marks=_MORE)])
@@ -126,14 +141,13 @@ def test_pipeline_two_streams_sliding_windows_across_microbatches(spark, tmp_pat
     that are still open, so they must join the first run's records (join state) exactly once.
     Seed 8 lost 2 of 335 pairs before earlier rows reached worksets opened in between (issue 9).
     ``task_files``: the join tasks write the pairs into the output's directory and publish commits
-    those files; without (an output that is not local), the pairs go through Spark as rows."""
+    those files; without (an output that is not local), the units run on the Spark executor, the
+    join tasks hand their pairs back as rows and publish appends them."""
     from simjoin.spark import delta_files
-    from simjoin.spark.engine import publish as engine_publish
 
     monkeypatch.setattr(delta_files, "ENABLED", task_files)
-    if not task_files:  # an output that is not local: its units run on the Spark executor, and
-        monkeypatch.setenv("SIMJOIN_LOCAL_UNIT_ROWS", "0")  # publish cannot commit from the driver
-        monkeypatch.setattr(engine_publish, "PUBLISH_DRIVER_ROWS", 0)
+    if not task_files:  # an output that is not local: its units run on the Spark executor
+        monkeypatch.setenv("SIMJOIN_LOCAL_UNIT_ROWS", "0")
     rng = np.random.default_rng(seed)
     n = 240
     XL, XR = rng.uniform(-1, 1, (n, 3)), rng.uniform(-1, 1, (n, 3))
@@ -167,8 +181,8 @@ def test_pipeline_two_streams_sliding_windows_across_microbatches(spark, tmp_pat
     # each unit's small commits (progress, stats, centroids) went through deltalake, not Spark's jobs
     for t in (out + "_state/progress", out + "_stats", out + "_state/centroids"):
         assert commit_engines(t) == ["deltalake", "deltalake"], t
-    # the pairs: the join tasks' files, committed by deltalake (else Spark's writer)
-    assert commit_engines(out) == ["deltalake" if task_files else "spark"] * 2
+    # the pairs: the join tasks' files, or their rows handed back to the driver, committed by deltalake
+    assert commit_engines(out) == ["deltalake"] * 2
     assert run_s3j(spark, left, out, right=right, **cfg).pairs == 0  # nothing new: nothing joined, nothing written
 
 
@@ -235,12 +249,11 @@ def test_rebalance_and_split_give_the_same_pairs(spark, tmp_path):
 
 
 @pytest.mark.parametrize("self_join", [True, False])
-@pytest.mark.parametrize("engine", ["spark", "driver"])
-def test_gate_requires_every_pair_to_name_a_record_of_its_unit(spark, self_join, engine):
+def test_gate_requires_every_pair_to_name_a_record_of_its_unit(spark, self_join):
     """The gate proves no pair of an earlier unit repeats without reading the output back: each
     pair must name a record this unit staged in the pair's window (either end; for two streams,
-    left ids on side 0 and right ids on side 1). Spark DataFrames, or pyarrow tables validated in
-    the driver (pandas): the same verdicts."""
+    left ids on side 0 and right ids on side 1). The unit's pairs and records as pyarrow tables,
+    validated in the driver (pandas) on either executor."""
     from jobs.s3j.gate import check
     from simjoin.quality.gates import GateFailed
 
@@ -250,7 +263,9 @@ def test_gate_requires_every_pair_to_name_a_record_of_its_unit(spark, self_join,
     recs = spark.createDataFrame([(w0, 0, 5), (w1, right, 7)], "window_start timestamp, side byte, id long")
     schema = "left_id long, right_id long, distance double, window_start timestamp"
     good = spark.createDataFrame([(5, 9, 0.01, w0), (1, 7, 0.02, w1)], schema)
-    conv = (lambda df: df) if engine == "spark" else (lambda df: df.toArrow())
+    def conv(df):
+        return df.toArrow()
+
     assert check(conv(good), conv(recs), 0.05, self_join).success
     for bad_row in [(1, 9, 0.01, w0),    # old x old: an earlier unit's pair could repeat
                     (5, 9, 0.01, w1),    # record 5 is new in w0, not in w1

@@ -1,20 +1,21 @@
-"""Spark adapters for the S3J metric-space streaming join (Siachamis et al., DEBS'23).
+"""The S3J metric-space streaming join (Siachamis et al., DEBS'23) over Arrow, for both executors.
 
-Every kernel of ``simjoin.core.metric`` runs inside Spark tasks on Arrow batches - no
-per-row Python UDFs. This module converts Arrow <-> numpy, routes rows and calls the core;
-the algorithm rules live in the core:
+Every kernel of ``simjoin.core.metric`` runs on Arrow batches - no per-row Python UDFs - in the
+tasks of the unit's executor (``OpenUnit.map_tasks``: a thread pool, or one Spark job). This
+module converts Arrow <-> numpy, routes rows and calls the core; the algorithm rules live in
+the core:
 
-* Section 6, space partitioning: ``space_partition_df`` - ``mapInArrow``; each record is
-  routed to its home partition and its Criterion-1 outer partitions (S3J: one centroid
-  per worker; ClusterJoin: V virtual partitions dealt round-robin, Section 9.4).
-* Section 7 steps 1-5, workset formulation: ``formulate_worksets_df`` -
-  ``groupBy(partition).applyInArrow``; each task runs the core's micro-batch driver
+* Section 6, space partitioning: ``space_partition_arrow``; each record is routed to its home
+  partition and its Criterion-1 outer partitions (S3J: one centroid per worker; ClusterJoin: V
+  virtual partitions dealt round-robin, Section 9.4).
+* Section 7 steps 1-5, workset formulation: ``formulate_partition_arrow``, one task per space
+  partition over ``formulation_input_arrow``'s rows; each task runs the core's micro-batch driver
   ``core.metric.formulate_partition_microbatch`` (windows ascending, arrival order,
   persisted centroids, new worksets on worker ``partition % P``, the join state of the
   windows so the outer sets keep the exact t + m_W bound and earlier rows reach every
   workset that gets new members, whenever it was opened).
-* Section 7.7, similarity computation: ``join_worksets_df`` - rows routed by worker,
-  ``groupBy(worker).applyInArrow``; per window the task runs the core's
+* Section 7.7, similarity computation: ``join_task_arrow``, one task per worker over the rows
+  ``route_by_assignment_arrow`` routed; per window the task runs the core's
   ``core.metric.join_worker_window`` (new rows x new rows, new rows x the window's
   earlier rows of the same workset from the Delta join state, the Definition 5 load and
   the counters) - the same function the single-process ``s3j_join_window`` runs. Every
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +39,6 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from simjoin.contracts import Role, RowKind
 from simjoin.core.metric import (
@@ -66,20 +64,16 @@ __all__ = [
     "JOIN_OUT_SCHEMA",
     "MEMBER_SCHEMA",
     "JoinParams",
+    "FORM_ARROW",
+    "JOIN_ARROW",
     "clusterjoin_members_arrow",
-    "clusterjoin_members_df",
-    "formulate_worksets_df",
     "formulate_partition_arrow",
     "formulation_input_arrow",
     "join_worker_arrow",
     "route_by_assignment_arrow",
     "space_partition_arrow",
-    "join_counters",
     "join_counters_arrow",
     "join_task_arrow",
-    "join_worksets_df",
-    "route_by_assignment",
-    "space_partition_df",
     "to_matrix",
 ]
 
@@ -172,7 +166,7 @@ _COPY_COLS = ["w", "we", "ts", "side", "id", "vector"]
 def space_partition_arrow(b: pa.RecordBatch | pa.Table, p: JoinParams,
                           C: npt.NDArray[np.float64] | None = None) -> pa.RecordBatch | pa.Table:
     """One Arrow batch of records (``w, we, ts, side, id, vector``) -> its space-partition copies
-    (``COPY_SCHEMA``): the body of ``space_partition_df``'s tasks, and of the driver's path."""
+    (``COPY_SCHEMA``)."""
     C = p.space_centroids() if C is None else C
     X = to_matrix(b.column("vector"), p.dim)
     sp = space_partition(X, C, p.metric, p.threshold, p.inclusive)
@@ -182,21 +176,6 @@ def space_partition_arrow(b: pa.RecordBatch | pa.Table, p: JoinParams,
     if isinstance(taken, pa.Table):
         return pa.Table.from_arrays(arrays, names=names)
     return pa.RecordBatch.from_arrays(arrays, names=names)
-
-
-def space_partition_df(records: DataFrame, p: JoinParams) -> DataFrame:
-    """Records (``w, we, ts, side, id, vector``) -> space-partition copies (``COPY_SCHEMA``).
-
-    Space partitioning is a function of the record alone, so it runs on any Arrow batch.
-    """
-    C = p.space_centroids()
-
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            if b.num_rows:
-                yield space_partition_arrow(b, p, C)  # type: ignore[misc]
-
-    return records.select(*_COPY_COLS).mapInArrow(fn, COPY_SCHEMA)
 
 
 def clusterjoin_members_arrow(copies: pa.Table | pa.RecordBatch, p: JoinParams) -> pa.Table:
@@ -213,16 +192,6 @@ def clusterjoin_members_arrow(copies: pa.Table | pa.RecordBatch, p: JoinParams) 
             "role": pa.array(role), "is_new": pa.array(np.ones(n, bool)),
             "kind": pa.array(np.full(n, int(RowKind.MEMBER), np.int8)), "n": pa.array(np.zeros(n, np.int64))}
     return pa.Table.from_arrays([cols[f.name].cast(f.type) for f in _FORM_ARROW], schema=_FORM_ARROW)
-
-
-def clusterjoin_members_df(copies: DataFrame, p: JoinParams) -> DataFrame:
-    """:func:`clusterjoin_members_arrow` in ``mapInArrow`` tasks."""
-
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            yield from clusterjoin_members_arrow(b, p).to_batches()
-
-    return copies.mapInArrow(fn, FORM_SCHEMA)
 
 
 # --------------------------------------------------------------------------- Section 7.1-7.5
@@ -253,43 +222,6 @@ _SOURCE_STATE = 2  # join state: a record copy of an open window (inner with its
 _SOURCE_ROUTED = 3  # join state: an outer-set membership already made (no vector)
 
 
-def formulate_worksets_df(copies: DataFrame, centroids: DataFrame | None, state: DataFrame | None,
-                          p: JoinParams) -> DataFrame:
-    """Workset formulation per space partition (one task per partition, ``FORM_SCHEMA`` out).
-
-    copies: this micro-batch's copies (``COPY_SCHEMA``); centroids: the persisted workset
-    centroids (``partition, workset_id, vector, worker``); state: the join state of the
-    micro-batch's windows from earlier micro-batches (``w, we, partition, workset_id, side, id,
-    vector, role``). Out, per (partition, window): ``RowKind.MEMBER`` workset members - the new
-    rows (is_new True) and the earlier rows routed now (is_new False, role outer) -,
-    ``RowKind.CENTROID`` centroids of new worksets (role = -1), ``RowKind.COUNTER`` one row with
-    the centroid distance computations in ``n``. See ``formulate_partition_microbatch``.
-    """
-    parts = [copies.select(F.lit(_SOURCE_COPY).cast("byte").alias("source"), "w", "we", "ts", "partition",
-                           F.lit(None).cast("long").alias("workset_id"), F.lit(None).cast("int").alias("worker"),
-                           "side", "id", "vector", "is_outer")]
-    if centroids is not None:
-        parts.append(centroids.select(
-            F.lit(_SOURCE_CENTROID).cast("byte").alias("source"), F.lit(None).cast("long").alias("w"),
-            F.lit(None).cast("long").alias("we"), F.lit(None).cast("long").alias("ts"),
-            F.col("partition").cast("int"), F.col("workset_id").cast("long"), F.col("worker").cast("int"),
-            F.lit(None).cast("byte").alias("side"), F.lit(None).cast("long").alias("id"), "vector",
-            F.lit(None).cast("boolean").alias("is_outer")))
-    if state is not None:
-        routed = F.col("role") == OUTER
-        parts.append(state.where(F.col("role") != OUTER).unionByName(
-            state.where(routed).withColumn("vector", F.lit(None).cast("array<double>"))).select(
-            F.when(routed, _SOURCE_ROUTED).otherwise(_SOURCE_STATE).cast("byte").alias("source"), "w", "we",
-            F.lit(None).cast("long").alias("ts"), F.col("partition").cast("int"),
-            F.when(F.col("role") == int(BUFFER), 0).otherwise(F.col("workset_id")).cast("long").alias("workset_id"),
-            F.lit(None).cast("int").alias("worker"), "side", "id", "vector",
-            F.lit(None).cast("boolean").alias("is_outer")))
-    df = parts[0]
-    for extra in parts[1:]:
-        df = df.unionByName(extra)
-    return df.groupBy("partition").applyInArrow(lambda t: formulate_partition_arrow(t, p), FORM_SCHEMA)
-
-
 _FORM_IN_ARROW = pa.schema([
     ("source", pa.int8()), ("w", pa.int64()), ("we", pa.int64()), ("ts", pa.int64()), ("partition", pa.int32()),
     ("workset_id", pa.int64()), ("worker", pa.int32()), ("side", pa.int8()), ("id", pa.int64()),
@@ -298,9 +230,9 @@ _FORM_IN_ARROW = pa.schema([
 
 
 def formulation_input_arrow(copies: pa.Table, centroids: pa.Table | None, state: pa.Table | None) -> pa.Table:
-    """The union ``formulate_worksets_df`` builds, for Arrow tables in the driver: copies
-    (``COPY_SCHEMA``), persisted centroids (``partition, workset_id, vector, worker``) and join-state
-    rows (``w, we, partition, workset_id, side, id, vector, role``), tagged by ``source``."""
+    """The formulation's input, one table: copies (``COPY_SCHEMA``), persisted centroids
+    (``partition, workset_id, vector, worker``) and join-state rows (``w, we, partition,
+    workset_id, side, id, vector, role``), tagged by ``source``."""
     def part(t: pa.Table, source: np.ndarray, **cols: Any) -> pa.Table:
         n = t.num_rows
         arrays = []
@@ -332,9 +264,9 @@ def formulation_input_arrow(copies: pa.Table, centroids: pa.Table | None, state:
 
 
 def formulate_partition_arrow(t: pa.Table, p: JoinParams) -> pa.Table:
-    """One space partition's formulation input (the union ``formulate_worksets_df`` builds: column
+    """One space partition's formulation input (:func:`formulation_input_arrow`'s rows: column
     ``source`` tells copies, persisted centroids, state rows and routed memberships apart) -> its
-    ``FORM_SCHEMA`` rows: the body of the Spark tasks, and of the driver's path."""
+    ``FORM_SCHEMA`` rows: the task both executors run per space partition."""
     P = p.workers
     dim = p.dim
     if t.num_rows == 0:
@@ -390,6 +322,9 @@ _FORM_ARROW = pa.schema([
 # --------------------------------------------------------------------------- Section 7.7
 
 
+#: a formulation task's rows (``FORM_SCHEMA``)
+FORM_ARROW = _FORM_ARROW
+
 _COUNTER_FIELDS = [
     ("n_inner", pa.int64()), ("n_outlier", pa.int64()), ("n_outer", pa.int64()), ("s_inner", pa.int64()),
     ("s_outlier", pa.int64()), ("s_outer", pa.int64()), ("worksets", pa.int64()), ("computations", pa.int64()),
@@ -402,6 +337,8 @@ _JOIN_ARROW_FIELDS = [
     ("right_id", pa.int64()), ("distance", pa.float64()), ("c", _COUNTERS_ARROW), ("file", pa.string()),
 ]
 _JOIN_ARROW = pa.schema(_JOIN_ARROW_FIELDS)
+#: a join task's rows (``JOIN_OUT_SCHEMA``)
+JOIN_ARROW = _JOIN_ARROW
 
 
 def _pairs_batch(w: int, worker: int, L: np.ndarray, R: np.ndarray, D: np.ndarray) -> pa.RecordBatch:
@@ -450,12 +387,6 @@ def _worksets_batch(w: int, worker: int, jw: Any, secs: float) -> pa.RecordBatch
                            partition=jw.workset_partition.astype(np.int32), workset_id=jw.workset_id.astype(np.int64))
 
 
-def join_counters(joined: DataFrame) -> DataFrame:
-    """The STATS and WORKSET rows of ``join_worksets_df``'s output, their counters as columns."""
-    return (joined.where(F.col("kind").isin(int(RowKind.STATS), int(RowKind.WORKSET)))
-            .select("kind", "w", "worker", "c.*"))
-
-
 def _split_parts(b: pa.RecordBatch | pa.Table, cols: list[str], k: np.ndarray) -> pa.RecordBatch | pa.Table:
     """Rows of worksets split into ``k`` parts, replicated per part (``core.metric.split_rows``),
     keyed ``split_key(workset_id, part)``, with ``base_workset_id`` and ``part``."""
@@ -499,66 +430,11 @@ def route_by_assignment_arrow(members: pa.Table, assignment: pa.Table | None) ->
     return out.select(cols)
 
 
-def route_by_assignment(members: DataFrame, assignment: DataFrame | None) -> DataFrame:
-    """Rows to workers by the rebalance stage's assignment (``MEMBER_SCHEMA`` in and out).
-
-    assignment: ``partition, workset_id, part, parts, worker`` (one row per part). A workset
-    without a row keeps its worker. A split workset's rows are replicated per part by
-    ``core.metric.split_rows`` (exact: each pair meets in one part) and join under the part's
-    key ``split_key(workset_id, part)`` on the part's worker.
-    """
-    if assignment is None:
-        return members
-    parts = assignment.groupBy("partition", "workset_id").agg(F.max("parts").alias("parts"))
-    m = members.join(F.broadcast(parts), ["partition", "workset_id"], "left").fillna(1, ["parts"])
-    cols = list(members.columns)
-
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            if b.num_rows:
-                yield _split_parts(b, cols, _np(b, "parts", np.int64))  # type: ignore[misc]
-
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    schema = StructType([*members.schema.fields, StructField("base_workset_id", LongType()),
-                         StructField("part", LongType())])
-    out = m.mapInArrow(fn, schema)
-    a = F.broadcast(assignment.select("partition", F.col("workset_id").alias("base_workset_id"), "part",
-                                      F.col("worker").alias("assigned")))
-    return (out.join(a, ["partition", "base_workset_id", "part"], "left")
-            .withColumn("worker", F.coalesce(F.col("assigned"), F.col("worker")).cast("int")).select(*cols))
-
-
-def join_worksets_df(members: DataFrame, p: JoinParams, pair_files: tuple[str, pa.Schema] | None = None
-                     ) -> DataFrame:
-    """Section 7.7 join, one task per worker (``JOIN_OUT_SCHEMA`` out).
-
-    members: rows of ``MEMBER_SCHEMA``; is_new False rows are the window's earlier members
-    of the same worksets (join state) - they are only paired with new rows. Out, per
-    (window, worker): ``RowKind.PAIR`` rows, one ``RowKind.STATS`` row, and one
-    ``RowKind.WORKSET`` row per workset with new rows (``n_inner`` = its rows, new and
-    state; ``load`` by Definition 5; ``seconds`` = the task's join CPU time, its thread's, by
-    load share) - the rebalance stage's load statistics.
-
-    ``pair_files`` = (directory, Arrow schema): each task writes its pairs as one Parquet file
-    there (``delta_files.write_file``: the output table's directory and columns) and returns one
-    ``RowKind.FILE`` row instead of its ``PAIR`` rows, so the pairs never pass through the JVM. The
-    files are in no table until the publish commits them (``delta_files.commit_files``).
-    """
-    root, file_ipc = (pair_files[0], pair_files[1].serialize().to_pybytes()) if pair_files else (None, None)
-
-    def fn(t: pa.Table) -> pa.Table:
-        file_schema = pa.ipc.read_schema(pa.py_buffer(file_ipc)) if file_ipc is not None else None
-        return join_task_arrow(t, p, None if root is None else (root, file_schema))
-
-    return members.groupBy("worker").applyInArrow(fn, JOIN_OUT_SCHEMA)
-
-
 def join_task_arrow(t: pa.Table, p: JoinParams, pair_files: tuple[str, Any] | None = None) -> pa.Table:
     """One join task (a worker's rows): :func:`join_worker_arrow`, its pairs written as one
     Parquet file into ``pair_files`` (directory, Arrow schema) and named by a ``RowKind.FILE`` row,
-    or kept as ``PAIR`` rows without it. The body of ``join_worksets_df``'s tasks and of the
-    in-process executor's (``JOIN_OUT_SCHEMA`` rows)."""
+    or kept as ``PAIR`` rows without it: the task both executors run per worker
+    (``JOIN_OUT_SCHEMA`` rows)."""
     out, pairs = join_worker_arrow(t, p, None if pair_files is None else pair_files[1])
     if pair_files is not None and pairs is not None and pairs.num_rows:
         out = pa.concat_tables([out, pa.Table.from_batches([_file_batch(
@@ -578,9 +454,9 @@ def join_counters_arrow(joined: pa.Table) -> pa.Table:
 
 def join_worker_arrow(t: pa.Table, p: JoinParams, pairs_schema: pa.Schema | None = None
                       ) -> tuple[pa.Table, pa.Table | None]:
-    """One worker's rows (``MEMBER_SCHEMA``) -> its ``JOIN_OUT_SCHEMA`` rows, per window: the
-    body of ``join_worksets_df``'s tasks, and of the driver's path. With ``pairs_schema`` (the
-    output's columns), the pairs come back apart as one table in it (no ``PAIR`` rows)."""
+    """One worker's rows (``MEMBER_SCHEMA``) -> its ``JOIN_OUT_SCHEMA`` rows, per window: the body
+    of :func:`join_task_arrow`. With ``pairs_schema`` (the output's columns), the pairs come back
+    apart as one table in it (no ``PAIR`` rows)."""
     if t.num_rows == 0:
         return pa.Table.from_batches([], schema=_JOIN_ARROW), None
     # ClusterJoin always verifies (no inner sets, so nothing is shortcut anyway).
