@@ -25,7 +25,6 @@ __all__ = ["HyperCubeRun", "held", "held_of", "live_mask", "dispatcher_of", "exp
 class HyperCubeRun(StreamRun):
     #: a unit of at most ``SIMJOIN_LOCAL_UNIT_ROWS`` records runs on the in-process executor
     IN_PROCESS: ClassVar[bool] = True
-    ARROW_STAGES: ClassVar[bool] = True
     STATE: ClassVar[dict[str, str]] = {"tuples": "tuples", "sketch": "sketch", "grids": "grids"}
 
     def output_columns(self) -> dict[str, tuple[str, ...]]:

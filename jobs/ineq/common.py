@@ -24,7 +24,6 @@ __all__ = ["IneqRun", "counts", "new_tuples", "tuple_bound", "tuple_live"]
 class IneqRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"batches": "batches", "tuples": "tuples"}
     IN_PROCESS: ClassVar[bool] = True
-    ARROW_STAGES: ClassVar[bool] = True
 
     @property
     def batches(self) -> str:

@@ -26,7 +26,6 @@ class S2JRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"blocks": "blocks", "buffer": "buffer"}
     #: a unit of at most ``SIMJOIN_LOCAL_UNIT_ROWS`` records runs on the in-process executor
     IN_PROCESS: ClassVar[bool] = True
-    ARROW_STAGES: ClassVar[bool] = True
 
     @property
     def tables(self) -> Any:

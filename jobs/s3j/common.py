@@ -25,7 +25,6 @@ __all__ = ["S3JRun", "S3JUnit", "expire_state", "open_unit", "state_arrow", "ass
 class S3JRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"join_state": "join", "centroids": "centroids", "assignment": "assignment"}
     IN_PROCESS: ClassVar[bool] = True
-    ARROW_STAGES: ClassVar[bool] = True
 
     @property
     def join_state(self) -> str:

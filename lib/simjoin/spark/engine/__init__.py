@@ -61,7 +61,6 @@ from simjoin.spark.engine.units import (
     Unit,
     local_path,
     micros,
-    read_state,
 )
 from simjoin.spark.tables import StreamTables
 
@@ -75,7 +74,6 @@ __all__ = [
     "StaleUnit",
     "QUARANTINE_SCHEMA",
     "stream_schema_check",
-    "read_state",
     "micros",
     "aware",
     "epoch_us",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from simjoin.spark import delta, delta_source
@@ -20,7 +20,6 @@ from simjoin.spark.engine.units import (
     UTC,
     CheckpointMismatch,
     Progress,
-    StaleUnit,
     Unit,
     is_dir_tables,
     local_path,
@@ -436,24 +435,6 @@ class EngineBase:
             raise CheckpointMismatch(f"unit {lo} was staged under another checkpoint: {self._reset_hint()}")
         meta = t.column("meta")[0].as_py()
         return Unit(int(lo.as_py()), t.drop_columns(["fingerprint", "checkpoint_id"]), ident, meta)
-
-    def write_work(self, df: DataFrame, name: str, unit: int) -> str:
-        path = self.tables.work(name)
-        delta.overwrite(df.withColumn("unit", F.lit(unit).cast("long")), path)
-        return path
-
-    def work(self, name: str, unit: int, keep_unit: bool = False) -> DataFrame:
-        """A work table of the open unit (without its ``unit`` tag unless ``keep_unit``);
-        refuses one left by another unit."""
-        path = self.tables.work(name)
-        if not delta.table_exists(self.spark, path):
-            raise StaleUnit(f"no {name} table at {path}: run the previous stage first")
-        # a small local work table (a micro-batch's) is read with deltalake: no snapshot jobs
-        df = delta.read_small_or_table(self.spark, path)
-        got = df.select(F.max("unit")).first()[0]  # type: ignore[index]
-        if got is not None and int(got) != unit:
-            raise StaleUnit(f"{path} holds unit {got}, expected {unit}: rerun the previous stage")
-        return df if keep_unit else df.drop("unit")
 
     def local_tables(self) -> bool:
         """Whether a batch may be staged through the driver (``_stage_local``): the records and

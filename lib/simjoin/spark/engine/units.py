@@ -11,12 +11,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from simjoin.log import get_logger
 from simjoin.quality.rows import spark_ts_string
-from simjoin.spark import delta
 from simjoin.spark.tables import StreamTables
 
 log = get_logger("simjoin.engine")
@@ -86,16 +85,6 @@ class Unit:
     checkpoint_id: str
     #: the metadata ingest staged with the unit's first rows (JSON), read by the same job
     meta: str | None = None
-
-
-def read_state(spark: SparkSession, path: str, before_unit: int) -> DataFrame | None:
-    """A state table as written by units before ``before_unit`` (what a replay of the unit saw), or None."""
-    if not delta.table_exists(spark, path):
-        return None
-    small = delta.read_small(spark, path, [("unit", "<", int(before_unit))])
-    if small is not None:
-        return small
-    return delta.read_table(spark, path).where(F.col("unit") < before_unit)
 
 
 def records_summary(records: Any) -> list[dict[str, Any]]:
