@@ -81,33 +81,73 @@ def task_table(t: pa.Table, task: np.ndarray, fn: TaskFn, schema: pa.Schema, nam
     return pa.Table.from_batches([b for bs in got for b in bs], schema=schema)
 
 
+#: rows per Arrow IPC message a task's input or output travels in (``spark_task_table``)
+TASK_CHUNK_ROWS = 1 << 20
+
+
+def _ipc(t: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    return bytes(sink.getvalue())
+
+
+def _unipc(b: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(b)).read_all()
+
+
+def _chunks(t: pa.Table) -> list[bytes]:
+    return [_ipc(t.slice(a, TASK_CHUNK_ROWS)) for a in range(0, max(1, t.num_rows), TASK_CHUNK_ROWS)]
+
+
 def spark_task_table(spark: Any, t: pa.Table, task: np.ndarray, fn: TaskFn, schema: pa.Schema,
                      name: str = "task") -> pa.Table:
-    """The Spark executor: the same ``fn`` per task inside ``mapInArrow``, each task alone in its
-    Spark partition (:func:`route_to_tasks`), in one Spark job; the batches come back in the
-    same order as :func:`task_table`'s."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from simjoin.spark.session import arrow_frame
-
+    """The Spark executor: the same ``fn`` per task in one Spark job, each task alone in its Spark
+    partition (:func:`route_to_tasks`). A task's rows travel to it, and its batches back, as Arrow
+    IPC messages (a few rows of ``(slot, seq, blob)``, not one Spark row per record: no row
+    conversion, and a shuffle of a few rows); the result is :func:`task_table`'s, in the same
+    order."""
     task = np.asarray(task)
     if t.num_rows == 0:
         return schema.empty_table()
-    ids = np.unique(task)
-    dense = np.searchsorted(ids, task).astype(np.int64)  # partition i holds the i-th task id
-    cols = t.column_names
-    df = arrow_frame(spark, t.append_column("_task", pa.array(task.astype(np.int64)))
-                     .append_column("_slot", pa.array(dense)))
-    routed = route_to_tasks(df, "_slot", int(ids.size))
+    order = np.argsort(task, kind="stable")
+    ids, start = np.unique(task[order], return_index=True)
+    rows = t.take(pa.array(order))
+    bounds = [*start.tolist(), int(task.size)]
+    slot: list[int] = []
+    seq: list[int] = []
+    blob: list[bytes] = []
+    for i in range(ids.size):
+        for k, b in enumerate(_chunks(rows.slice(bounds[i], bounds[i + 1] - bounds[i]))):
+            slot.append(i)
+            seq.append(k)
+            blob.append(b)
+    return _run_slots(spark, slot, seq, blob, int(ids.size), fn, schema)
+
+
+def _run_slots(spark: Any, slot: list[int], seq: list[int], blob: list[bytes], n: int, fn: TaskFn,
+               schema: pa.Schema) -> pa.Table:
+    from simjoin.spark.session import arrow_frame
+
+    df = arrow_frame(spark, pa.table({"slot": pa.array(slot, pa.int64()), "seq": pa.array(seq, pa.int64()),
+                                      "blob": pa.array(blob, pa.binary())}))
 
     def part(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         bs = [b for b in batches if b.num_rows]
         if not bs:
             return
-        tb = pa.Table.from_batches(bs)
-        for got in map_tasks(tb.select(cols), np.asarray(tb.column("_task").to_numpy()), lambda g: list(fn(g)), name):
-            for b in got:
-                yield b.cast(schema) if b.schema != schema else b
+        got = pa.Table.from_batches(bs).sort_by([("slot", "ascending"), ("seq", "ascending")])
+        slots = np.asarray(got.column("slot").to_numpy(), np.int64)
+        blobs = got.column("blob").to_pylist()
+        for s in np.unique(slots).tolist():
+            mine = pa.concat_tables([_unipc(blobs[j]) for j in np.flatnonzero(slots == s).tolist()])
+            out = pa.Table.from_batches([b.cast(schema) if b.schema != schema else b for b in fn(mine)],
+                                        schema=schema)
+            for k, b in enumerate(_chunks(out)):
+                yield pa.RecordBatch.from_pydict({"slot": [s], "seq": [k], "blob": [b]},
+                                                 schema=pa.schema([("slot", pa.int64()), ("seq", pa.int64()),
+                                                                   ("blob", pa.binary())]))
 
-    out = routed.mapInArrow(part, from_arrow_schema(schema, prefer_timestamp_ntz=False)).toArrow()
-    return out.cast(schema) if out.schema != schema else out
+    got = route_to_tasks(df, "slot", n).mapInArrow(part, "slot long, seq long, blob binary").toArrow()
+    got = got.sort_by([("slot", "ascending"), ("seq", "ascending")])
+    return pa.concat_tables([_unipc(b) for b in got.column("blob").to_pylist()]).cast(schema)
