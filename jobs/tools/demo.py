@@ -86,8 +86,8 @@ def s3j_demo(spark: Any, warehouse: str) -> str:
     s3j = get_spec("s3j")
     run = s3j.make_run({"left": left, "right": right, "output": out, "threshold": 0.02, "metric": "euclidean",
                         "window": "10s", "workers": 3}, reset=True)
-    # this micro-batch on the Spark executor (a unit this small would run in process): the stage
-    # functions in Spark tasks, as a unit above SIMJOIN_LOCAL_UNIT_ROWS runs them
+    # this micro-batch on the Spark executor (a unit this small would run in process): the same
+    # stage functions, their tasks in Spark jobs, as a unit above SIMJOIN_LOCAL_UNIT_ROWS runs them
     before = os.environ.get("SIMJOIN_LOCAL_UNIT_ROWS")
     os.environ["SIMJOIN_LOCAL_UNIT_ROWS"] = "0"
     try:
