@@ -54,7 +54,12 @@ __all__ = ["get_spark", "stop_spark", "small_frame", "arrow_frame", "is_remote",
 
 log = get_logger("simjoin.spark")
 # Jobs here are short: the C1 JIT alone warms up much faster, and the hot loops run in numba anyway.
-JVM_FLAGS = os.environ.get("SIMJOIN_JVM_FLAGS", "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC")
+# With C1 alone the JVM reserves only 48 MB for compiled code; a long-lived driver (the warm Spark,
+# follow mode, a test session) that plans thousands of queries filled it ("CodeCache is full.
+# Compiler has been disabled") and then failed every task with a VirtualMachineError. 256 MB, as
+# the full JIT reserves by default, is address space: only what is compiled is backed.
+JVM_FLAGS = os.environ.get("SIMJOIN_JVM_FLAGS",
+                           "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC -XX:ReservedCodeCacheSize=256m")
 #: Spark Connect's usual port; ``simjoin spark-server --port`` and ``SIMJOIN_SPARK_REMOTE`` move it.
 CONNECT_PORT = 15002
 #: The warm Spark's pre-shared token: the server requires it and PySpark's client sends it.
