@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 
 from simjoin.config import parse_duration
 from simjoin.pipeline.stream import StreamRun
-from simjoin.quality.rows import epoch_us
 
 __all__ = ["HyperCubeRun", "held", "held_of", "live_mask", "dispatcher_of", "expired_condition"]
 
@@ -82,6 +81,7 @@ def expired_condition(run: HyperCubeRun, max_ts: dict[int, dt.datetime]) -> str 
 
 def _marks(run: HyperCubeRun, max_ts: dict[int, dt.datetime]) -> dict[int, int]:
     from simjoin.core.hypercube.stream import expiry_marks
+    from simjoin.quality.rows import epoch_us
 
     if run.window_us <= 0:
         return {}

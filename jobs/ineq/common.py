@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 
 from simjoin.config import parse_duration
 from simjoin.pipeline.stream import StreamRun
-from simjoin.quality.rows import epoch_us
 
 __all__ = ["IneqRun", "counts", "new_tuples", "tuple_bound", "tuple_live"]
 
@@ -91,6 +90,8 @@ def _bound(p: Any, prog: Any, side: int) -> int | None:
         mark = prog.max_ts.get(side if p.self_join else 1 - side)
         if mark is None:
             return None
+        from simjoin.quality.rows import epoch_us
+
         return epoch_us(mark) - int(p.window.time_us) - int(p.lateness_us)
     return counts(prog.meta).get(side, 0) - int(p.window.count)
 
