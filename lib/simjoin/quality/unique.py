@@ -102,20 +102,11 @@ def _int_keys(table: Any, cols: Sequence[str]) -> list[Any] | None:
 
 
 def _mix(keys: list[Any]) -> Any:
-    """A 64-bit hash per row of integer key columns (splitmix64's finalizer over a running
-    combination): numpy only, no Python per row."""
-    import numpy as np
+    """A 64-bit hash per row of integer key columns (``simjoin.core.hashing.mix_keys``: compiled,
+    no Python per row)."""
+    from simjoin.core.hashing import mix_keys
 
-    with np.errstate(over="ignore"):
-        h = np.full(keys[0].shape[0], 0x9E3779B97F4A7C15, dtype=np.uint64)
-        for k in keys:
-            h = h ^ (k.view(np.uint64) + np.uint64(0x9E3779B97F4A7C15) + (h << np.uint64(6)) + (h >> np.uint64(2)))
-            h = h ^ (h >> np.uint64(30))
-            h = h * np.uint64(0xBF58476D1CE4E5B9)
-            h = h ^ (h >> np.uint64(27))
-            h = h * np.uint64(0x94D049BB133111EB)
-            h = h ^ (h >> np.uint64(31))
-    return h.view(np.int64)
+    return mix_keys(keys)
 
 
 def duplicates_table(table: Any, cols: Sequence[str], samples: int = 5) -> Duplicates:
