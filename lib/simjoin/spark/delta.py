@@ -32,7 +32,6 @@ __all__ = [
     "is_path",
     "table_exists",
     "read_table",
-    "read_small_or_table",
     "columns",
     "overwrite",
     "overwrite_partition",
@@ -274,14 +273,6 @@ def columns(spark: SparkSession, ref: str) -> list[str]:
         except Exception:  # a reader feature deltalake lacks: Spark reads it
             pass
     return list(read_table(spark, ref).columns)
-
-
-def read_small_or_table(spark: SparkSession, ref: str) -> DataFrame:
-    """``read_small`` if the table is small and local, else ``read_table``: for a per-unit read of a
-    table that is usually small (a work table, a micro-batch's output), without Spark's snapshot
-    jobs. Not for a read that needs file metadata (``_metadata``) or time travel."""
-    small = read_small(spark, ref)
-    return small if small is not None else read_table(spark, ref)
 
 
 def _sql_ref(ref: str) -> str:

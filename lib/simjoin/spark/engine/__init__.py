@@ -60,7 +60,6 @@ from simjoin.spark.engine.units import (
     StaleUnit,
     Unit,
     local_path,
-    micros,
 )
 from simjoin.spark.tables import StreamTables
 
@@ -74,7 +73,6 @@ __all__ = [
     "StaleUnit",
     "QUARANTINE_SCHEMA",
     "stream_schema_check",
-    "micros",
     "aware",
     "epoch_us",
     "local_path",

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from simjoin.log import get_logger
@@ -143,10 +142,6 @@ def json_row(values: dict[str, Any]) -> str:
 
 def naive_utc(t: dt.datetime) -> dt.datetime:
     return t if t.tzinfo is None else t.astimezone(UTC).replace(tzinfo=None)
-
-
-def micros(col: str) -> Column:
-    return F.unix_micros(F.col(col))
 
 
 @dataclass(frozen=True)
