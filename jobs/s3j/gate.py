@@ -50,39 +50,29 @@ def staged_pairs(run_: S3JRun, u: Any, files: delta.Files | None = None) -> Any:
 def new_record_column(pairs: Any, records: Any, self_join: bool) -> Any:
     """The ``new_record`` column of ``pairs``: True when the pair's left or right record was staged
     by this unit in the pair's window (``records``: the unit's staged rows, one per window of a
-    record). Each
-    (window, side)'s staged ids become a bitmap over their range when it is compact (a stream's
-    ids usually are: one lookup per pair end), else are sorted once and every pair end is looked
-    up by binary search (``np.isin`` hashes millions of pair ids per call)."""
+    record). Each pair end is looked up among its (window, side)'s staged ids in one compiled pass
+    (``simjoin.core.membership``), record batch by record batch over the pairs' own buffers (no
+    concatenated copy of millions of ids)."""
     import numpy as np
 
-    def us(t: Any) -> Any:
-        return np.asarray(t.column("window_start").cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64)
+    from simjoin.core.membership import member_of, staged_index
 
-    ws, rws, rside = us(pairs), us(records), np.asarray(records.column("side").to_numpy(zero_copy_only=False))
-    rid = np.asarray(records.column("id").to_numpy(zero_copy_only=False), np.int64)
+    def ints(a: Any) -> Any:  # an int64 or timestamp column (chunk) as int64 numpy, zero-copy when it can
+        if isinstance(a, pa.ChunkedArray):
+            a = a.combine_chunks()
+        return np.asarray(a.view(pa.int64()).to_numpy(zero_copy_only=False) if a.type.bit_width == 64
+                          else a.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64)
+
+    # (window, side) as one key: window_us * 2 + side
+    index = staged_index(ints(records.column("window_start")) * 2 + ints(records.column("side")),
+                         ints(records.column("id")))
     out = np.zeros(pairs.num_rows, bool)
-    windows = np.unique(ws)
-    one = windows.size == 1
-    for end, side in (("left_id", 0), ("right_id", 0 if self_join else 1)):
-        ids = np.asarray(pairs.column(end).to_numpy(zero_copy_only=False), np.int64)
-        for w in windows:
-            m = slice(None) if one else ws == w
-            staged = np.sort(rid[(rside == side) & (rws == w)])
-            if staged.size == 0:
-                continue
-            x = ids[m]
-            lo, hi = int(staged[0]), int(staged[-1])
-            if hi - lo < 8 * (x.size + staged.size) + (1 << 16):  # a bitmap of at most a few bytes per row
-                bitmap = np.zeros(hi - lo + 1, bool)
-                bitmap[staged - lo] = True
-                inside = (x >= lo) & (x <= hi)
-                hit = np.zeros(x.size, bool)
-                hit[inside] = bitmap[x[inside] - lo]
-                out[m] |= hit
-            else:
-                pos = np.minimum(np.searchsorted(staged, x), staged.size - 1)
-                out[m] |= staged[pos] == x
+    at = 0
+    for b in pairs.select(["window_start", "left_id", "right_id"]).to_batches():
+        ws, part = ints(b.column(0)), out[at:at + b.num_rows]
+        member_of(ws, ints(b.column(1)), index, part, scale=2)
+        member_of(ws, ints(b.column(2)), index, part, scale=2, shift=0 if self_join else 1)
+        at += b.num_rows
     return pa.array(out)
 
 

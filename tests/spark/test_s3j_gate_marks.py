@@ -1,6 +1,6 @@
 """The S3J gate's ``new_record`` marks in the driver (``jobs.s3j.gate.new_record_column``) equal
-a set lookup: compact ids (the bitmap) and sparse ids (binary search), several windows, ids
-outside the staged range, negative ids, self- and two-stream joins."""
+a set lookup (``simjoin.core.membership``'s compiled search): compact and sparse ids, several
+windows, ids outside the staged range, negative ids, no staged rows, self- and two-stream joins."""
 
 from __future__ import annotations
 

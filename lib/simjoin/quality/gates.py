@@ -316,32 +316,69 @@ def validate(df: Any, suite: str, expectations: list[Any], raise_on_failure: boo
     theirs = [e for e in expectations if _uniqueness_key(e) is None]
     # uniqueness on the Arrow table itself (integer keys hash with numpy); GX gets pandas
     own_failures = [f for e, key in ours if (f := _check_unique(df, e, key)) is not None]
-    if _is_arrow(df):
-        named = _named_columns(theirs)  # GX gets the columns its expectations name (all if one names none)
-        if named is not None:
-            df = df.select([c for c in df.column_names if c in named])
-        df = df.to_pandas()
     if not theirs:
         return _result(suite, len(expectations), own_failures, raise_on_failure, quiet)
     ctx = _context()
     ds = ctx.data_sources.get("simjoin_pandas") if local else _spark_source(ctx)
+    failures: list[dict[str, Any]] = []
+    for frame, group in _frames(df, theirs):
+        failures += _gx_failures(gx, ds, frame, suite, group)
+    return _result(suite, len(expectations), failures + own_failures, raise_on_failure, quiet)
+
+
+def _frames(df: Any, expectations: list[Any]) -> list[tuple[Any, list[Any]]]:
+    """The frames Great Expectations validates: a pyarrow Table becomes one narrow pandas DataFrame
+    per set of columns the expectations name (each expectation sees exactly its columns: GX's
+    pandas engine copies the whole frame for each column's null filter, which on millions of pairs
+    cost more than the checks), or one with every column when one names none; anything else is
+    validated whole."""
+    if not _is_arrow(df):
+        return [(df, expectations)]
+    groups: dict[tuple[str, ...] | None, list[Any]] = {}
+    for e in expectations:
+        named = _named_columns([e])
+        key = None if named is None else tuple(c for c in df.column_names if c in named) or tuple(sorted(named))
+        groups.setdefault(key, []).append(e)
+    out = []
+    for key, group in groups.items():
+        present = df if key is None else df.select([c for c in key if c in df.column_names])
+        out.append((present.to_pandas(split_blocks=True), group))
+    return out
+
+
+#: the batch definition of each datasource (one dataframe asset each, added once: adding or
+#: deleting an asset re-serializes the context's configuration as YAML, about 30 ms each time)
+_definitions: dict[str, Any] = {}
+_gx_lock = threading.Lock()
+
+
+def _definition(ds: Any) -> Any:
+    """The whole-dataframe batch definition of the datasource ``ds`` (its one asset)."""
+    if ds.name not in _definitions:
+        asset = ds.add_dataframe_asset(name="simjoin_frames")
+        _definitions[ds.name] = asset.add_batch_definition_whole_dataframe("whole")
+    return _definitions[ds.name]
+
+
+def _gx_failures(gx: Any, ds: Any, df: Any, suite: str, expectations: list[Any]) -> list[dict[str, Any]]:
+    """Great Expectations' verdicts on ``df``: the failure entries of ``expectations``."""
     from great_expectations.validator.v1_validator import Validator
 
-    asset = ds.add_dataframe_asset(name=f"{suite}_{next(_counter)}")
-    definition = asset.add_batch_definition_whole_dataframe("whole")
-    gx_suite = gx.ExpectationSuite(name=f"{suite}_{next(_counter)}", expectations=list(theirs))
+    gx_suite = gx.ExpectationSuite(name=f"{suite}_{next(_counter)}", expectations=list(expectations))
+    with _gx_lock:  # one validation at a time (the shared asset; GX is not thread-safe)
+        definition = _definition(ds)
 
-    def validate(result_format: Any) -> Any:
-        # what Batch.validate builds, without fetching the batch first: GX fingerprints a pandas
-        # batch by hashing every row, once per fetch
-        return Validator(batch_definition=definition, batch_parameters={"dataframe": df},
-                         result_format=result_format).validate_expectation_suite(expectation_suite=gx_suite)
+        def validate(result_format: Any) -> Any:
+            # what Batch.validate builds, without fetching the batch first: GX fingerprints a pandas
+            # batch by hashing every row, once per fetch
+            return Validator(batch_definition=definition, batch_parameters={"dataframe": df},
+                             result_format=result_format).validate_expectation_suite(expectation_suite=gx_suite)
 
-    # Pass/fail first (no queries for sample rows); only a failing suite is validated again for
-    # its unexpected counts and sample values.
-    res = validate("BOOLEAN_ONLY")
-    if not res.success:
-        res = validate("SUMMARY")
+        # Pass/fail first (no queries for sample rows); only a failing suite is validated again for
+        # its unexpected counts and sample values.
+        res = validate("BOOLEAN_ONLY")
+        if not res.success:
+            res = validate("SUMMARY")
     failures = []
     for r in res.results:
         if not r.success:
@@ -354,8 +391,7 @@ def validate(df: Any, suite: str, expectations: list[Any], raise_on_failure: boo
                 "samples": (result.get("partial_unexpected_list") or [])[:5],
                 "exception": (r.exception_info or {}).get("exception_message"),
             })
-    ds.delete_asset(asset.name)
-    return _result(suite, len(expectations), failures + own_failures, raise_on_failure, quiet)
+    return failures
 
 
 def _result(suite: str, evaluated: int, failures: list[dict[str, Any]], raise_on_failure: bool,

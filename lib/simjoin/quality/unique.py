@@ -84,44 +84,46 @@ def duplicates(df: DataFrame, cols: Sequence[str], samples: int = 5, rows: int |
         groups.unpersist()
 
 
-def _int_keys(table: Any, cols: Sequence[str]) -> list[Any] | None:
-    """The key columns of a pyarrow Table as int64 numpy arrays, when every one is an integer or a
-    timestamp column without nulls; else None."""
+def _int_key_hash(table: Any, cols: Sequence[str]) -> Any | None:
+    """A 64-bit hash per row of a pyarrow Table's key columns (``simjoin.core.hashing.mix_keys``:
+    compiled, no Python per row), when every one is an integer or a timestamp column without nulls;
+    else None. Hashed record batch by record batch, each column's buffer viewed as int64 in place:
+    no concatenated or cast copy of millions of keys."""
     import numpy as np
     import pyarrow as pa
 
+    from simjoin.core.hashing import mix_keys
+
     if not isinstance(table, pa.Table):
         return None
-    out = []
     for c in cols:
         col = table.column(c)
         if col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_timestamp(col.type)):
             return None
-        out.append(np.asarray(col.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64))
-    return out
-
-
-def _mix(keys: list[Any]) -> Any:
-    """A 64-bit hash per row of integer key columns (``simjoin.core.hashing.mix_keys``: compiled,
-    no Python per row)."""
-    from simjoin.core.hashing import mix_keys
-
-    return mix_keys(keys)
+    h = np.empty(table.num_rows, np.int64)
+    at = 0
+    for b in table.select(list(cols)).to_batches():
+        keys = []
+        for arr in b.columns:
+            if arr.type.bit_width == 64:
+                keys.append(arr.view(pa.int64()).to_numpy(zero_copy_only=False))
+            else:
+                keys.append(np.asarray(arr.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64))
+        h[at:at + b.num_rows] = mix_keys(keys)
+        at += b.num_rows
+    return h
 
 
 def duplicates_table(table: Any, cols: Sequence[str], samples: int = 5) -> Duplicates:
     """``duplicates`` for a pyarrow Table (or pandas DataFrame) in this process. Integer and
-    timestamp keys without nulls (a pair key) are hashed with numpy (``_mix``); others by pandas.
-    Either way only the rows whose hash repeats are compared by their real key."""
+    timestamp keys without nulls (a pair key) are hashed in one compiled pass (``_int_key_hash``);
+    others by pandas. Either way only the rows whose hash repeats are compared by their real key."""
     import numpy as np
     import pandas as pd
 
     cols = list(cols)
-    ints = _int_keys(table, cols)
-    if ints is not None:
-        if table.num_rows < 2:
-            return Duplicates()
-        h = _mix(ints)
+    h = _int_key_hash(table, cols) if len(table) >= 2 else None
+    if h is not None:
         rep = _repeated(h)
         if rep.size == 0:
             return Duplicates()
