@@ -32,12 +32,14 @@ def tuples_to_join(run_: HyperCubeRun, u: Any) -> pa.Table:
     parts = [new]
     if h is not None and h.num_rows:
         # a held tuple of side s matters only if a new tuple of the other side has its key
+        from simjoin.core.membership import member_of, staged_index
+
         side, k = np.asarray(new.column("side")), np.asarray(new.column("k"))
         hs = np.asarray(h.column("side").to_numpy(zero_copy_only=False), np.int64)
         hk = np.asarray(h.column("k").to_numpy(zero_copy_only=False), np.int64)
-        want = np.zeros(h.num_rows, bool)
-        for s in (0, 1):
-            want |= (hs == s) & np.isin(hk, k[side == 1 - s])
+        # (side, key) a held tuple needs: the other side's new keys, indexed once; each held tuple
+        # looked up (no sort of the held tuples)
+        want = member_of(hs, hk, staged_index(1 - side, k))
         parts.append(_tuples(h.filter(pa.array(want)), 0))
     return pa.concat_tables(parts)
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 from jobs.hypercube.common import HyperCubeRun, expired_condition
 from jobs.hypercube.dispatch import dispatch_row
 from jobs.hypercube.gate import staged_output
+from jobs.hypercube.stats import held_meta
 from simjoin.quality.rows import epoch_us
 
 #: Whole history: older running summaries are dropped every this many units (a few hundred rows each).
@@ -49,6 +50,9 @@ def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
               ("tuples", tuples, run_.state("tuples")),
               ("sketch", u.work("sketch", keep_unit=True), run_.state("sketch")),
               ("grids", u.work("grids", keep_unit=True), run_.state("grids"))]
-    res = u.engine.publish(u.unit, pieces, meta={"dispatcher": disp})
+    meta: dict[str, Any] = {"dispatcher": disp}
+    if run_.window_us <= 0:  # what the next unit's stats carry on (nothing expires)
+        meta["held"] = held_meta(u)
+    res = u.engine.publish(u.unit, pieces, meta=meta)
     _housekeeping(u, run_)
     return res  # type: ignore[no-any-return]

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.hypercube.common import HyperCubeRun, held_of, live_mask
+from jobs.hypercube.common import HyperCubeRun, dispatcher_of, held_of, live_mask
 from jobs.hypercube.dispatch import dispatch_row, dispatcher
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.hypercube.stream import optimal_bound
@@ -28,14 +28,28 @@ STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, tu
                 "p_r int, p_s int")
 
 
-def _measure(run_: HyperCubeRun, u: Any, disp: Any) -> tuple[Any, ...]:
+def _measure(run_: HyperCubeRun, u: Any, disp: Any, full: bool = False) -> tuple[Any, ...]:
     """(per-worker STATS rows, loads, PHJ loads, tuples held, join size of the held, quarantined,
-    tuples in, grid rows) of a unit."""
+    tuples in, grid rows) of a unit. The held tuples' measures come from the last unit's
+    (:func:`_carried`) when nothing can have changed them, else (or with ``full``) from every
+    held tuple."""
     j = u.work("joined")
     st = {int(r["worker"]): r for r in j.filter(pc.equal(j.column("kind"), int(RowKind.STATS))).to_pylist()}
     cols = ["side", "id", "k", "ts"]
     recs = u.records.select(cols)
     recs = recs.cast(pa.schema([(c, pa.int8() if c == "side" else recs.schema.field(c).type) for c in cols]))
+    carried = None if full else _carried(run_, u, disp, recs, sum(int(r["pairs"]) for r in st.values()))
+    if carried is not None:
+        ours, phj, n_held, out = carried
+    else:
+        ours, phj, n_held, out = _held_measures(run_, u, disp, recs, cols)
+    qt = u.read_state(run_.tables.quarantine, [("unit", "=", int(u.id))], ["unit"])
+    q = 0 if qt is None else qt.num_rows
+    return st, ours, phj, n_held, out, q, u.records.num_rows, u.work("grids").to_pylist()
+
+
+def _held_measures(run_: HyperCubeRun, u: Any, disp: Any, recs: pa.Table, cols: list[str]) -> tuple[Any, ...]:
+    """(loads, PHJ loads, tuples held, join size) over every tuple held after the unit."""
     h = held_of(run_, u)
     now = recs if h is None else pa.concat_tables([h.select(cols).cast(recs.schema), recs])
     if run_.window_us > 0:  # the tuples still live after this unit
@@ -52,10 +66,44 @@ def _measure(run_: HyperCubeRun, u: Any, disp: Any) -> tuple[Any, ...]:
     _, inv = np.unique(k, return_inverse=True)
     r_n = np.bincount(inv, weights=(side == 0), minlength=inv.max() + 1 if inv.size else 0)
     s_n = np.bincount(inv, weights=(side == 1), minlength=inv.max() + 1 if inv.size else 0)
-    out = float((r_n * s_n).sum())
-    qt = u.read_state(run_.tables.quarantine, [("unit", "=", int(u.id))], ["unit"])
-    q = 0 if qt is None else qt.num_rows
-    return st, ours, phj, int(now.num_rows), out, q, u.records.num_rows, u.work("grids").to_pylist()
+    return ours, phj, int(now.num_rows), float((r_n * s_n).sum())
+
+
+def _routing(d: Any) -> tuple[Any, ...]:
+    """What decides where a tuple's copies go: p, the grids and the heavy tasks' workers."""
+    j = d.to_json()
+    return j["p"], j["grids"], j["task_worker"]
+
+
+def _carried(run_: HyperCubeRun, u: Any, disp: Any, recs: pa.Table, pairs: int) -> tuple[Any, ...] | None:
+    """The held tuples' measures from the last unit's (``held`` in the progress meta, written by
+    publish) plus this unit's tuples, when they are exactly what a full pass would give: no
+    window (no tuple expires), the last unit is this one's predecessor, and its dispatcher routes
+    every held tuple as this unit's does (no grid or heavy-task worker changed). Then the loads
+    are the last ones plus this unit's copies, and the join size the last one plus the pairs this
+    unit's join produced (an incremental join yields each pair of the held tuples exactly once).
+    None otherwise: per-unit cost then grows with the held tuples."""
+    if run_.window_us > 0:
+        return None
+    meta = u.engine.progress().meta
+    prev = meta.get("held")
+    if not prev or int(prev.get("unit", -1)) != int(u.id) - 1 or len(prev.get("ours", [])) != disp.p:
+        return None
+    if _routing(dispatcher_of(run_, meta)) != _routing(disp):
+        return None
+    ours, phj = loads(recs, disp)
+    return (np.asarray(prev["ours"], np.int64) + ours, np.asarray(prev["phj"], np.int64) + phj,
+            int(prev["n"]) + recs.num_rows, float(prev["out"]) + float(pairs))
+
+
+def held_meta(u: Any) -> dict[str, Any]:
+    """The unit's held measures as the next unit's :func:`_carried` reads them (from the stats
+    work table): its id, tuples held, join size, loads and PHJ loads per worker."""
+    rows = u.work("stats").to_pylist()
+    unit = next(r for r in rows if r["level"] == "unit")
+    workers = sorted((r for r in rows if r["level"] == "worker"), key=lambda r: int(r["worker"]))
+    return {"unit": int(u.id), "n": int(unit["held"]), "out": float(unit["out_pairs"]),
+            "ours": [int(r["load"]) for r in workers], "phj": [int(r["phj_load"]) for r in workers]}
 
 
 def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:

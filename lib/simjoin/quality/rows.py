@@ -257,8 +257,9 @@ def engine_reasons(t: pa.Table, ctx: RowContext) -> np.ndarray:
     """The platform's rules, first match: a null id, a null ts, an unreadable ts, a ts more than
     ``max_future_s`` past the current time. An object array of reasons, '' for a good row."""
     n = t.num_rows
-    id_null, raw_null = _isnull(t, "id"), _isnull(t, "ts_raw")
     ts_us, ts_null = _ts_us(t)
+    # no ts_raw: ts was read typed, so its text is null exactly when it is
+    id_null, raw_null = _isnull(t, "id"), _isnull(t, "ts_raw") if "ts_raw" in t.column_names else ts_null
     future = ~ts_null & (ts_us > epoch_us(ctx.now) + round(ctx.max_future_s * 1e6))
     out = np.full(n, "", object)
     unit = f" (ts unit {ctx.ts_unit})" if ctx.ts_unit else ""
@@ -378,11 +379,14 @@ def _unique(t: pa.Table, r: UniqueIds, seen: pa.Table | None) -> list[Verdict]:
     order, tie = _spark_order(t, r.order)
     out: list[Verdict] = [(first_by([side, ids], order, tie), lambda rows: [f"duplicate id {ids[i]}"
                                                                            for i in rows.tolist()])]
-    if seen is not None and seen.num_rows:
-        hit = np.zeros(t.num_rows, bool)
+    if seen is not None and seen.num_rows and t.num_rows:
+        from simjoin.core.membership import member_of, staged_index
+
+        # the (side, id) the index holds that this batch repeats: the index's rows looked up among
+        # the batch's (small, indexed once), then the batch's rows among those few
         ks, ki = _np(seen, "side", np.int64), _np(seen, "id", np.int64)
-        for s in np.unique(ks).tolist():
-            hit |= (side == s) & np.isin(ids, ki[ks == s])
+        common = member_of(ks, ki, staged_index(side, ids))
+        hit = member_of(side, ids, staged_index(ks[common], ki[common]))
         out.append((hit, lambda rows: [f"duplicate id {ids[i]} ({r.seen})" for i in rows.tolist()]))
     return out
 
@@ -403,16 +407,17 @@ def _late(t: pa.Table, ctx: RowContext) -> list[Verdict]:
 def _split(t: pa.Table, verdicts: Sequence[Verdict]) -> tuple[pa.Table, pa.Table]:
     """(good rows, bad rows with ``reason``: every broken rule's reason, '; '-joined)."""
     n = t.num_rows
-    texts: list[list[str]] = [[] for _ in range(n)]
     any_bad = np.zeros(n, bool)
+    for mask, _ in verdicts:
+        any_bad |= mask
+    bad_idx = np.flatnonzero(any_bad)
+    texts: dict[int, list[str]] = {i: [] for i in bad_idx.tolist()}  # the bad rows only: no list per row
     for mask, reason in verdicts:
         idx = np.flatnonzero(mask)
         if not idx.size:
             continue
-        any_bad |= mask
         for i, w in zip(idx.tolist(), [reason] * idx.size if isinstance(reason, str) else reason(idx)):
             texts[i].append(w)
-    bad_idx = np.flatnonzero(any_bad)
     bad = t.take(pa.array(bad_idx, pa.int64())).append_column(
         "reason", pa.array(["; ".join(texts[i]) for i in bad_idx.tolist()], pa.string()))
     return t.filter(pa.array(~any_bad)), bad
@@ -464,7 +469,8 @@ def pick_meta(counts: pa.Table, spec: InputSpec, known: Mapping[str, Any]) -> di
 
 def check(t: pa.Table, spec: InputSpec, ctx: RowContext, meta: Mapping[str, Any] | None = None) -> Checked:
     """The platform's rules, then ``spec``'s, on one micro-batch (``t``: ``id``, ``ts``,
-    ``ts_raw``, the payload, ``side``). ``meta``: what the whole batch fixes (:func:`pick_meta`;
+    ``ts_raw`` (the text ts was parsed from; absent when ts was read typed), the payload,
+    ``side``). ``meta``: what the whole batch fixes (:func:`pick_meta`;
     computed here from ``t`` when not given). Rows the platform refuses carry its reason only."""
     if meta is None:
         meta = pick_meta(measure(t, spec, ctx), spec, ctx.meta)

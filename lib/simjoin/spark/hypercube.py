@@ -49,12 +49,18 @@ def batch_counts(records: pa.Table, top: int, also: np.ndarray) -> tuple[np.ndar
     if side.size == 0:
         z = np.zeros(0, np.int64)
         return z.astype(np.int8), z, z, 0
-    pairs, n = np.unique(np.stack([side, k], axis=1), axis=0, return_counts=True)
-    order = np.lexsort((pairs[:, 1], pairs[:, 0], -n))  # count descending, then side, then key
+    ss, ks, ns = [], [], []
+    for s in (0, 1):  # one 1-D unique per side (a 2-column unique sorts rows as bytes: 10x as slow)
+        u, c = np.unique(k[side == s], return_counts=True)
+        ss.append(np.full(u.size, s, np.int64))
+        ks.append(u)
+        ns.append(c)
+    ps, pk, n = np.concatenate(ss), np.concatenate(ks), np.concatenate(ns)
+    order = np.lexsort((pk, ps, -n))  # count descending, then side, then key
     keep = np.zeros(n.size, bool)
     keep[order[: int(top)]] = True
-    keep |= np.isin(pairs[:, 1], np.asarray(also, np.int64))
-    return pairs[keep, 0].astype(np.int8), pairs[keep, 1], n[keep].astype(np.int64), int(side.size)
+    keep |= np.isin(pk, np.asarray(also, np.int64))
+    return ps[keep].astype(np.int8), pk[keep], n[keep].astype(np.int64), int(side.size)
 
 
 def copies_of(b: pa.Table | pa.RecordBatch, d: Dispatcher) -> pa.RecordBatch:

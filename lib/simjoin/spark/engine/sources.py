@@ -20,7 +20,7 @@ from simjoin.spark import delta, delta_source
 from simjoin.spark.engine.follow import Follow
 from simjoin.spark.engine.rules import kind_checks, stream_schema_check, ts_expr
 from simjoin.spark.engine.staging import LiveIds
-from simjoin.spark.engine.units import BatchInfo, Progress, local_path, log, ts_strings
+from simjoin.spark.engine.units import BatchInfo, Progress, local_path, log, with_ts_raw
 
 
 class Sources(Follow):
@@ -256,7 +256,7 @@ class Sources(Follow):
             return pa.concat_tables(parts, promote_options="default")  # type: ignore[return-value]
         from simjoin.spark.session import arrow_frame
 
-        parts = [arrow_frame(self.spark, p) if isinstance(p, pa.Table) else p for p in parts]
+        parts = [arrow_frame(self.spark, with_ts_raw(p)) if isinstance(p, pa.Table) else p for p in parts]
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p, allowMissingColumns=True)
@@ -300,8 +300,8 @@ class Sources(Follow):
                                                names=list(want)))
         t = (pa.concat_tables(pieces) if pieces
              else pa.Table.from_pylist([], schema=pa.schema(list(want.items()))))
-        us = t.column("ts").cast(pa.int64())
-        cols = {"id": t.column("id"), "ts": t.column("ts"), "ts_raw": ts_strings(us)}
+        # no ``ts_raw``: a typed ts's raw text is its string form, made for the quarantined rows only
+        cols = {"id": t.column("id"), "ts": t.column("ts")}
         cols.update({c: t.column(c) for c in payload})
         cols["side"] = pa.array(np.full(t.num_rows, k, np.int8))
         return pa.Table.from_arrays(list(cols.values()), names=list(cols))

@@ -125,6 +125,15 @@ def ts_strings(us: Any) -> Any:
     return pa.array(out, pa.string(), mask=~valid)
 
 
+def with_ts_raw(t: Any) -> Any:
+    """``t`` (a pyarrow Table with a typed ``ts``) with its ``ts_raw`` column: the string Spark's
+    cast of that ts gives (:func:`ts_strings`), where it has none yet."""
+    if "ts_raw" in t.column_names:
+        return t
+    us = t.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return t.add_column(t.schema.get_field_index("ts") + 1, "ts_raw", ts_strings(us))
+
+
 def json_row(values: dict[str, Any]) -> str:
     """A quarantined row's payload as ``to_json(struct(...))`` writes it (NaN and infinities as
     strings, nulls left out, no spaces)."""
