@@ -163,8 +163,8 @@ def write_results(rows: list[dict], a: argparse.Namespace, seconds: float) -> No
         "",
         "Load = tuple copies a worker holds after the last micro-batch (the paper's load); bound = N/p + "
         "sqrt(OUT/p) over the same tuples (N = 2 x rows, OUT the join size). Ours and PHJ are the same pipeline "
-        "(`--strategy hypercube|phj`), run unit by unit in this process; wall = the sum of the units (appending "
-        "the micro-batch to Delta excluded). Spark AQE: `l.join(r, 'k').count()` over the whole streams, "
+        "(`--strategy hypercube|phj`), run unit by unit in this process (its gate in the warm gate server, as the "
+        "CLI runs it); wall = the sum of the units (appending the micro-batch to Delta excluded). Spark AQE: `l.join(r, 'k').count()` over the whole streams, "
         "sort-merge join (broadcast off), skew join on, stopped at the timeout.",
         "",
         "| alpha | OUT | ours max load | bound | ours / bound | worst unit ours / bound | PHJ max load | PHJ / ours "
@@ -190,6 +190,9 @@ def write_results(rows: list[dict], a: argparse.Namespace, seconds: float) -> No
                      + (f"; ours {fmt(o['wall'])} s vs AQE {'> ' if q['timed_out'] else ''}{fmt(q['wall'])} s "
                         f"({'met' if q['timed_out'] or o['wall'] < q['wall'] else 'missed'}: faster)"
                         if r['alpha'] >= 1.5 else "")
+                     + (f"; ours {fmt(o['wall'])} s vs AQE {'> ' if q['timed_out'] else ''}{fmt(q['wall'])} s "
+                        f"({'met' if q['timed_out'] or o['wall'] <= 2 * q['wall'] else 'missed'}: within 2x, "
+                        f"{o['wall'] / q['wall']:.2f}x)" if r['alpha'] < 1.5 else "")
                      + f"; exact: {'yes' if r['exact'] else 'NO'}")
     lines += ["", "Per-unit wall seconds (ours): " + "; ".join(
         f"alpha {r['alpha']}: " + ", ".join(fmt(w) for w in r["ours"]["walls"]) for r in rows), ""]
@@ -215,6 +218,16 @@ def main() -> None:
     from simjoin.spark.session import get_spark
 
     spark = get_spark()
+    # the gate as a user's `simjoin hypercube` runs it (the CLI's preload for an in-process
+    # pipeline): in the warm gate server, started before the first unit as a recurring user's runs find it
+    from simjoin.quality import gate_server
+    from simjoin.quality.gates import preload
+
+    gate_server.start()
+    conn = gate_server.connect(180)
+    if conn is not None:
+        conn.close()
+    preload(process=True)
     work = Path(tempfile.mkdtemp(prefix="bench_hypercube_"))
     t_start = time.perf_counter()
     rows = []
