@@ -511,3 +511,41 @@ def test_executors_write_identical_tables(spark, tmp_path, monkeypatch, pipeline
 @pytest.mark.parametrize("pipeline,seed", MORE)
 def test_executors_write_identical_tables_more_seeds(spark, tmp_path, monkeypatch, pipeline, seed):
     CHECKS[pipeline](spark, tmp_path, monkeypatch, seed)
+
+
+def test_task_results_come_back_through_the_result_folder_or_spark_alike(spark, monkeypatch):
+    """A Spark task's output reaches the driver as an Arrow IPC file in a private folder when the
+    task sees it (here: local mode), else through Spark's own result path; both give the in-process
+    executor's table, and no folder is left behind."""
+    import os
+
+    import pyarrow.compute as pc
+
+    from simjoin.spark import routing
+
+    schema = pa.schema([("x", pa.int64()), ("y", pa.int64())])
+    t = pa.table({"x": pa.array(np.arange(30_000), pa.int64())})
+    task = np.arange(30_000) % 4
+
+    def fn(g: pa.Table) -> list[pa.RecordBatch]:
+        return pa.table({"x": g.column("x"), "y": pc.multiply(g.column("x"), 3)}).to_batches()
+
+    made: list[str] = []
+    real = routing._result_folder
+
+    def record() -> Any:
+        got = real()
+        if got is not None:
+            made.append(got[0])
+        return got
+
+    monkeypatch.setattr(routing, "_result_folder", record)
+    want = routing.task_table(t, task, fn, schema)
+    before = routing.files_read
+    via_files = routing.spark_task_table(spark, t, task, fn, schema)
+    assert routing.files_read - before == 4  # one file per task
+    monkeypatch.setenv(routing.RESULT_FILES_ENV, "0")
+    via_spark = routing.spark_task_table(spark, t, task, fn, schema)
+    assert routing.files_read - before == 4
+    assert via_files.equals(want) and via_spark.equals(want)
+    assert len(made) == 1 and not os.path.exists(made[0])  # the second run made none

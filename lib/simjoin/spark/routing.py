@@ -125,17 +125,65 @@ def spark_task_table(spark: Any, t: pa.Table, task: np.ndarray, fn: TaskFn, sche
     return _run_slots(spark, slot, seq, blob, int(ids.size), fn, schema)
 
 
+#: Set to "0" to keep every task result in Spark's own result path (no shared result folder).
+RESULT_FILES_ENV = "SIMJOIN_TASK_RESULT_FILES"
+#: task results this process has read from the result folder (how tests see which path ran)
+files_read = 0
+
+
+def _result_folder() -> tuple[str, str] | None:
+    """A private folder (0700; in memory where the system has ``/dev/shm``) for task results, and
+    the random token of the marker file in it; None when turned off."""
+    import secrets
+    import tempfile
+
+    if os.environ.get(RESULT_FILES_ENV, "1") == "0":
+        return None
+    shm = "/dev/shm"
+    folder = tempfile.mkdtemp(prefix="simjoin-results-", dir=shm if os.path.isdir(shm) and os.access(shm, os.W_OK)
+                              else None)
+    token = secrets.token_hex(16)
+    with open(os.path.join(folder, "marker"), "w") as fh:
+        fh.write(token)
+    return folder, token
+
+
+def _shared(where: tuple[str, str] | None) -> str | None:
+    """The result folder, when this task sees it (the executor shares the driver's file system:
+    local mode, a worker on the same host), else None: the result then travels through Spark."""
+    if where is None:
+        return None
+    folder, token = where
+    try:
+        with open(os.path.join(folder, "marker")) as fh:
+            return folder if fh.read() == token else None
+    except OSError:
+        return None
+
+
 def _run_slots(spark: Any, slot: list[int], seq: list[int], blob: list[bytes], n: int, fn: TaskFn,
                schema: pa.Schema) -> pa.Table:
+    """Each slot's rows (``blob``: IPC messages) through ``fn`` in one Spark job. A task writes its
+    output as an Arrow IPC file into the driver's private result folder when it can see it, and
+    answers with the file's name: a large result (millions of pairs) never sits in the driver JVM's
+    heap as one Spark task result (13M pairs of one task exhausted a 4 GB heap). A task that cannot
+    see the folder (a worker on another host) answers with the IPC messages themselves."""
+    global files_read
+    import shutil
+    import uuid
+
     from simjoin.spark.session import arrow_frame
 
     df = arrow_frame(spark, pa.table({"slot": pa.array(slot, pa.int64()), "seq": pa.array(seq, pa.int64()),
                                       "blob": pa.array(blob, pa.binary())}))
+    where = _result_folder()
+    out_schema = pa.schema([("slot", pa.int64()), ("seq", pa.int64()), ("blob", pa.binary()), ("file", pa.string())])
 
     def part(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         bs = [b for b in batches if b.num_rows]
         if not bs:
             return
+        folder = _shared(where)
         got = pa.Table.from_batches(bs).sort_by([("slot", "ascending"), ("seq", "ascending")])
         slots = np.asarray(got.column("slot").to_numpy(), np.int64)
         blobs = got.column("blob").to_pylist()
@@ -143,11 +191,30 @@ def _run_slots(spark: Any, slot: list[int], seq: list[int], blob: list[bytes], n
             mine = pa.concat_tables([_unipc(blobs[j]) for j in np.flatnonzero(slots == s).tolist()])
             out = pa.Table.from_batches([b.cast(schema) if b.schema != schema else b for b in fn(mine)],
                                         schema=schema)
+            if folder is not None:
+                path = os.path.join(folder, f"{s}-{uuid.uuid4().hex}.arrow")
+                with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as w:
+                    w.write_table(out)
+                yield pa.RecordBatch.from_pydict({"slot": [s], "seq": [0], "blob": [None], "file": [path]},
+                                                 schema=out_schema)
+                continue
             for k, b in enumerate(_chunks(out)):
-                yield pa.RecordBatch.from_pydict({"slot": [s], "seq": [k], "blob": [b]},
-                                                 schema=pa.schema([("slot", pa.int64()), ("seq", pa.int64()),
-                                                                   ("blob", pa.binary())]))
+                yield pa.RecordBatch.from_pydict({"slot": [s], "seq": [k], "blob": [b], "file": [None]},
+                                                 schema=out_schema)
 
-    got = route_to_tasks(df, "slot", n).mapInArrow(part, "slot long, seq long, blob binary").toArrow()
-    got = got.sort_by([("slot", "ascending"), ("seq", "ascending")])
-    return pa.concat_tables([_unipc(b) for b in got.column("blob").to_pylist()]).cast(schema)
+    try:
+        got = route_to_tasks(df, "slot", n).mapInArrow(part, "slot long, seq long, blob binary, file string").toArrow()
+        got = got.sort_by([("slot", "ascending"), ("seq", "ascending")])
+        parts = []
+        for b, f in zip(got.column("blob").to_pylist(), got.column("file").to_pylist(), strict=True):
+            if f is not None:
+                assert where is not None and os.path.dirname(f) == where[0], f"a task result outside its folder: {f}"
+                with pa.OSFile(f, "rb") as src:  # read, not mapped: the folder goes below
+                    parts.append(pa.ipc.open_file(src).read_all())
+                files_read += 1
+            else:
+                parts.append(_unipc(b))
+        return pa.concat_tables(parts).cast(schema) if parts else schema.empty_table()
+    finally:
+        if where is not None:
+            shutil.rmtree(where[0], ignore_errors=True)

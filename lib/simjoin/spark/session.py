@@ -58,8 +58,11 @@ log = get_logger("simjoin.spark")
 # follow mode, a test session) that plans thousands of queries filled it ("CodeCache is full.
 # Compiler has been disabled") and then failed every task with a VirtualMachineError. 256 MB, as
 # the full JIT reserves by default, is address space: only what is compiled is backed.
-JVM_FLAGS = os.environ.get("SIMJOIN_JVM_FLAGS",
-                           "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC -XX:ReservedCodeCacheSize=256m")
+# ExitOnOutOfMemoryError: a JVM whose heap ran out exits, so the run fails with an error and its
+# retry starts a fresh one; otherwise the thread that died (e.g. Spark's task-result getter, on a
+# task result larger than the driver heap) leaves its job waiting forever.
+JVM_FLAGS = os.environ.get("SIMJOIN_JVM_FLAGS", "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC "
+                           "-XX:ReservedCodeCacheSize=256m -XX:+ExitOnOutOfMemoryError")
 #: Spark Connect's usual port; ``simjoin spark-server --port`` and ``SIMJOIN_SPARK_REMOTE`` move it.
 CONNECT_PORT = 15002
 #: The warm Spark's pre-shared token: the server requires it and PySpark's client sends it.
