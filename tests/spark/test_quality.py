@@ -151,3 +151,23 @@ def test_a_gate_server_that_does_not_answer_leaves_the_gate_to_this_process(monk
         gate_server.server_dir()
     gates.preload(process=True)  # refused: the thread imports Great Expectations here instead
     assert not gates._use_server and "no gate server" in caplog.text
+
+
+def test_narrow_columns_are_checked_by_value_as_wide_ones_and_keep_their_type():
+    """An int32 or float32 column Great Expectations checks by value only is handed to it widened
+    (its pandas check is vectorized only for int64 and float64): the same verdicts and counts; a
+    column whose type an expectation checks keeps its own type."""
+    import pyarrow as pa
+
+    t = pa.table({"task": pa.array([0, 1, 2, 7], pa.int32()), "w": pa.array([0.5, 1.5, 0.25, 9.0], pa.float32())})
+    ex = [gates.Expect.of("ExpectColumnValuesToBeBetween", column="task", min_value=0, max_value=3),
+          gates.Expect.of("ExpectColumnValuesToBeBetween", column="w", min_value=0.0, max_value=2.0)]
+    r = gates.validate(t, "narrow", ex, raise_on_failure=False)
+    got = {(f["kwargs"]["column"], f["unexpected_count"], tuple(f["samples"])) for f in r.failures}
+    assert got == {("task", 1, (7,)), ("w", 1, (9.0,))}
+    assert gates.validate(t.slice(0, 3), "narrow_ok", ex, raise_on_failure=False).success
+    typed = [gates.Expect.of("ExpectColumnValuesToBeOfType", column="task", type_="IntegerType"), ex[0]]
+    r = gates.validate(t.slice(0, 3), "typed", typed, raise_on_failure=False)
+    assert r.success, r.failures
+    wrong = [gates.Expect.of("ExpectColumnValuesToBeOfType", column="task", type_="LongType")]
+    assert not gates.validate(t, "typed_wrong", wrong, raise_on_failure=False).success

@@ -342,8 +342,31 @@ def _frames(df: Any, expectations: list[Any]) -> list[tuple[Any, list[Any]]]:
     out = []
     for key, group in groups.items():
         present = df if key is None else df.select([c for c in key if c in df.column_names])
+        if not any(type(e).__name__ in _TYPE_EXPECTATIONS for e in group):
+            present = _widened(present)
         out.append((present.to_pandas(split_blocks=True), group))
     return out
+
+
+#: expectations that check a column's type (its columns are handed over in their own types)
+_TYPE_EXPECTATIONS = ("ExpectColumnValuesToBeOfType", "ExpectColumnValuesToBeInTypeList")
+
+
+def _widened(t: Any) -> Any:
+    """``t`` with narrower integer columns as int64 and float32 as float64 - the same values, in
+    the dtypes Great Expectations' pandas checks compare vectorized (on an int32 column,
+    ``ExpectColumnValuesToBeBetween`` called a Python function per row: 0.4 s per million)."""
+    import pyarrow as pa
+
+    cols = []
+    for f in t.schema:
+        c = t.column(f.name)
+        if pa.types.is_integer(f.type) and f.type != pa.int64() and not pa.types.is_uint64(f.type):
+            c = c.cast(pa.int64())
+        elif pa.types.is_float32(f.type) or pa.types.is_float16(f.type):
+            c = c.cast(pa.float64())
+        cols.append(c)
+    return pa.table(cols, names=t.column_names)
 
 
 #: the batch definition of each datasource (one dataframe asset each, added once: adding or
