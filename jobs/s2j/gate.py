@@ -17,7 +17,13 @@ from simjoin.quality.gates import Expect, pairs_expectations, run_suite
 
 def staged_pairs(run: S2JRun, u: Any) -> Any:
     """The micro-batch's pairs as a pyarrow Table: task index, left_id, right_id, ts. The gate
-    checks them and publish writes one table per task."""
+    checks them and publish writes one table per task (the same Table when both run in this
+    process)."""
+    key = f"s2j_pairs_{u.id}"
+    return run.frame(key, lambda: run.keep(key, _pairs(u)))
+
+
+def _pairs(u: Any) -> Any:
     j = u.work("joined")
     j = j.filter(pc.equal(j.column("kind"), int(RowKind.PAIR)))
     return pa.table({"task": j.column("task"), "left_id": j.column("left_id"), "right_id": j.column("right_id"),
