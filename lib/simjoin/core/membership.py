@@ -64,6 +64,8 @@ def _kernel() -> Any:
     """The compiled lookup (numba is imported on first use)."""
     from numba import njit
 
+    from simjoin.core.inequality.kernels import lower_bound
+
     @njit(cache=True, nogil=True)
     def member(groups: np.ndarray, scale: int, shift: int, ids: np.ndarray, keys: np.ndarray, offsets: np.ndarray,
                values: np.ndarray, lo: np.ndarray, bit_at: np.ndarray, bits: np.ndarray,
@@ -73,13 +75,7 @@ def _kernel() -> Any:
         for i in range(groups.shape[0]):
             g = groups[i] * scale + shift
             if k < 0 or g != last_g:  # the group's key: binary search among the few keys
-                a, b = 0, nk
-                while a < b:
-                    mid = (a + b) >> 1
-                    if keys[mid] < g:
-                        a = mid + 1
-                    else:
-                        b = mid
+                a = lower_bound(keys, 0, nk, g)
                 k = a if a < nk and keys[a] == g else nk
                 last_g = g
             if k == nk:
@@ -92,13 +88,7 @@ def _kernel() -> Any:
                 if bits[bit_at[k] + (x - lo[k])]:
                     out[i] = True
                 continue
-            a, b = first, end
-            while a < b:  # the id among the group's sorted ids
-                mid = (a + b) >> 1
-                if values[mid] < x:
-                    a = mid + 1
-                else:
-                    b = mid
+            a = lower_bound(values, first, end, x)  # the id among the group's sorted ids
             if a < end and values[a] == x:
                 out[i] = True
 
