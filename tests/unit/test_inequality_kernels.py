@@ -343,3 +343,27 @@ def test_matches_duckdb_iejoin() -> None:
     q = parse_query("r.a > l.a AND r.b <= l.b + 2")
     assert _join("batch", q, "r", R, L, _no_bounds, rng) == ref
     assert _join("mutable", q, "l", L, R, _no_bounds, rng) == ref
+
+
+@pytest.mark.parametrize("m", [1, 7, 3000])
+def test_galloping_ranges_equal_binary_searches(m: int) -> None:
+    """``sorted_ranges`` (one galloping pass over probes in (group, value) order) gives every probe the range a
+    binary search per probe gives, for every operator, with ties, several key groups and probes without one."""
+    from simjoin.core.inequality.kernels import OP_CODES, op_range, sorted_ranges
+
+    rng = np.random.default_rng(m)
+    n = 2000
+    groups = np.sort(rng.integers(0, 5, n))
+    offsets = np.searchsorted(groups, np.arange(6)).astype(np.int64)
+    values = np.concatenate([np.sort(rng.integers(-20, 20, int((groups == g).sum()))) for g in range(5)])
+    pv = rng.integers(-25, 25, m).astype(np.int64)
+    pg = rng.integers(-1, 5, m).astype(np.int64)
+    order = np.lexsort((pv, np.where(pg < 0, -1, pg))).astype(np.int64)
+    for op, code in OP_CODES.items():
+        start, end = sorted_ranges(values.astype(np.int64), offsets, pg, pv, order, code)
+        for i in range(m):
+            if pg[i] < 0:
+                assert (start[i], end[i]) == (0, 0)
+                continue
+            want = op_range(values.astype(np.int64), offsets[pg[i]], offsets[pg[i] + 1], code, pv[i])
+            assert (start[i], end[i]) == want, (op, i)

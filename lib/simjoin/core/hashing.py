@@ -59,7 +59,7 @@ def _mix_into() -> Any:
     stays cheap for its numpy-only callers)."""
     from numba import njit
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def mix_into(h: np.ndarray, k: np.ndarray) -> None:  # pragma: no cover - compiled
         s6, s2, s30, s27, s31 = np.uint64(6), np.uint64(2), np.uint64(30), np.uint64(27), np.uint64(31)
         for i in range(h.shape[0]):

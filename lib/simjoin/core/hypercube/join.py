@@ -21,7 +21,7 @@ def _order(task: np.ndarray, side: np.ndarray, key: np.ndarray, new: np.ndarray,
     return np.lexsort((ts, new, side, key, task))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _bounds(a: np.ndarray, lo: int, hi: int, x: int, upper: bool) -> int:
     while lo < hi:
         m = (lo + hi) >> 1
@@ -32,7 +32,7 @@ def _bounds(a: np.ndarray, lo: int, hi: int, x: int, upper: bool) -> int:
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _walk(task, side, key, new, ts, ids, window, fill, out_l, out_r, out_k, out_ts, gkey, gcount):
     n = task.shape[0]
     total = 0

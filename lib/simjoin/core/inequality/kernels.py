@@ -12,9 +12,10 @@ by its order-preserving key (the order of float64); NaN never reaches these kern
 Bit arrays are int64 words (two's complement, so ``w & -w`` isolates the lowest bit on every word); the index of
 an isolated bit comes from a de Bruijn multiplication.
 
-``accept`` is the exact residual check of one candidate pair: the time bounds ``ts_lo < ts < ts_hi``, the count
-bounds ``seq_lo <= seq < seq_hi``, the inequalities not used by the index, exact key equality (hash-collision
-safe) and the ``!=`` residuals.
+The probe kernels collect candidate pairs (``reserve`` makes room per probe); ``settle`` is the exact residual
+check of them, one pass per batch of candidates: the time bounds ``ts_lo < ts < ts_hi``, the count bounds
+``seq_lo <= seq < seq_hi``, the inequalities not used by the index, exact key equality (hash-collision safe) and
+the ``!=`` residuals.
 """
 
 from __future__ import annotations
@@ -40,9 +41,13 @@ __all__ = [
     "lower_bound",
     "upper_bound",
     "op_range",
-    "accept",
-    "make_ctx",
+    "sorted_ranges",
+    "settle",
+    "SETTLE_EVERY",
     "grow",
+    "reserve",
+    "check_sets",
+    "make_ctx",
     "lowest_bit",
     "ProbeArgs",
     "probe_args",
@@ -93,7 +98,7 @@ def key_codes(key_values: npt.ArrayLike) -> IntArray:
     return h.view(np.int64)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True, inline="always")
 def compare(op: int, s: int, p: int) -> bool:
     """``s OP p`` for an operator code."""
     if op == LT:
@@ -105,7 +110,7 @@ def compare(op: int, s: int, p: int) -> bool:
     return s >= p
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True, inline="always")
 def lower_bound(a, lo, hi, x):  # type: ignore[no-untyped-def]
     """First index in ``[lo, hi)`` with ``a[idx] >= x`` (``a`` ascending)."""
     while lo < hi:
@@ -117,7 +122,7 @@ def lower_bound(a, lo, hi, x):  # type: ignore[no-untyped-def]
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True, inline="always")
 def upper_bound(a, lo, hi, x):  # type: ignore[no-untyped-def]
     """First index in ``[lo, hi)`` with ``a[idx] > x`` (``a`` ascending)."""
     while lo < hi:
@@ -129,7 +134,7 @@ def upper_bound(a, lo, hi, x):  # type: ignore[no-untyped-def]
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True, inline="always")
 def op_range(a: FloatArray, lo: int, hi: int, op: int, x: float) -> tuple[int, int]:
     """The positions ``[start, end)`` of ``[lo, hi)`` where ``a[pos] OP x`` holds (``a`` ascending there)."""
     if op == LT:
@@ -141,40 +146,140 @@ def op_range(a: FloatArray, lo: int, hi: int, op: int, x: float) -> tuple[int, i
     return lower_bound(a, lo, hi, x), hi
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
+def sorted_ranges(sorted_c, group_offsets, pgroup, pvalues, order, op):  # type: ignore[no-untyped-def]
+    """``op_range`` of every probe within its key group, in one galloping pass (Section 3.4's offset arrays).
+
+    ``order`` visits the probes by (group, value) ascending (``ProbeArgs.order``), so each bound lies at or after
+    the previous one of the same group: an exponential search from there costs O(log gap) instead of a binary
+    search over the whole group, O(m + n) in all when probes are dense and O(m log(n / m)) when they are few.
+    Probes without a group (``pgroup < 0``) get the empty range ``[0, 0)``.
+    """
+    m = order.shape[0]
+    start = np.zeros(m, dtype=np.int64)
+    end = np.zeros(m, dtype=np.int64)
+    upper = op in (LE, GT)
+    g = -1
+    cur = 0
+    gs = 0
+    ge = 0
+    for t in range(m):
+        i = order[t]
+        gi = pgroup[i]
+        if gi < 0:
+            continue
+        if gi != g:
+            g = gi
+            gs = group_offsets[g]
+            ge = group_offsets[g + 1]
+            cur = gs
+        x = pvalues[i]
+        # gallop from cur: the first position in [cur, ge) with a > x (upper) or a >= x (lower)
+        if cur < ge and (sorted_c[cur] <= x if upper else sorted_c[cur] < x):
+            prev = cur
+            step = 1
+            while cur + step < ge and (sorted_c[cur + step] <= x if upper else sorted_c[cur + step] < x):
+                prev = cur + step
+                step <<= 1
+            hi = min(cur + step, ge)
+            cur = upper_bound(sorted_c, prev + 1, hi, x) if upper else lower_bound(sorted_c, prev + 1, hi, x)
+        if op in (LT, LE):
+            start[i] = gs
+            end[i] = cur
+        else:
+            start[i] = cur
+            end[i] = ge
+    return start, end
+
+
+@njit(cache=True, nogil=True, inline="always")
 def lowest_bit(t: int) -> int:
     """Index of the single set bit of ``t`` (``t = w & -w``, ``w != 0``)."""
     return _DEBRUIJN_TABLE[((t * _DB) >> 58) & 63]
 
 
-@njit(cache=True)
-def accept(s: int, i: int, check_preds: IntArray, ctx) -> bool:  # type: ignore[no-untyped-def]
-    """Exact check of stored tuple ``s`` against probe ``i`` for everything the index did not decide.
+# Candidates collected before ``settle`` checks them (bounds a probe call's memory, not its result)
+SETTLE_EVERY = 1 << 20
 
-    ``ctx`` is the tuple ``(values, pvalues, ops, key_values, pkey_values, residual, presidual, ts, ts_lo, ts_hi,
-    has_ts, seq, seq_lo, seq_hi, has_seq)`` (``make_ctx``); ``check_preds`` are the inequalities to verify.
+
+@njit(cache=True, nogil=True)
+def settle(cand: IntArray, done: int, cnt: int, checks: IntArray, n_checks: IntArray, ctx) -> int:  # type: ignore[no-untyped-def]
+    """Check candidates ``cand[:, done:cnt]`` exactly and move the pairs that hold to ``cand[:, done:]``, in order;
+    returns the new count (the kept pairs end at it).
+
+    Each candidate is its probe ``i``, stored tuple ``s`` and check set ``c`` (``checks[c, :n_checks[c]]``: the
+    inequalities the index did not decide). A pair holds iff the time bounds ``ts_lo < ts < ts_hi``, the count
+    bounds ``seq_lo <= seq < seq_hi``, those inequalities, exact key equality (hash-collision safe) and the ``!=``
+    residuals hold. The probe kernels collect candidates and settle them every ``SETTLE_EVERY`` and at
+    the end: ``ctx`` is unpacked once per pass, where passing its arrays to a call per candidate cost more than the
+    check itself.
     """
     (values, pvalues, ops, key_values, pkey_values, residual, presidual,
      ts, ts_lo, ts_hi, has_ts, seq, seq_lo, seq_hi, has_seq) = ctx  # fmt: skip
-    if has_ts:
-        t = ts[s]
-        if not (ts_lo[i] < t and t < ts_hi[i]):
-            return False
-    if has_seq:
-        q = seq[s]
-        if not (seq_lo[i] <= q and q < seq_hi[i]):
-            return False
-    for c in range(check_preds.shape[0]):
-        j = check_preds[c]
-        if not compare(ops[j], values[s, j], pvalues[i, j]):
-            return False
-    for c in range(key_values.shape[1]):
-        if key_values[s, c] != pkey_values[i, c]:
-            return False
-    for c in range(residual.shape[1]):  # noqa: SIM110 (a plain loop compiles in numba)
-        if residual[s, c] == presidual[i, c]:
-            return False
-    return True
+    kept = done
+    for k in range(done, cnt):
+        i = cand[0, k]
+        s = cand[1, k]
+        ok = True
+        if has_ts:
+            t = ts[s]
+            ok = ts_lo[i] < t and t < ts_hi[i]
+        if ok and has_seq:
+            q = seq[s]
+            ok = seq_lo[i] <= q and q < seq_hi[i]
+        if ok:
+            c = cand[2, k]
+            for x in range(n_checks[c]):
+                j = checks[c, x]
+                if not compare(ops[j], values[s, j], pvalues[i, j]):
+                    ok = False
+                    break
+        if ok:
+            for x in range(key_values.shape[1]):
+                if key_values[s, x] != pkey_values[i, x]:
+                    ok = False
+                    break
+        if ok:
+            for x in range(residual.shape[1]):
+                if residual[s, x] == presidual[i, x]:
+                    ok = False
+                    break
+        if ok:
+            cand[0, kept] = i
+            cand[1, kept] = s
+            kept += 1
+    return kept
+
+
+@njit(cache=True, nogil=True)
+def grow(a: IntArray, size: int) -> IntArray:
+    """``a`` with double the capacity, first ``size`` entries kept."""
+    b = np.empty(max(2 * a.shape[0], 1024), dtype=np.int64)
+    b[:size] = a[:size]
+    return b
+
+
+@njit(cache=True, nogil=True)
+def reserve(cand: IntArray, cnt: int, need: int) -> IntArray:
+    """``cand`` ([3, capacity]) with room for ``need`` candidates (at least double), its first ``cnt`` kept.
+
+    Kernels reserve a probe's largest possible candidate count before its scan, never per candidate: an array
+    reassigned inside the innermost loop costs numba reference counting on every iteration (4x the scan).
+    """
+    if need <= cand.shape[1]:
+        return cand
+    bigger = np.empty((3, max(2 * cand.shape[1], need, 1024)), dtype=np.int64)
+    bigger[:, :cnt] = cand[:, :cnt]
+    return bigger
+
+
+def check_sets(*sets: IntArray) -> tuple[IntArray, IntArray]:
+    """``settle``'s ``checks`` and ``n_checks`` for check sets given as arrays (set ``c`` is ``sets[c]``)."""
+    width = max([1, *(len(x) for x in sets)])
+    checks = np.zeros((len(sets), width), dtype=np.int64)
+    for c, x in enumerate(sets):
+        checks[c, : len(x)] = x
+    return checks, np.asarray([len(x) for x in sets], dtype=np.int64)
 
 
 def make_ctx(
@@ -186,7 +291,7 @@ def make_ctx(
     seq: IntArray,
     args: ProbeArgs,
 ) -> tuple:  # type: ignore[type-arg]
-    """The ``ctx`` tuple of ``accept`` for a stored side and validated probe arguments."""
+    """The ``ctx`` tuple of ``settle`` for a stored side and validated probe arguments."""
     return (
         values,
         args.values,
@@ -206,14 +311,6 @@ def make_ctx(
     )
 
 
-@njit(cache=True)
-def grow(a: IntArray, size: int) -> IntArray:
-    """``a`` with double the capacity, first ``size`` entries kept."""
-    b = np.empty(max(2 * a.shape[0], 1024), dtype=np.int64)
-    b[:size] = a[:size]
-    return b
-
-
 class ProbeArgs:
     """Validated probe-side arrays in the form the kernels take (absent parts as empty arrays + flags)."""
 
@@ -223,6 +320,7 @@ class ProbeArgs:
         "key_values",
         "keys",
         "m",
+        "orders",
         "residual",
         "seq_hi",
         "seq_lo",
@@ -256,6 +354,16 @@ class ProbeArgs:
         self.keys = keys
         self.key_values = key_values
         self.residual = residual
+        self.orders: dict[int, IntArray] = {}
+
+    def order(self, j: int) -> IntArray:
+        """The probes by (key code, value of predicate ``j``) ascending: ``sorted_ranges``' visiting order, the
+        same for every batch of one orientation (group indices ascend with the key codes), computed once."""
+        if j not in self.orders:
+            v = self.values[:, j]
+            self.orders[j] = (np.argsort(v, kind="stable") if self.keys is None
+                              else np.lexsort((v, self.keys))).astype(np.int64)
+        return self.orders[j]
 
 
 def _ints(name: str, a: npt.ArrayLike | None, m: int) -> IntArray:

@@ -19,7 +19,7 @@ the narrowest predicate range and checks the other predicates on the candidates'
 set as ANDing the per-predicate tmp-id sets, at the cost of the smallest range instead of the sum of all.
 Predicates whose values are non-decreasing along an earlier index (the other half of a band, ...) share that
 index and their ranges intersect (``_classes``). Key equality (exact, hash-collision safe), ``!=`` residuals
-and the window bounds are checked like in ``pojoin`` (``kernels.accept``). Results are ``(probe_index, tmp_id)``.
+and the window bounds are checked like in ``pojoin`` (``kernels.settle``). Results are ``(probe_index, tmp_id)``.
 
 When the candidate count of a probe call would exceed about the cost of sorting the mutable part (a large
 micro-batch against a large sub-window, Q2-like two-sided predicates), the probe is answered by a PO-Join
@@ -35,7 +35,18 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from .kernels import OP_NAMES, accept, grow, lower_bound, make_ctx, op_codes, op_range, probe_args, upper_bound
+from .kernels import (
+    OP_NAMES,
+    SETTLE_EVERY,
+    lower_bound,
+    make_ctx,
+    op_codes,
+    op_range,
+    probe_args,
+    reserve,
+    settle,
+    upper_bound,
+)
 from .pojoin import POBatch, stored_columns
 
 __all__ = ["MutablePart", "SNAPSHOT_COST_PER_TUPLE", "SNAPSHOT_MIN_TUPLES"]
@@ -54,7 +65,7 @@ SNAPSHOT_MIN_TUPLES = 4096
 SNAPSHOT_MIN_STORED = 256
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _merge_runs(
     keys_a: IntArray, vals_a: FloatArray, tids_a: IntArray, keys_b: IntArray, vals_b: FloatArray, tids_b: IntArray
 ) -> tuple[IntArray, FloatArray, IntArray]:
@@ -86,7 +97,7 @@ def _merge_runs(
     return keys, vals, tids
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _narrowest(
     sorted_keys: IntArray,
     sorted_values: FloatArray,
@@ -131,7 +142,7 @@ def _narrowest(
     return best, best_lo, best_hi
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _scan_cost(
     sorted_keys: IntArray,
     sorted_values: FloatArray,
@@ -149,7 +160,7 @@ def _scan_cost(
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _probe_mutable(
     sorted_keys: IntArray,
     sorted_values: FloatArray,
@@ -161,25 +172,25 @@ def _probe_mutable(
     pkeys: IntArray,
     ctx,  # type: ignore[no-untyped-def]
 ):  # type: ignore[no-untyped-def]
-    """Per probe: one range per index class, scan the narrowest, check the rest exactly."""
+    """Per probe: one range per index class, scan the narrowest, check the rest exactly (check set ``best``)."""
     pvalues = ctx[1]
     ops = ctx[2]
-    out_p = np.empty(1024, dtype=np.int64)
-    out_t = np.empty(1024, dtype=np.int64)
+    cand = np.empty((3, 1024), dtype=np.int64)
     cnt = 0
+    done = 0
     for i in range(pvalues.shape[0]):
         best, lo, hi = _narrowest(sorted_keys, sorted_values, leader, has_keys, pkeys, pvalues, ops, i)
-        check = checks[best, : n_checks[best]]
+        cand = reserve(cand, cnt, cnt + hi - lo)
         for pos in range(lo, hi):
-            tid = sorted_tids[best, pos]
-            if accept(tid, i, check, ctx):
-                if cnt == out_p.shape[0]:
-                    out_p = grow(out_p, cnt)
-                    out_t = grow(out_t, cnt)
-                out_p[cnt] = i
-                out_t[cnt] = tid
-                cnt += 1
-    return out_p[:cnt].copy(), out_t[:cnt].copy()
+            cand[0, cnt] = i
+            cand[1, cnt] = sorted_tids[best, pos]
+            cand[2, cnt] = best
+            cnt += 1
+        if cnt - done >= SETTLE_EVERY:
+            cnt = settle(cand, done, cnt, checks, n_checks, ctx)
+            done = cnt
+    cnt = settle(cand, done, cnt, checks, n_checks, ctx)
+    return cand[0, :cnt].copy(), cand[1, :cnt].copy()
 
 
 class MutablePart:

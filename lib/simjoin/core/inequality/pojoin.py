@@ -18,13 +18,15 @@ to ``class1``: its qualifying tuples are a contiguous range of ``order1`` and th
 into one range ``[lo, hi)``. The first other predicate defines ``order2`` (b-order; key, its values, the rest);
 the predicates compatible with it form ``class2`` with range ``[lo2, hi2)`` of ``order2``. ``permutation[j]`` is
 the ``order1`` position of the tuple at ``order2`` position ``j``. Every other predicate, key equality, ``!=``
-residuals and the window bounds are checked exactly on each candidate (``kernels.accept``).
+residuals and the window bounds are checked exactly on each candidate (``kernels.settle``).
 
 Equality keys partition the batch: the tuples of one key code are one contiguous group of both orders
 (``group_offsets`` are the offset arrays of the groups) and a probe only sees the group of its own key code, so
 ``=`` never filters a cross product. Key values are compared exactly on candidates (codes may collide).
 
-Probe. Binary searches give each probe its ranges (``_plan``), then the cheapest of three exact plans:
+Probe. Each probe's ranges come from one galloping pass per predicate over the probes in value order
+(``kernels.sorted_ranges``: the offset arrays of the whole micro-batch at once, O(m + n) where a binary search per
+probe cost O(m log n) in cache misses), then the cheapest of three exact plans (``_plan``):
 
 * scan ``order1[lo:hi]`` (or ``order2[lo2:hi2]``) and check the other predicates — best when a range is short;
 * the IE-Join (``_iejoin``): probes of a group sorted by ``(hi2, lo2)``; the bits ``P[j]`` of ``order2``
@@ -36,7 +38,10 @@ Probe. Binary searches give each probe its ranges (``_plan``), then the cheapest
 The IE-Join is chosen unless the shorter range is about as short as its word scan (``(hi - lo) / 128 + 32``):
 its cost, ``(hi - lo) / 64`` words plus the intersection of the two ranges, is never much above a scan's and
 is far below it for anti-correlated predicates (Q1, Q3), where long ranges intersect in few tuples.
-Results are ``(probe_index, stored_index)`` with ``stored_index`` indexing the arrays given to ``build``.
+The plans collect candidate pairs; ``kernels.settle`` checks them exactly in one pass (bounds, the remaining
+predicates, keys, ``!=``). Results are ``(probe_index, stored_index)`` with ``stored_index`` indexing the arrays
+given to ``build``. The probe arrays are prepared (and sorted) once per micro-batch and orientation and reused on
+every batch (``ProbeArgs``); the kernels release the GIL, so the probe tasks of one unit run in parallel threads.
 """
 
 from __future__ import annotations
@@ -54,15 +59,17 @@ from simjoin.core.exact import as_keys
 
 from .kernels import (
     OP_NAMES,
+    SETTLE_EVERY,
     ProbeArgs,
-    accept,
-    grow,
+    check_sets,
     key_codes,
     lowest_bit,
     make_ctx,
     op_codes,
-    op_range,
     probe_args,
+    reserve,
+    settle,
+    sorted_ranges,
 )
 
 __all__ = ["POBatch", "FORMAT_VERSION", "PLANS"]
@@ -77,57 +84,42 @@ FORMAT_VERSION = 2
 PLANS: dict[str, int] = {"auto": 0, "iejoin": 1, "scan1": 2, "scan2": 3}
 
 
-@njit(cache=True)
-def _class_range(sorted_c: FloatArray, preds: IntArray, i: int, gs: int, ge: int, ops: IntArray, pvalues: FloatArray):  # type: ignore[no-untyped-def]
-    lo = gs
-    hi = ge
-    for c in range(preds.shape[0]):
-        j = preds[c]
-        a, b = op_range(sorted_c[c], gs, ge, ops[j], pvalues[i, j])
-        lo = max(lo, a)
-        hi = min(hi, b)
-    return lo, hi
-
-
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _plan(
-    group_offsets: IntArray,
     order1: IntArray,
-    sorted1: FloatArray,
-    class1: IntArray,
     order2: IntArray,
-    sorted2: FloatArray,
-    class2: IntArray,
-    pgroup: IntArray,
-    check_a: IntArray,
-    check_b: IntArray,
+    has2: bool,
+    ranges: IntArray,
+    visit: IntArray,
     plan: int,
+    checks: IntArray,
+    n_checks: IntArray,
     ctx,  # type: ignore[no-untyped-def]
 ):  # type: ignore[no-untyped-def]
-    """Ranges of every probe; answers the probes whose plan is a scan, returns the IE-Join probes.
+    """Answers the probes whose plan is a scan (their pairs, settled, then ``cand[:, :cnt]``), returns the IE-Join
+    probes.
 
-    ``plan``: 0 the cheapest per probe, 1 always the IE-Join, 2 always scan order1, 3 always scan order2.
+    ``ranges`` [4, m]: every probe's ``[lo, hi)`` of order1 and ``[lo2, hi2)`` of order2 (``_ranges``), visited in
+    the order ``visit`` (by order2's leading value, so the IE-Join probes come out sorted as it needs). ``plan``: 0
+    the cheapest per probe, 1 always the IE-Join, 2 always scan order1, 3 always scan order2. Check sets
+    (``checks``): 0 after a scan of order1, 1 after a scan of order2, 2 after the IE-Join's window.
     """
-    pvalues = ctx[1]
-    ops = ctx[2]
-    m = pgroup.shape[0]
-    has2 = class2.shape[0] > 0
-    out_p = np.empty(1024, dtype=np.int64)
-    out_s = np.empty(1024, dtype=np.int64)
+    m = ranges.shape[1]
+    cand = np.empty((3, 1024), dtype=np.int64)
     cnt = 0
+    done = 0
     ie = np.empty((5, m), dtype=np.int64)  # probe, lo, hi, lo2, hi2
     n_ie = 0
-    for i in range(m):
-        g = pgroup[i]
-        if g < 0:
-            continue
-        gs = group_offsets[g]
-        ge = group_offsets[g + 1]
-        lo, hi = _class_range(sorted1, class1, i, gs, ge, ops, pvalues)
+    for t in range(m):
+        i = visit[t]
+        lo = ranges[0, i]
+        hi = ranges[1, i]
         if lo >= hi:
             continue
+        scan1 = not has2  # scan order1 (the other choices: scan order2, or the IE-Join)
         if has2:
-            lo2, hi2 = _class_range(sorted2, class2, i, gs, ge, ops, pvalues)
+            lo2 = ranges[2, i]
+            hi2 = ranges[3, i]
             if lo2 >= hi2:
                 continue
             ca = hi - lo
@@ -137,17 +129,13 @@ def _plan(
             # IE-Join's floor, so the IE-Join is never more than ~1.5x a scan and often orders of magnitude less.
             scan = plan >= 2 or (plan == 0 and min(ca, cb) <= ca // 128 + 32)
             if plan == 3 or (plan == 0 and scan and cb <= ca):
+                cand = reserve(cand, cnt, cnt + cb)
                 for pos in range(lo2, hi2):
-                    s = order2[pos]
-                    if accept(s, i, check_b, ctx):
-                        if cnt == out_p.shape[0]:
-                            out_p = grow(out_p, cnt)
-                            out_s = grow(out_s, cnt)
-                        out_p[cnt] = i
-                        out_s[cnt] = s
-                        cnt += 1
-                continue
-            if not scan:
+                    cand[0, cnt] = i
+                    cand[1, cnt] = order2[pos]
+                    cand[2, cnt] = 1
+                    cnt += 1
+            elif not scan:
                 ie[0, n_ie] = i
                 ie[1, n_ie] = lo
                 ie[2, n_ie] = hi
@@ -155,35 +143,40 @@ def _plan(
                 ie[4, n_ie] = hi2
                 n_ie += 1
                 continue
-        for pos in range(lo, hi):
-            s = order1[pos]
-            if accept(s, i, check_a, ctx):
-                if cnt == out_p.shape[0]:
-                    out_p = grow(out_p, cnt)
-                    out_s = grow(out_s, cnt)
-                out_p[cnt] = i
-                out_s[cnt] = s
+            else:
+                scan1 = True
+        if scan1:
+            cand = reserve(cand, cnt, cnt + hi - lo)
+            for pos in range(lo, hi):
+                cand[0, cnt] = i
+                cand[1, cnt] = order1[pos]
+                cand[2, cnt] = 0
                 cnt += 1
-    return out_p[:cnt].copy(), out_s[:cnt].copy(), ie[:, :n_ie].copy()
+        if cnt - done >= SETTLE_EVERY:
+            cnt = settle(cand, done, cnt, checks, n_checks, ctx)
+            done = cnt
+    cnt = settle(cand, done, cnt, checks, n_checks, ctx)
+    return cand, cnt, ie[:, :n_ie].copy()
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _iejoin(
     group_offsets: IntArray,
     order1: IntArray,
     perm: IntArray,
     ie_g: IntArray,
     ie: IntArray,
-    check_w: IntArray,
-    check_a: IntArray,
+    cand: IntArray,
+    cnt: int,
+    checks: IntArray,
+    n_checks: IntArray,
     ctx,  # type: ignore[no-untyped-def]
 ):  # type: ignore[no-untyped-def]
-    """Section 3.4: bit array over a-order fed through the permutation array, scanned over each a-range."""
+    """Section 3.4: bit array over a-order fed through the permutation array, scanned over each a-range. Appends
+    its pairs, settled, to ``cand[:, :cnt]``; returns the buffer and the new count."""
     n = order1.shape[0]
     n_ie = ie_g.shape[0]
-    out_p = np.empty(1024, dtype=np.int64)
-    out_s = np.empty(1024, dtype=np.int64)
-    cnt = 0
+    done = cnt
     n_words = (n + 63) >> 6
     bits = np.zeros(n_words + 1, dtype=np.int64)
     summary = np.zeros(((n_words + 63) >> 6) + 1, dtype=np.int64)
@@ -198,7 +191,7 @@ def _iejoin(
             if u > t and ie[3, u] < ie[3, u - 1]:
                 window = False
             u += 1
-        check = check_w if window else check_a
+        check = 2 if window else 0
         wl = gs
         wh = gs
         for v in range(t, u):
@@ -220,6 +213,7 @@ def _iejoin(
                     wl += 1
             lo = ie[1, v]
             hi = ie[2, v]
+            cand = reserve(cand, cnt, cnt + hi - lo)  # the candidates lie in the a-range
             w_lo = lo >> 6
             w_hi = (hi - 1) >> 6
             for sw in range(w_lo >> 6, (w_hi >> 6) + 1):
@@ -240,20 +234,33 @@ def _iejoin(
                     while word != 0:
                         lb = word & -word
                         word ^= lb
-                        s = order1[(w << 6) + lowest_bit(lb)]
-                        if accept(s, i, check, ctx):
-                            if cnt == out_p.shape[0]:
-                                out_p = grow(out_p, cnt)
-                                out_s = grow(out_s, cnt)
-                            out_p[cnt] = i
-                            out_s[cnt] = s
-                            cnt += 1
+                        cand[0, cnt] = i
+                        cand[1, cnt] = order1[(w << 6) + lowest_bit(lb)]
+                        cand[2, cnt] = check
+                        cnt += 1
+            if cnt - done >= SETTLE_EVERY:
+                cnt = settle(cand, done, cnt, checks, n_checks, ctx)
+                done = cnt
         for w in range(gs >> 6, ((ge - 1) >> 6) + 1):
             bits[w] = 0
         for w in range(gs >> 12, ((ge - 1) >> 12) + 1):
             summary[w] = 0
         t = u
-    return out_p[:cnt].copy(), out_s[:cnt].copy()
+    cnt = settle(cand, done, cnt, checks, n_checks, ctx)
+    return cand, cnt
+
+
+def _ascending(*keys: IntArray) -> bool:
+    """Whether the rows are sorted by ``keys`` (the first most significant)."""
+    if keys[0].shape[0] < 2:
+        return True
+    tie = np.ones(keys[0].shape[0] - 1, dtype=bool)
+    for k in keys:
+        d = np.diff(k)  # int64 positions and group indices: no overflow
+        if np.any(tie & (d < 0)):
+            return False
+        tie &= d == 0
+    return True
 
 
 def _ints(name: str, a: npt.ArrayLike, n: int) -> IntArray:
@@ -376,11 +383,12 @@ class POBatch:
         return int(self.seq.max()) if self.n else int(np.iinfo(np.int64).min)
 
     @cached_property
-    def _checks(self) -> tuple[IntArray, IntArray, IntArray]:
-        """Predicates to verify after a scan of order1, of order2, and after the IE-Join window."""
+    def _checks(self) -> tuple[IntArray, IntArray]:
+        """``settle``'s check sets: the predicates to verify after a scan of order1 (0), of order2 (1), and after
+        the IE-Join window (2)."""
         c1, c2 = set(self.class1.tolist()), set(self.class2.tolist())
         every = range(self.k)
-        return (
+        return check_sets(
             np.asarray([j for j in every if j not in c1], dtype=np.int64),
             np.asarray([j for j in every if j not in c2], dtype=np.int64),
             np.asarray([j for j in every if j not in c1 and j not in c2], dtype=np.int64),
@@ -506,28 +514,41 @@ class POBatch:
             found = self.group_keys[np.minimum(idx, self.group_keys.shape[0] - 1)] == args.keys
             pgroup = np.where(found, idx, -1).astype(np.int64)
         ctx = make_ctx(self.values, self.op_codes, self.key_values, self.residual, self.ts, self.seq, args)
-        check_a, check_b, check_w = self._checks
-        out_p, out_s, ie = _plan(
-            self.group_offsets,
-            self.order1,
-            self.sorted1,
-            self.class1,
-            self.order2,
-            self.sorted2,
-            self.class2,
-            pgroup,
-            check_a,
-            check_b,
-            PLANS[plan],
-            ctx,
-        )
-        if ie.shape[1] == 0:
-            return out_p, out_s
-        ie_g = pgroup[ie[0]]
-        ie = np.ascontiguousarray(ie[:, np.lexsort((ie[3], ie[4], ie_g))])
-        ie_g = np.ascontiguousarray(pgroup[ie[0]])
-        p2, s2 = _iejoin(self.group_offsets, self.order1, self.permutation, ie_g, ie, check_w, check_a, ctx)
-        return np.concatenate((out_p, p2)), np.concatenate((out_s, s2))
+        checks, n_checks = self._checks
+        ranges = self._ranges(args, pgroup)
+        has2 = self.class2.shape[0] > 0
+        visit = args.order(int(self.class2[0])) if has2 else np.arange(args.m, dtype=np.int64)
+        cand, cnt, ie = _plan(self.order1, self.order2, has2, ranges, visit, PLANS[plan], checks, n_checks, ctx)
+        if ie.shape[1]:  # the IE-Join takes its probes by (group, hi2, lo2)
+            ie_g = pgroup[ie[0]]
+            if not _ascending(ie_g, ie[4], ie[3]):
+                ie = np.ascontiguousarray(ie[:, np.lexsort((ie[3], ie[4], ie_g))])
+                ie_g = pgroup[ie[0]]
+            ie_g = np.ascontiguousarray(ie_g)
+            cand, cnt = _iejoin(self.group_offsets, self.order1, self.permutation, ie_g, ie, cand, cnt, checks,
+                                n_checks, ctx)
+        return cand[0, :cnt].copy(), cand[1, :cnt].copy()
+
+    def _ranges(self, args: ProbeArgs, pgroup: IntArray) -> IntArray:
+        """[4, m]: each probe's ``[lo, hi)`` of order1 (the intersection of its ``class1`` ranges) and ``[lo2, hi2)``
+        of order2 (``class2``), every bound found by one galloping pass per predicate (``sorted_ranges``)."""
+        m = args.m
+        out = np.empty((4, m), dtype=np.int64)
+        for row, (cls, sorted_c) in enumerate(((self.class1, self.sorted1), (self.class2, self.sorted2))):
+            if cls.shape[0] == 0:
+                out[2 * row] = 0
+                out[2 * row + 1] = 0
+                continue
+            for c, j in enumerate(cls.tolist()):
+                pv = np.ascontiguousarray(args.values[:, j])
+                start, end = sorted_ranges(sorted_c[c], self.group_offsets, pgroup, pv, args.order(j),
+                                           int(self.op_codes[j]))
+                if c == 0:
+                    out[2 * row], out[2 * row + 1] = start, end
+                else:
+                    np.maximum(out[2 * row], start, out=out[2 * row])
+                    np.minimum(out[2 * row + 1], end, out=out[2 * row + 1])
+        return out
 
     _ARRAYS = (
         "ids",

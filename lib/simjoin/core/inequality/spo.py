@@ -57,6 +57,8 @@ class Tuples:
     seq: np.ndarray
     cnt: np.ndarray
     cols: dict[str, np.ndarray] = field(default_factory=dict)
+    #: probe arrays prepared once for every batch these tuples probe (``probe_stored``)
+    prepared: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.id.shape[0])
@@ -141,8 +143,16 @@ def probe_stored(q: Query, index: POBatch | MutablePart, stored_role: Role, prob
     if len(probes) == 0 or index.n == 0:
         z = np.zeros(0, np.int64)
         return z, z.copy(), z.copy()
-    vals, keys, res = _probe_parts(q, probes, stored_role)
-    pi, si = index.probe(vals, key_values=keys, residual=res, **_bounds(probes, window))
+    if isinstance(index, POBatch):  # every batch of one orientation takes the same prepared probes
+        key = (q, stored_role, window, index.k, index.keys is not None, index.key_values.shape[1],
+               index.residual.shape[1])
+        if (args := probes.prepared.get(key)) is None:
+            vals, keys, res = _probe_parts(q, probes, stored_role)
+            args = probes.prepared[key] = index.prepare(vals, key_values=keys, residual=res, **_bounds(probes, window))
+        pi, si = index.probe_prepared(args)
+    else:
+        vals, keys, res = _probe_parts(q, probes, stored_role)
+        pi, si = index.probe(vals, key_values=keys, residual=res, **_bounds(probes, window))
     sid, sts = index.ids[si], index.ts[si]
     pid, pts = probes.id[pi], probes.ts[pi]
     ts = np.maximum(sts, pts)

@@ -28,7 +28,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _all_pairs(
     code: int,
     A: FloatArray,

@@ -47,7 +47,7 @@ def flip_code(code: int) -> int:
     return _FLIP[code]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _cmp(op, a, b):  # type: ignore[no-untyped-def]
     if op == LT:
         return a < b
@@ -66,7 +66,7 @@ _MAX = np.int64(INT64_MAX)
 _MIN = np.int64(INT64_MIN)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _sub_cmp(op, a, b, t, exact):  # type: ignore[no-untyped-def]
     """``(a - b) OP t``; with ``exact`` (int64 operands and ``t``) on the integers: a difference
     outside int64 is beyond every ``t``, never wrapped."""
@@ -78,7 +78,7 @@ def _sub_cmp(op, a, b, t, exact):  # type: ignore[no-untyped-def]
     return _cmp(op, a - b, t)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _abs_cmp(op, a, b, c, exact):  # type: ignore[no-untyped-def]
     """``|a - b| OP c`` (``c >= 0``): ``|fl(a - b)| OP c``, or on the integers with ``exact``."""
     if not exact:
@@ -92,7 +92,7 @@ def _abs_cmp(op, a, b, c, exact):  # type: ignore[no-untyped-def]
     return _sub_cmp(GE, a, b, c, True) or _sub_cmp(LE, a, b, -c, True)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _elem(kind, op, c, lv, rv, exact):  # type: ignore[no-untyped-def]
     """One predicate, literally: ``fl(lv + c) OP rv`` or ``|fl(lv - rv)| OP c`` (``exact``: integer
     keys, the offset already folded into ``lv``, ``c`` 0)."""
@@ -101,7 +101,7 @@ def _elem(kind, op, c, lv, rv, exact):  # type: ignore[no-untyped-def]
     return _abs_cmp(op, lv, rv, c, exact)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _diff(stored_l, x, v, op, t, exact):  # type: ignore[no-untyped-def]
     """``fl(l - r) OP t`` with the stored value ``v`` in role l (else r) and the probe's ``x``."""
     if stored_l:
@@ -109,7 +109,7 @@ def _diff(stored_l, x, v, op, t, exact):  # type: ignore[no-untyped-def]
     return _sub_cmp(op, x, v, t, exact)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _mono_range(a, lo, hi, stored_l, x, op, t, exact):  # type: ignore[no-untyped-def]
     """The positions of ``[lo, hi)`` where ``fl(l - r) OP t`` holds. ``fl(l - r)`` is monotone in
     the stored value (rounding is monotone), so they form a prefix or a suffix of the sorted run;
@@ -129,14 +129,14 @@ def _mono_range(a, lo, hi, stored_l, x, op, t, exact):  # type: ignore[no-untype
     return a_lo, hi
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _mix(z):  # type: ignore[no-untyped-def]
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _build_hash(gbits):  # type: ignore[no-untyped-def]
     """Open-addressing table over distinct keys (their float64 bits): slot -> group, -1 empty."""
     size = 4
@@ -152,7 +152,7 @@ def _build_hash(gbits):  # type: ignore[no-untyped-def]
     return table
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _lookup(table, gbits, bits):  # type: ignore[no-untyped-def]
     size = table.shape[0]
     s = np.int64(_mix(bits) & np.uint64(size - 1))
@@ -163,7 +163,7 @@ def _lookup(table, gbits, bits):  # type: ignore[no-untyped-def]
     return -1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _probe(mode, op, c, exact, stored_l, skey, perm, gstart, gbits, table, pkey, pbits,  # type: ignore[no-untyped-def]
            a_kind, a_op, a_val, s_aux, p_aux, i_kind, i_op, i_val, s_iaux, p_iaux, sts, pts, window, sid, pid,
            exclude_self):

@@ -74,7 +74,7 @@ class PPJoinStats:
 
 # The three bounds below repeat similarity.min_overlap_array / similarity()
 # operation for operation, so the kernel and the numpy side round alike.
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _min_overlap(code: int, theta: float, lx: int, ly: int) -> int:
     if code == 0:
         v = theta * (lx + ly) / (1.0 + theta)
@@ -85,7 +85,7 @@ def _min_overlap(code: int, theta: float, lx: int, ly: int) -> int:
     return math.ceil(v - EPS)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _similarity(code: int, overlap: int, lx: int, ly: int) -> float:
     if code == 0:
         return overlap / (lx + ly - overlap)
@@ -94,7 +94,7 @@ def _similarity(code: int, overlap: int, lx: int, ly: int) -> float:
     return 2.0 * overlap / (lx + ly)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _overlap(tokens: I32Array, ox: int, lx: int, oy: int, ly: int, alpha: int) -> int:
     """|x ∩ y| by merge; stops early (returning < alpha) once alpha is out of reach."""
     i = 0
@@ -119,7 +119,7 @@ def _overlap(tokens: I32Array, ox: int, lx: int, oy: int, ly: int, alpha: int) -
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _bitmaps(tokens: I32Array, offsets: I64Array) -> npt.NDArray[np.uint64]:
     out = np.zeros(offsets.size - 1, dtype=np.uint64)
     for r in range(offsets.size - 1):
@@ -135,7 +135,7 @@ def bitmaps(tokens: npt.ArrayLike, offsets: npt.ArrayLike) -> npt.NDArray[np.uin
     return _bitmaps(np.ascontiguousarray(tokens, dtype=np.int32), np.ascontiguousarray(offsets, dtype=np.int64))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _postings(keys: I64Array, rec: I64Array, pos: I64Array, n_keys: int) -> tuple[I64Array, I64Array, I32Array]:
     """CSR of the postings by key, each key's postings in record order (a counting sort)."""
     ptr = np.zeros(n_keys + 1, np.int64)
@@ -154,7 +154,7 @@ def _postings(keys: I64Array, rec: I64Array, pos: I64Array, n_keys: int) -> tupl
     return ptr, post_rec, post_pos
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _popcount(v: np.uint64) -> int:
     v = v - ((v >> np.uint64(1)) & np.uint64(0x5555555555555555))
     v = (v & np.uint64(0x3333333333333333)) + ((v >> np.uint64(2)) & np.uint64(0x3333333333333333))
@@ -162,7 +162,7 @@ def _popcount(v: np.uint64) -> int:
     return int((v * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _kernel(
     tokens: I32Array,
     dense: I32Array,
@@ -271,7 +271,7 @@ def _kernel(
     return n, n_out, -1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _gather_rows(tokens: I32Array, offsets: I64Array, order: I64Array, out_off: I64Array, out: I32Array) -> None:
     for i in range(order.size):
         r = order[i]
