@@ -252,9 +252,12 @@ def settle(cand: IntArray, done: int, cnt: int, checks: IntArray, n_checks: IntA
 
 
 @njit(cache=True, nogil=True)
-def grow(a: IntArray, size: int) -> IntArray:
-    """``a`` with double the capacity, first ``size`` entries kept."""
-    b = np.empty(max(2 * a.shape[0], 1024), dtype=np.int64)
+def grow(a: IntArray, size: int, need: int) -> IntArray:
+    """``a`` with room for ``need`` entries (at least double), its first ``size`` kept; ``a`` when it has room
+    (``reserve`` for one dimension)."""
+    if need <= a.shape[0]:
+        return a
+    b = np.empty(max(2 * a.shape[0], need, 1024), dtype=np.int64)
     b[:size] = a[:size]
     return b
 

@@ -202,6 +202,9 @@ def _probe(mode, op, c, exact, stored_l, skey, perm, gstart, gbits, table, pkey,
                     r0, r1, r2, r3 = min(r0, r2), max(r1, r3), 0, 0
         else:
             r0, r1 = 0, n
+        need = k + max(0, r1 - r0) + max(0, r3 - r2)  # room for every candidate, reserved per probe (kernels.reserve)
+        out_p = grow(out_p, k, need)
+        out_s = grow(out_s, k, need)
         for part in range(2):
             lo, hi = (r0, r1) if part == 0 else (r2, r3)
             for pos in range(lo, hi):
@@ -231,9 +234,6 @@ def _probe(mode, op, c, exact, stored_l, skey, perm, gstart, gbits, table, pkey,
                         break
                 if not ok:
                     continue
-                if k == out_p.shape[0]:
-                    out_p = grow(out_p, k)
-                    out_s = grow(out_s, k)
                 out_p[k] = i
                 out_s[k] = row
                 k += 1
