@@ -18,6 +18,7 @@ from jobs.ineq.common import IneqRun, counts, tuple_bound
 from jobs.ineq.gate import staged_pairs
 from simjoin.core.inequality.spo import BATCH, MUTABLE
 from simjoin.quality.rows import epoch_us
+from simjoin.spark import delta
 
 
 def _expire(u: Any, run: IneqRun) -> list[int]:
@@ -43,6 +44,24 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
     if drop:
         u.engine.delete(run.tuples, " OR ".join(drop))
     return gone
+
+
+#: tuples per file of ``<output>_state/tuples`` (a window's oldest file is rewritten when part of it expires)
+TUPLE_FILE_ROWS = 100_000
+
+
+def _runs(tuples: pa.Table) -> list[pa.Table]:
+    """``tuples`` by (side, seq), cut into runs of at most ``TUPLE_FILE_ROWS`` of one side."""
+    side = np.asarray(tuples.column("side").to_numpy(zero_copy_only=False), np.int64)
+    seq = np.asarray(tuples.column("seq").to_numpy(zero_copy_only=False), np.int64)
+    order = np.lexsort((seq, side))
+    t = tuples.take(pa.array(order))
+    s = side[order]
+    cuts = [0, *(np.flatnonzero(s[1:] != s[:-1]) + 1).tolist(), t.num_rows]
+    out: list[pa.Table] = []
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        out += [t.slice(x, min(b, x + TUPLE_FILE_ROWS) - x) for x in range(a, b, TUPLE_FILE_ROWS)]
+    return out
 
 
 # seq of each new tuple: its rank by (ts, id) in its side after the earlier units' count
@@ -74,7 +93,11 @@ def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     sides = np.asarray(tuples.column("side").to_numpy(zero_copy_only=False), np.int64)
     got = {int(s): int((sides == s).sum()) for s in np.unique(sides)}
     n = {str(s): before.get(s, 0) + got.get(s, 0) for s in run_.params().sides}
+    # state that expires part by part goes one part per file, so expiry drops files without rewriting
+    # the rest: each batch (and mutable part) alone, the tuples per side in runs of TUPLE_FILE_ROWS
+    batches = delta.write_parts(run_.batches, [state.slice(i, 1) for i in range(state.num_rows)]) or state
+    tuples_parts = delta.write_parts(run_.tuples, _runs(tuples)) or tuples
     pieces = [("pairs", staged_pairs(u), run_.output), ("stats", u.work("stats", keep_unit=True), run_.tables.stats),
-              ("batches", state, run_.batches), ("tuples", tuples, run_.tuples)]
+              ("batches", batches, run_.batches), ("tuples", tuples_parts, run_.tuples)]
     res = u.engine.publish(u.unit, pieces, meta={"count": n, "next_batch": int(merge["next_batch"])})
     return {**res, "expired_batches": _expire(u, run_)}  # type: ignore[no-any-return]

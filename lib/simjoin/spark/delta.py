@@ -48,6 +48,7 @@ __all__ = [
     "append_rows",
     "Files",
     "file_target",
+    "write_parts",
     "files_frame",
     "append_files",
 ]
@@ -509,6 +510,25 @@ def file_target(ref: str, schema: Any) -> tuple[str, Any] | None:
     except delta_files.Unsupported as e:
         log.info("delta: tasks write no files for %s: %s", ref, e)
         return None
+
+
+def write_parts(ref: str, parts: Sequence[Any]) -> Files | None:
+    """Each pyarrow Table of ``parts`` as its own Parquet file in ``ref``'s directory, for
+    ``publish`` to commit all in one transaction; None when no files can be written there (not
+    local, task writes off, other columns or a partitioned table): then append the rows instead.
+
+    A DELETE whose rows fill whole files drops those files without rewriting anything: state that
+    expires part by part (an inequality join's PO-Join batches, a window's tuples) written one
+    part per file expires without copying the parts that stay."""
+    parts = [t for t in parts if t.num_rows]
+    if not parts:
+        return None
+    target = file_target(ref, parts[0].schema)
+    if target is None:
+        return None
+    root, schema = target
+    rows = tuple(delta_files.write_file(root, t.select(schema.names).cast(schema)) for t in parts)
+    return Files(root, schema, rows)
 
 
 def files_frame(spark: SparkSession, files: Files) -> DataFrame:
