@@ -8,6 +8,7 @@ per (checkpoint, unit)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,7 @@ def _runs(tuples: pa.Table) -> list[pa.Table]:
     s = side[order]
     cuts = [0, *(np.flatnonzero(s[1:] != s[:-1]) + 1).tolist(), t.num_rows]
     out: list[pa.Table] = []
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+    for a, b in itertools.pairwise(cuts):
         out += [t.slice(x, min(b, x + TUPLE_FILE_ROWS) - x) for x in range(a, b, TUPLE_FILE_ROWS)]
     return out
 
