@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from jobs.ineq.common import IneqRun, new_tuples
 from simjoin.core.inequality.spo import MUTABLE
 from simjoin.spark.inequality import probe
+from simjoin.spark.routing import take_rows
 
 
 def live_state(run: IneqRun, u: Any) -> pa.Table | None:
@@ -36,7 +37,7 @@ def _live_state(st: pa.Table | None) -> pa.Table | None:
     for s in np.unique(side[mutable]).tolist():
         mine = mutable & (side == s)
         keep |= mine & (units == units[mine].max())
-    return st.filter(pa.array(keep))
+    return take_rows(st, np.flatnonzero(keep))  # the kept rows' blobs in place, not copied
 
 
 def run(spark: Any, run_: IneqRun) -> dict[str, Any]:

@@ -59,6 +59,17 @@ def _col(t: pa.Table, c: str) -> np.ndarray:
     return _np(t, c, np.float64)
 
 
+def _rows(b: pa.RecordBatch) -> Iterator[dict[str, Any]]:
+    """The state rows of ``b`` as dicts, each ``blob_*`` a pyarrow Buffer into ``b`` (None when null):
+    the serialized indexes are read in place (``POBatch.from_bytes``), never copied into Python bytes."""
+    blobs = [c for c in b.schema.names if c.startswith("blob_")]
+    meta = b.select([c for c in b.schema.names if c not in blobs]).to_pylist()
+    cols = {c: b.column(c) for c in blobs}
+    for i, r in enumerate(meta):
+        r.update({c: col[i].as_buffer() for c, col in cols.items()})
+        yield r
+
+
 def probe_task(batches: Iterable[pa.RecordBatch], new: dict[int, Tuples], q_text: str, window: Any,
                self_join: bool) -> Iterator[pa.RecordBatch]:
     """One probe task (of either executor): every state row of ``batches`` (``STATE_ARROW``, or the
@@ -66,7 +77,7 @@ def probe_task(batches: Iterable[pa.RecordBatch], new: dict[int, Tuples], q_text
     ``ts`` column holds the row's pair count), as ``PROBE_ARROW`` batches."""
     q = parse_query(q_text)
     for b in batches:
-        for r in b.to_pylist():
+        for r in _rows(b):
             t0 = time.perf_counter()
             lid, rid, ts, probed = probe_row(q, r, new, window, self_join)
             secs = time.perf_counter() - t0

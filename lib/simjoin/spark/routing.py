@@ -20,7 +20,8 @@ from pyspark.sql import functions as F
 
 from simjoin.core.hashing import spark_hash_long
 
-__all__ = ["spark_hash_long", "partition_keys", "route_to_tasks", "map_tasks", "task_table", "spark_task_table"]
+__all__ = ["spark_hash_long", "partition_keys", "route_to_tasks", "take_rows", "map_tasks", "task_table",
+           "spark_task_table"]
 
 R = TypeVar("R")
 
@@ -50,6 +51,25 @@ def route_to_tasks(df: DataFrame, task_col: str, n: int) -> DataFrame:
             .repartition(n, "_route").drop("_route"))
 
 
+#: ``take_rows`` slices at most this many runs of consecutive rows; more are gathered by ``take``
+SLICE_RUNS = 4096
+
+
+def take_rows(t: pa.Table, idx: np.ndarray) -> pa.Table:
+    """``t.take(idx)``, without copying when ``idx`` is a few runs of consecutive rows: the runs as
+    zero-copy slices. A table of a few large rows (serialized indexes) is routed or filtered in
+    place; a table of many small rows in random order is gathered as by ``take``."""
+    idx = np.asarray(idx, np.int64)
+    if idx.size == 0:
+        return t.slice(0, 0)
+    cut = np.flatnonzero(np.diff(idx) != 1) + 1
+    if cut.size >= SLICE_RUNS:
+        return t.take(pa.array(idx))
+    starts = [0, *cut.tolist()]
+    ends = [*cut.tolist(), int(idx.size)]
+    return pa.concat_tables([t.slice(int(idx[a]), b - a) for a, b in zip(starts, ends, strict=True)])
+
+
 def map_tasks(t: pa.Table, task: np.ndarray, fn: Callable[[pa.Table], R], name: str = "task") -> list[R]:
     """The in-process executor's ``groupBy(task).applyInArrow``: ``fn`` on the rows of each task
     (``task``: a task id per row of ``t``; rows keep their order), task ids ascending, on a thread
@@ -61,9 +81,8 @@ def map_tasks(t: pa.Table, task: np.ndarray, fn: Callable[[pa.Table], R], name: 
         return []
     order = np.argsort(task, kind="stable")
     ids, start = np.unique(task[order], return_index=True)
-    rows = t.take(pa.array(order))
     bounds = [*start.tolist(), int(task.size)]
-    groups = [rows.slice(bounds[i], bounds[i + 1] - bounds[i]) for i in range(ids.size)]
+    groups = [take_rows(t, order[bounds[i]:bounds[i + 1]]) for i in range(ids.size)]
     if len(groups) == 1:
         return [fn(groups[0])]
     with ThreadPoolExecutor(min(len(groups), os.cpu_count() or 1), thread_name_prefix=name) as pool:

@@ -46,15 +46,16 @@ every batch (``ProbeArgs``); the kernels release the GIL, so the probe tasks of 
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from simjoin.core.arrays import pack, unpack
 from simjoin.core.exact import as_keys
 
 from .kernels import (
@@ -590,11 +591,11 @@ class POBatch:
         return cls(keys=None if keys is None else np.ascontiguousarray(keys, dtype=np.int64), **fields)
 
     def to_bytes(self) -> bytes:
-        buf = io.BytesIO()
-        np.savez(buf, **self.to_arrays())  # type: ignore[arg-type]
-        return buf.getvalue()
+        """Every array (``to_arrays``), packed (``simjoin.core.arrays``)."""
+        return pack(self.to_arrays())
 
     @classmethod
-    def from_bytes(cls, b: bytes) -> POBatch:
-        with np.load(io.BytesIO(b), allow_pickle=False) as z:
-            return cls.from_arrays({name: z[name] for name in z.files})
+    def from_bytes(cls, b: Any) -> POBatch:
+        """The batch of ``to_bytes`` (or of the ``np.savez`` bytes written before): read-only views into ``b``
+        (``bytes`` or any buffer, e.g. a pyarrow ``Buffer`` of the state table's column), nothing copied."""
+        return cls.from_arrays(unpack(b))
