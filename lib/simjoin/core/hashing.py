@@ -4,7 +4,6 @@ HyperCube dispatcher hashes keys (light tasks) and ids (grid coordinates) with i
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -53,21 +52,10 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
-@functools.cache
 def _mix_into() -> Any:
-    """The compiled step of :func:`mix_keys` (numba is imported on first use: importing this module
-    stays cheap for its numpy-only callers)."""
-    from numba import njit
-
-    @njit(cache=True, nogil=True)
-    def mix_into(h: np.ndarray, k: np.ndarray) -> None:  # pragma: no cover - compiled
-        s6, s2, s30, s27, s31 = np.uint64(6), np.uint64(2), np.uint64(30), np.uint64(27), np.uint64(31)
-        for i in range(h.shape[0]):
-            x = h[i]
-            x = x ^ (k[i] + _GOLDEN + (x << s6) + (x >> s2))
-            x = (x ^ (x >> s30)) * _M1
-            x = (x ^ (x >> s27)) * _M2
-            h[i] = x ^ (x >> s31)
+    """The compiled step of :func:`mix_keys` (``simjoin.core.compiled``: numba is imported on first
+    use, so importing this module stays cheap for its numpy-only callers)."""
+    from simjoin.core.compiled import mix_into
 
     return mix_into
 

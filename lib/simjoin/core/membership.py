@@ -9,7 +9,6 @@ S3J's gate asks it for every pair end: was its record staged by this unit in the
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -59,38 +58,9 @@ def staged_index(groups: np.ndarray, ids: np.ndarray) -> StagedIndex:
                        bit_at, bits)
 
 
-@functools.cache
 def _kernel() -> Any:
-    """The compiled lookup (numba is imported on first use)."""
-    from numba import njit
-
-    from simjoin.core.inequality.kernels import lower_bound
-
-    @njit(cache=True, nogil=True)
-    def member(groups: np.ndarray, scale: int, shift: int, ids: np.ndarray, keys: np.ndarray, offsets: np.ndarray,
-               values: np.ndarray, lo: np.ndarray, bit_at: np.ndarray, bits: np.ndarray,
-               out: np.ndarray) -> None:  # pragma: no cover - compiled
-        nk = keys.shape[0]
-        last_g, k = groups[0] * scale + shift, -1
-        for i in range(groups.shape[0]):
-            g = groups[i] * scale + shift
-            if k < 0 or g != last_g:  # the group's key: binary search among the few keys
-                a = lower_bound(keys, 0, nk, g)
-                k = a if a < nk and keys[a] == g else nk
-                last_g = g
-            if k == nk:
-                continue
-            x = ids[i]
-            first, end = offsets[k], offsets[k + 1]
-            if x < values[first] or x > values[end - 1]:
-                continue
-            if bit_at[k] >= 0:
-                if bits[bit_at[k] + (x - lo[k])]:
-                    out[i] = True
-                continue
-            a = lower_bound(values, first, end, x)  # the id among the group's sorted ids
-            if a < end and values[a] == x:
-                out[i] = True
+    """The compiled lookup (``simjoin.core.compiled``: numba is imported on first use)."""
+    from simjoin.core.compiled import member
 
     return member
 

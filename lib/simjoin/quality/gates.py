@@ -314,16 +314,24 @@ def validate(df: Any, suite: str, expectations: list[Any], raise_on_failure: boo
         expectations = [_on_pandas(e) for e in expectations]
     ours = [(e, key) for e in expectations if (key := _uniqueness_key(e)) is not None]
     theirs = [e for e in expectations if _uniqueness_key(e) is None]
-    # uniqueness on the Arrow table itself (integer keys hash with numpy); GX gets pandas
-    own_failures = [f for e, key in ours if (f := _check_unique(df, e, key)) is not None]
+    # uniqueness on the Arrow table itself (integer keys hash with numpy, which releases the GIL: a
+    # thread beside Great Expectations' own work on the same rows); GX gets pandas
+    def own() -> list[dict[str, Any]]:
+        return [f for e, key in ours if (f := _check_unique(df, e, key)) is not None]
+
     if not theirs:
-        return _result(suite, len(expectations), own_failures, raise_on_failure, quiet)
+        return _result(suite, len(expectations), own(), raise_on_failure, quiet)
+    from concurrent.futures import ThreadPoolExecutor
+
     ctx = _context()
     ds = ctx.data_sources.get("simjoin_pandas") if local else _spark_source(ctx)
     failures: list[dict[str, Any]] = []
-    for frame, group in _frames(df, theirs):
-        failures += _gx_failures(gx, ds, frame, suite, group)
-    return _result(suite, len(expectations), failures + own_failures, raise_on_failure, quiet)
+    with ThreadPoolExecutor(1, thread_name_prefix="gate-unique") as pool:
+        own_failures = pool.submit(own) if ours else None
+        for frame, group in _frames(df, theirs):
+            failures += _gx_failures(gx, ds, frame, suite, group)
+        failures += own_failures.result() if own_failures is not None else []
+    return _result(suite, len(expectations), failures, raise_on_failure, quiet)
 
 
 def _frames(df: Any, expectations: list[Any]) -> list[tuple[Any, list[Any]]]:
