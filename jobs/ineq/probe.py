@@ -21,10 +21,19 @@ from simjoin.spark.routing import take_rows
 def live_state(run: IneqRun, u: Any) -> pa.Table | None:
     """The state a unit probes: every batch committed before it, and each side's latest mutable
     part; kept for the unit's later stages in this process."""
-    key = f"ineq_state_{u.id}"
+    key = _key(u)
     if key not in run.frames:
         run.keep(key, _live_state(u.read_state(run.batches, [("unit", "<", int(u.id))])))
     return run.frames[key]  # type: ignore[no-any-return]
+
+
+def _key(u: Any) -> str:
+    return f"ineq_state_{u.id}"
+
+
+def probed_state(run: IneqRun, u: Any) -> pa.Table | None:
+    """The state this unit's probe read (``live_state``), when it ran in this process; else None."""
+    return run.frames.get(_key(u))  # type: ignore[no-any-return]
 
 
 def _live_state(st: pa.Table | None) -> pa.Table | None:

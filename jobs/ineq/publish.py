@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from jobs.ineq.common import IneqRun, counts, tuple_bound
 from jobs.ineq.gate import staged_pairs
+from jobs.ineq.probe import probed_state
 from simjoin.core.inequality.spo import BATCH, MUTABLE
 from simjoin.quality.rows import epoch_us
 from simjoin.spark import delta
@@ -32,7 +33,12 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
     p = run.params()
     prog = u.engine.progress()
     n = counts(prog.meta)
-    t = u.read_state(run.batches, None, ["kind", "batch_id", "side", "ts_max", "seq_max"])
+    cols = ["kind", "batch_id", "side", "ts_max", "seq_max"]
+    probed = probed_state(run, u)
+    if probed is not None:  # every batch committed before this unit, as the probe read them, and the unit's own
+        t = pa.concat_tables([probed.select(cols), u.work("state").select(cols).cast(probed.select(cols).schema)])
+    else:
+        t = u.read_state(run.batches, None, cols)
     meta = [] if t is None else t.filter(pc.equal(t.column("kind").cast(pa.string()), BATCH)).to_pylist()
     marks = {s: epoch_us(m) for s, m in prog.max_ts.items()}
     gone = [int(r["batch_id"]) for r in meta if expired(

@@ -241,10 +241,56 @@ def run_suite(df: Any, suite: str, expectations: list[Any], raise_on_failure: bo
     """:func:`validate` in the gate server when this run uses one and ``df`` is a pyarrow Table whose
     expectations are all :class:`Expect` (the same suite, the same result), else here."""
     if _use_server and _is_arrow(df) and all(isinstance(e, Expect) for e in expectations):
-        res = _in_server(df, suite, expectations)
+        res = _split_with_server(df, suite, expectations)
         if res is not None:
             return _result(suite, res.evaluated, res.failures, raise_on_failure)
     return validate(df, suite, expectations, raise_on_failure)
+
+
+#: The uniqueness expectations ``simjoin.quality.unique`` checks exactly, by name, with the arguments
+#: (and only those) that keep GX's defaults: a compound key ignoring rows whose key is all null, or
+#: one column with ``mostly`` 1 (``_uniqueness_key`` on the built object).
+_UNIQUE_SPECS = {"ExpectCompoundColumnsToBeUnique": ("column_list", "expect_compound_columns_to_be_unique"),
+                 "ExpectColumnValuesToBeUnique": ("column", "expect_column_values_to_be_unique")}
+
+
+def _spec_uniqueness(e: Expect) -> tuple[list[str], str] | None:
+    """The key columns and GX type name of an :class:`Expect` uniqueness expectation (without
+    importing Great Expectations), else None."""
+    spec = _UNIQUE_SPECS.get(e.name)
+    kw = dict(e.kwargs)
+    if spec is None or set(kw) != {spec[0]}:
+        return None
+    key = kw[spec[0]]
+    return ([key] if isinstance(key, str) else list(key)), spec[1]
+
+
+def _split_with_server(t: Any, suite: str, expectations: list[Expect]) -> GateResult | None:
+    """The suite on the pyarrow Table ``t`` split across two processes: its uniqueness
+    expectations here (``simjoin.quality.unique``, exact, in a thread), everything else in the gate
+    server on the columns those expectations name (a narrower table to hand over). The same
+    expectations on the same rows as :func:`validate`; None when the server does not answer."""
+    from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
+
+    own = [(e, u) for e in expectations if (u := _spec_uniqueness(e)) is not None]
+    rest = [e for e in expectations if _spec_uniqueness(e) is None]
+
+    def check_own() -> list[dict[str, Any]]:
+        return [f for e, (key, kind) in own
+                if (f := _check_unique(t, SimpleNamespace(expectation_type=kind, **dict(e.kwargs)), key)) is not None]
+
+    if not rest:
+        return GateResult(suite, True, len(own), check_own())
+    named = _named_columns(rest)
+    narrow = t if named is None else t.select([c for c in t.column_names if c in named])
+    with ThreadPoolExecutor(1, thread_name_prefix="gate-unique") as pool:
+        mine = pool.submit(check_own)
+        res = _in_server(narrow, suite, rest)
+        failures = mine.result()
+    if res is None:
+        return None
+    return GateResult(suite, not (res.failures or failures), res.evaluated + len(own), res.failures + failures)
 
 
 #: Up to this many rows a table goes to the gate server pickled; a larger one as an Arrow IPC

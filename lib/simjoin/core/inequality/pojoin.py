@@ -251,6 +251,27 @@ def _iejoin(
     return cand, cnt
 
 
+def _derived(values: FloatArray, order1: IntArray, class1: IntArray, order2: IntArray,
+             class2: IntArray) -> dict[str, IntArray]:
+    """The arrays a batch derives from its values and sort orders: each class's values along its order
+    (``sorted1``, ``sorted2``) and the permutation array (Section 2.1: ``P[j]``, the order1 position of the
+    tuple at order2 position ``j``)."""
+    n = order1.shape[0]
+    permutation = np.empty(0, dtype=np.int64)
+    if class2.shape[0]:
+        pos1 = np.empty(n, dtype=np.int64)
+        pos1[order1] = np.arange(n, dtype=np.int64)
+        permutation = pos1[order2]
+
+    def along(order: IntArray, cls: IntArray) -> IntArray:
+        out = np.empty((cls.shape[0], order.shape[0]), dtype=np.int64)
+        for row, j in enumerate(cls.tolist()):
+            np.take(values[:, j], order, out=out[row])
+        return out
+
+    return {"sorted1": along(order1, class1), "sorted2": along(order2, class2), "permutation": permutation}
+
+
 def _ascending(*keys: IntArray) -> bool:
     """Whether the rows are sorted by ``keys`` (the first most significant)."""
     if keys[0].shape[0] < 2:
@@ -427,13 +448,10 @@ class POBatch:
         rest = [j for j in range(k) if j not in class1]
         class2: list[int] = []
         order2 = np.empty(0, dtype=np.int64)
-        permutation = np.empty(0, dtype=np.int64)
         if rest:
             order2 = np.lexsort((*(v[:, j] for j in reversed(rest)), gk)).astype(np.int64)
             class2 = [j for j in rest if j == rest[0] or _compatible(v[order2, j], change)]
-            pos1 = np.empty(n, dtype=np.int64)
-            pos1[order1] = np.arange(n, dtype=np.int64)
-            permutation = pos1[order2]
+        c1, c2 = np.asarray(class1, dtype=np.int64), np.asarray(class2, dtype=np.int64)
         return cls(
             ids=ids_,
             ts=ts_,
@@ -446,12 +464,10 @@ class POBatch:
             group_keys=group_keys,
             group_offsets=group_offsets,
             order1=order1,
-            class1=np.asarray(class1, dtype=np.int64),
-            sorted1=np.ascontiguousarray(v[order1][:, class1].T),
+            class1=c1,
             order2=order2,
-            class2=np.asarray(class2, dtype=np.int64),
-            sorted2=np.ascontiguousarray(v[order2][:, class2].T),
-            permutation=permutation,
+            class2=c2,
+            **_derived(v, order1, c1, order2, c2),
         )
 
     def probe(
@@ -563,15 +579,15 @@ class POBatch:
         "group_offsets",
         "order1",
         "class1",
-        "sorted1",
         "order2",
         "class2",
-        "sorted2",
-        "permutation",
     )
+    #: derived from the arrays above on load (``_derived``), so not stored: half a batch's bytes
+    _DERIVED = ("sorted1", "sorted2", "permutation")
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """Every array including the index, so ``from_arrays`` does not sort again."""
+        """The arrays the batch is rebuilt from without sorting again (``from_arrays``): the sort orders are
+        kept; the sorted values and the permutation array, gathers of them, are derived on load."""
         out: dict[str, np.ndarray] = {name: getattr(self, name) for name in self._ARRAYS}
         out["format_version"] = np.asarray(FORMAT_VERSION, dtype=np.int64)
         if self.keys is not None:
@@ -587,8 +603,13 @@ class POBatch:
         fields: dict[str, np.ndarray] = {}
         for name in cls._ARRAYS:
             fields[name] = np.ascontiguousarray(d[name], dtype=np.int64)
+        if all(name in d for name in cls._DERIVED):  # written before they were derived
+            derived = {name: np.ascontiguousarray(d[name], dtype=np.int64) for name in cls._DERIVED}
+        else:
+            derived = _derived(fields["values"], fields["order1"], fields["class1"], fields["order2"],
+                               fields["class2"])
         keys = d.get("keys")
-        return cls(keys=None if keys is None else np.ascontiguousarray(keys, dtype=np.int64), **fields)
+        return cls(keys=None if keys is None else np.ascontiguousarray(keys, dtype=np.int64), **fields, **derived)
 
     def to_bytes(self) -> bytes:
         """Every array (``to_arrays``), packed (``simjoin.core.arrays``)."""
