@@ -453,7 +453,8 @@ def overwrite_arrow(spark: SparkSession, t: Any, ref: str) -> None:
         exists = table_exists(spark, ref)
         write_deltalake(delta_files.open_table(local) if exists else local, t, mode="overwrite",
                         schema_mode="overwrite" if exists else None,
-                        description=None if exists else delta_files.owner_description())
+                        description=None if exists else delta_files.owner_description(),
+                        writer_properties=delta_files.writer_properties(t.schema))
 
     if _by_deltalake(ref, "the overwrite", write):
         return
@@ -698,4 +699,5 @@ def _append_rows_deltalake(data: Any, path: str, app_id: str, version: int, part
     write_deltalake(table if table is not None else path, data, mode="append",
                     partition_by=None if exists else (list(partition_by or []) or None),
                     schema_mode="merge" if merge_schema and exists else None, commit_properties=props,
-                    description=None if exists else delta_files.owner_description())
+                    description=None if exists else delta_files.owner_description(),
+                    writer_properties=delta_files.writer_properties(data.schema))

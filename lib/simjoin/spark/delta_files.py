@@ -140,7 +140,8 @@ class _File:
         self.kinds = {f.name: k for f in schema if (k := _stat_kind(f.type)) is not None}
         self.lo: dict[str, Any] = {}
         self.hi: dict[str, Any] = {}
-        self.writer = pq.ParquetWriter(os.path.join(root, self.rel), schema, compression="snappy")
+        self.writer = pq.ParquetWriter(os.path.join(root, self.rel), schema, compression="snappy",
+                                       use_dictionary=dictionary_columns(schema))
 
     def write(self, t: Any) -> None:
         import pyarrow as pa
@@ -269,6 +270,25 @@ def _commit(local: str, want: Any, rows: list[Any], *, table: Any, part_cols: li
     except Exception as e:  # a table deltalake cannot commit to (a writer feature it lacks): Spark writes
         raise Unsupported(f"deltalake cannot commit ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"
                           ) from e
+
+
+def dictionary_columns(schema: Any) -> list[str]:
+    """The columns of the Arrow ``schema`` worth Parquet's dictionary encoding: text (a pipeline's
+    ``kind``, a key's labels). Ids, scores, timestamps and serialized indexes are mostly distinct:
+    trying a dictionary on them doubled the time to write a unit's pairs for nothing."""
+    import pyarrow as pa
+
+    return [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+
+
+def writer_properties(schema: Any) -> Any:
+    """``deltalake``'s writer properties for a table of ``schema``: dictionary encoding on the
+    :func:`dictionary_columns` alone."""
+    from deltalake import ColumnProperties, WriterProperties
+
+    return WriterProperties(default_column_properties=ColumnProperties(dictionary_enabled=False),
+                            column_properties={c: ColumnProperties(dictionary_enabled=True)
+                                               for c in dictionary_columns(schema)} or None)
 
 
 def write_file(root: str, t: Any) -> dict[str, Any]:
