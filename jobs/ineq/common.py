@@ -2,35 +2,30 @@
 unit's new tuples.
 
 State tables under ``<output>_state/``: ``progress`` (the engine's), ``batches`` (the immutable
-PO-Join batches and, per side, the mutable part, each with its index; ``simjoin.spark.inequality``)
-and ``tuples`` (side, id, ts, seq of every live tuple: duplicate ids are caught against it). State
-rows carry the ``unit`` that wrote them and a unit reads only state of earlier units, so a replay
-sees exactly what the first attempt saw. The mutable part is rewritten by every unit; readers take
-each side's latest.
+PO-Join batches and, per side, the mutable part, each with its index and its tuples;
+``simjoin.spark.inequality``: every live tuple is in one of them, so duplicate ids are caught
+against them too). State rows carry the ``unit`` that wrote them and a unit reads only state of
+earlier units, so a replay sees exactly what the first attempt saw. The mutable part is rewritten
+by every unit; readers take each side's latest.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any, ClassVar
 
 from simjoin.config import parse_duration
 from simjoin.pipeline.stream import StreamRun
 
-__all__ = ["IneqRun", "counts", "new_tuples", "tuple_bound", "tuple_live"]
+__all__ = ["IneqRun", "counts", "new_tuples", "tuple_live"]
 
 
 class IneqRun(StreamRun):
-    STATE: ClassVar[dict[str, str]] = {"batches": "batches", "tuples": "tuples"}
+    STATE: ClassVar[dict[str, str]] = {"batches": "batches"}
     IN_PROCESS: ClassVar[bool] = True
 
     @property
     def batches(self) -> str:
         return self.state("batches")
-
-    @property
-    def tuples(self) -> str:
-        return self.state("tuples")
 
     @property
     def window_s(self) -> float:
@@ -69,22 +64,8 @@ def new_tuples(spark: Any, run: IneqRun, u: Any) -> Any:
     return run.frames[key]
 
 
-def tuple_bound(p: Any, prog: Any, side: int, ts_col: str, seq_col: str, keep: bool = True) -> str | None:
-    """SQL condition on a stored tuple of ``side``: still reachable (``keep``) or expired - a time
-    window's by the other stream's committed max ts less W and the allowed lateness
-    (``simjoin.core.inequality.spo.expired``)."""
-    bound = _bound(p, prog, side)
-    if p.window.time_us is not None:
-        if bound is None:
-            return "true" if keep else None
-        # the bound as a timestamp literal with its offset: Spark SQL and deltalake's DELETE read it alike
-        iso = (dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=bound)).isoformat()
-        return f"side = {side} AND {ts_col} {'>' if keep else '<='} '{iso}'"
-    return f"side = {side} AND {seq_col} {'>=' if keep else '<'} {bound}"
-
-
 def _bound(p: Any, prog: Any, side: int) -> int | None:
-    """``tuple_bound``'s limit: a stored tuple of ``side`` is live iff its ts (time window) is above
+    """The live bound of stored tuples: a stored tuple of ``side`` is live iff its ts (time window) is above
     it, or its seq (count window) at or above it; None: every tuple is live."""
     if p.window.time_us is not None:
         mark = prog.max_ts.get(side if p.self_join else 1 - side)
@@ -97,7 +78,7 @@ def _bound(p: Any, prog: Any, side: int) -> int | None:
 
 
 def tuple_live(p: Any, prog: Any, side: int, t: Any) -> Any:
-    """``tuple_bound(keep=True)`` on a pyarrow Table of stored tuples (``side``, ``ts``, ``seq``): a
+    """Whether each stored tuple is still reachable, on a pyarrow Table of stored tuples (``side``, ``ts``, ``seq``): a
     boolean numpy mask of the rows of ``side`` still reachable."""
     import numpy as np
     import pyarrow as pa

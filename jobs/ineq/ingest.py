@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.ineq.common import IneqRun, tuple_live
+from jobs.ineq.probe import live_tuples, state_before
 from simjoin.quality.rows import Bounded, InputSpec, Late, Needed, UniqueIds
 from simjoin.spark import delta
 from simjoin.spark.engine import BatchInfo
@@ -51,11 +52,14 @@ def spec(run: IneqRun, exact: ExactTypes) -> InputSpec:
 
 
 def live_ids(spark: Any, run: IneqRun) -> Any:
-    """(side, id) of the live tuples (expired ones may linger in the table until a batch expires:
-    the exact bound is applied here), read with deltalake, or by Spark when they are not local."""
+    """(side, id) of the live tuples: those the state holds (its PO-Join batches and mutable parts,
+    read as the probe reads them, and kept for it in this process), less the expired ones that
+    linger until their batch expires (the exact bound is applied here). Read with deltalake, or by
+    Spark when they are not local."""
     def live(info: BatchInfo) -> Any:
         p = run.params()
-        t = delta.read_arrow_any(spark, run.tuples, [("unit", "<", int(info.unit))], ["side", "id", "ts", "seq"])
+        t = live_tuples(state_before(run, int(info.unit),
+                                     lambda path, where: delta.read_arrow_any(spark, path, where)))
         if t is None or not t.num_rows:
             return None
         keep = np.zeros(t.num_rows, bool)

@@ -6,6 +6,7 @@ Pairs and per-batch counters go to ``<output>_work/probed``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,20 +21,52 @@ from simjoin.spark.routing import take_rows
 
 def live_state(run: IneqRun, u: Any) -> pa.Table | None:
     """The state a unit probes: every batch committed before it, and each side's latest mutable
-    part; kept for the unit's later stages in this process."""
-    key = _key(u)
+    part; kept for the unit's later stages in this process (ingest read it first when it ran here)."""
+    return state_before(run, int(u.id), u.read_state)
+
+
+def state_before(run: IneqRun, unit: int, read: Callable[..., pa.Table | None]) -> pa.Table | None:
+    """:func:`live_state` of ``unit``, read with ``read(path, where)`` once per process and unit."""
+    key = _key(unit)
     if key not in run.frames:
-        run.keep(key, _live_state(u.read_state(run.batches, [("unit", "<", int(u.id))])))
+        run.keep(key, _live_state(read(run.batches, [("unit", "<", unit)])))
     return run.frames[key]  # type: ignore[no-any-return]
 
 
-def _key(u: Any) -> str:
-    return f"ineq_state_{u.id}"
+def _key(unit: int) -> str:
+    return f"ineq_state_{unit}"
 
 
 def probed_state(run: IneqRun, u: Any) -> pa.Table | None:
     """The state this unit's probe read (``live_state``), when it ran in this process; else None."""
-    return run.frames.get(_key(u))  # type: ignore[no-any-return]
+    return run.frames.get(_key(int(u.id)))  # type: ignore[no-any-return]
+
+
+def live_tuples(st: pa.Table | None) -> pa.Table | None:
+    """``(side, id, ts, seq)`` of every tuple the state ``st`` holds: its PO-Join batches' and its
+    mutable parts' (each batch's arrays read in place, ``simjoin.core.arrays``)."""
+    from simjoin.core.arrays import unpack
+    from simjoin.core.inequality.spo import tuples_from_bytes
+
+    if st is None or not st.num_rows:
+        return None
+    parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+    for b in st.to_batches():
+        blobs = {c: b.column(c) for c in ("blob_l", "blob_r", "blob_t")}
+        for i, (kind, side) in enumerate(zip(b.column("kind").to_pylist(), b.column("side").to_pylist(), strict=True)):
+            if kind == MUTABLE:
+                t = tuples_from_bytes(blobs["blob_t"][i].as_buffer())
+                parts.append((int(side), t.id, t.ts, t.seq))
+                continue
+            blob = blobs["blob_l"][i].as_buffer() or blobs["blob_r"][i].as_buffer()  # both roles hold the tuples
+            if blob is not None:
+                d = unpack(blob)
+                parts.append((int(side), d["ids"], d["ts"], d["seq"]))
+    if not parts:
+        return None
+    return pa.table({"side": np.concatenate([np.full(len(x[1]), x[0], np.int64) for x in parts]),
+                     "id": np.concatenate([x[1] for x in parts]), "ts": np.concatenate([x[2] for x in parts]),
+                     "seq": np.concatenate([x[3] for x in parts])})
 
 
 def _live_state(st: pa.Table | None) -> pa.Table | None:

@@ -1,21 +1,20 @@
 """Inequality join stage 6, publish (after the gate): the unit's pairs -> the output, its stats
--> the stats table, its new batches and mutable parts -> ``<output>_state/batches``, its tuples
--> ``<output>_state/tuples``; then the engine commits the unit (with each side's tuple count and
-the next batch id), and state no future tuple can meet is dropped: batches past the window
-(coarse expiry, SPO-Join Section 4.3, kept the allowed lateness longer - the exact test is in
-every probe), with the superseded mutable parts and expired tuples. Every append is idempotent
-per (checkpoint, unit)."""
+-> the stats table, its new batches and mutable parts -> ``<output>_state/batches``; then the
+engine commits the unit (with each side's tuple count and the next batch id), and state no future
+tuple can meet is dropped: batches past the window (coarse expiry, SPO-Join Section 4.3, kept the
+allowed lateness longer - the exact test is in every probe), with the superseded mutable parts.
+The batches hold every live tuple, so they are the duplicate check's live ids too (ingest). Every
+append is idempotent per (checkpoint, unit)."""
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.ineq.common import IneqRun, counts, tuple_bound
+from jobs.ineq.common import IneqRun, counts
 from jobs.ineq.gate import staged_pairs
 from jobs.ineq.probe import probed_state
 from simjoin.core.inequality.spo import BATCH, MUTABLE
@@ -25,9 +24,10 @@ from simjoin.spark import delta
 
 def _expire(u: Any, run: IneqRun) -> list[int]:
     """Drop the batches no future tuple can meet (``simjoin.core.inequality.spo.expired``, read
-    from the batches' metadata), and with them the superseded mutable parts and the expired
-    tuples. Nothing is deleted until a batch expires (about once a slide): readers take each
-    side's latest mutable part, and ingest's duplicate check applies the exact bound itself."""
+    from the batches' metadata), and with them the superseded mutable parts. Nothing is deleted
+    until a batch expires (about once a slide): readers take each side's latest mutable part, and
+    ingest's duplicate check applies the exact bound itself. Each batch and mutable part is a file
+    of its own (``delta.write_parts``), so the DELETE drops files and rewrites none."""
     from simjoin.core.inequality.spo import expired
 
     p = run.params()
@@ -47,64 +47,21 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
     if not gone:
         return []
     u.engine.delete(run.batches, f"batch_id IN ({', '.join(map(str, gone))}) OR (kind = '{MUTABLE}' AND unit < {u.id})")
-    drop = [f"({c})" for s in p.sides if (c := tuple_bound(p, prog, s, "ts", "seq", keep=False))]
-    if drop:
-        u.engine.delete(run.tuples, " OR ".join(drop))
     return gone
-
-
-#: tuples per file of ``<output>_state/tuples`` (a window's oldest file is rewritten when part of it expires)
-TUPLE_FILE_ROWS = 100_000
-
-
-def _runs(tuples: pa.Table) -> list[pa.Table]:
-    """``tuples`` by (side, seq), cut into runs of at most ``TUPLE_FILE_ROWS`` of one side."""
-    side = np.asarray(tuples.column("side").to_numpy(zero_copy_only=False), np.int64)
-    seq = np.asarray(tuples.column("seq").to_numpy(zero_copy_only=False), np.int64)
-    order = np.lexsort((seq, side))
-    t = tuples.take(pa.array(order))
-    s = side[order]
-    cuts = [0, *(np.flatnonzero(s[1:] != s[:-1]) + 1).tolist(), t.num_rows]
-    out: list[pa.Table] = []
-    for a, b in itertools.pairwise(cuts):
-        out += [t.slice(x, min(b, x + TUPLE_FILE_ROWS) - x) for x in range(a, b, TUPLE_FILE_ROWS)]
-    return out
-
-
-# seq of each new tuple: its rank by (ts, id) in its side after the earlier units' count
-
-def _tuples(records: pa.Table, before: dict[int, int], unit: int) -> pa.Table:
-    side = np.asarray(records.column("side").to_numpy(zero_copy_only=False), np.int64)
-    ids = np.asarray(records.column("id").to_numpy(zero_copy_only=False), np.int64)
-    ts = records.column("ts").cast(pa.timestamp("us", tz="UTC"))
-    us = np.asarray(ts.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64)
-    order = np.lexsort((ids, us, side))
-    s_sorted = side[order]
-    start = np.flatnonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]]) if side.size else np.zeros(0, np.int64)
-    rank = np.arange(side.size, dtype=np.int64) - np.repeat(start, np.diff(np.r_[start, side.size]))
-    seq = np.empty(side.size, np.int64)
-    seq[order] = rank + np.where(s_sorted == 0, before.get(0, 0), before.get(1, 0))
-    return pa.table({"side": records.column("side").cast(pa.int8()), "id": records.column("id").cast(pa.int64()),
-                     "ts": ts, "seq": pa.array(seq), "unit": pa.array(np.full(side.size, unit, np.int64))})
 
 
 def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
-    b = u.id
     state = u.work("state", keep_unit=True)
     before = counts(u.engine.progress().meta)
     merge = u.work("merge").to_pylist()[0]
-    tuples = _tuples(u.records, before, b)
-    sides = np.asarray(tuples.column("side").to_numpy(zero_copy_only=False), np.int64)
-    got = {int(s): int((sides == s).sum()) for s in np.unique(sides)}
-    n = {str(s): before.get(s, 0) + got.get(s, 0) for s in run_.params().sides}
-    # state that expires part by part goes one part per file, so expiry drops files without rewriting
-    # the rest: each batch (and mutable part) alone, the tuples per side in runs of TUPLE_FILE_ROWS
+    sides = np.asarray(u.records.column("side").to_numpy(zero_copy_only=False), np.int64)
+    n = {str(s): before.get(s, 0) + int((sides == s).sum()) for s in run_.params().sides}
+    # each batch (and mutable part) a file of its own: expiry drops files without rewriting the rest
     batches = delta.write_parts(run_.batches, [state.slice(i, 1) for i in range(state.num_rows)]) or state
-    tuples_parts = delta.write_parts(run_.tuples, _runs(tuples)) or tuples
     pieces = [("pairs", staged_pairs(u), run_.output), ("stats", u.work("stats", keep_unit=True), run_.tables.stats),
-              ("batches", batches, run_.batches), ("tuples", tuples_parts, run_.tuples)]
+              ("batches", batches, run_.batches)]
     res = u.engine.publish(u.unit, pieces, meta={"count": n, "next_batch": int(merge["next_batch"])})
     return {**res, "expired_batches": _expire(u, run_)}  # type: ignore[no-any-return]

@@ -29,7 +29,7 @@ US = pa.timestamp("us", tz="UTC")
 NOT_RESULTS = {"seconds", "merge_seconds", "probe_seconds", "max_task_seconds", "checkpoint_id", "batch",
                "latency_p50_s", "latency_p99_s", "latency_max_s", "latency_s"}
 INEQ_TABLES = {"output": "", "stats": "_stats", "quarantine": "_quarantine", "batches": "_state/batches",
-               "tuples": "_state/tuples", "progress": "_state/progress"}
+               "progress": "_state/progress"}
 S3J_TABLES = {"output": "", "stats": "_stats", "quarantine": "_quarantine", "join": "_state/join",
               "centroids": "_state/centroids", "assignment": "_state/assignment", "progress": "_state/progress"}
 
