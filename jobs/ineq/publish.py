@@ -19,7 +19,6 @@ from jobs.ineq.gate import staged_pairs
 from jobs.ineq.probe import probed_state
 from simjoin.core.inequality.spo import BATCH, MUTABLE
 from simjoin.quality.rows import epoch_us
-from simjoin.spark import delta
 
 
 def _expire(u: Any, run: IneqRun) -> list[int]:
@@ -27,7 +26,7 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
     from the batches' metadata), and with them the superseded mutable parts. Nothing is deleted
     until a batch expires (about once a slide): readers take each side's latest mutable part, and
     ingest's duplicate check applies the exact bound itself. Each batch and mutable part is a file
-    of its own (``delta.write_parts``), so the DELETE drops files and rewrites none."""
+    of its own (``OpenUnit.write_parts``), so the DELETE drops files and rewrites none."""
     from simjoin.core.inequality.spo import expired
 
     p = run.params()
@@ -60,7 +59,7 @@ def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     sides = np.asarray(u.records.column("side").to_numpy(zero_copy_only=False), np.int64)
     n = {str(s): before.get(s, 0) + int((sides == s).sum()) for s in run_.params().sides}
     # each batch (and mutable part) a file of its own: expiry drops files without rewriting the rest
-    batches = delta.write_parts(run_.batches, [state.slice(i, 1) for i in range(state.num_rows)]) or state
+    batches = u.write_parts(run_.batches, [state.slice(i, 1) for i in range(state.num_rows)]) or state
     pieces = [("pairs", staged_pairs(u), run_.output), ("stats", u.work("stats", keep_unit=True), run_.tables.stats),
               ("batches", batches, run_.batches)]
     res = u.engine.publish(u.unit, pieces, meta={"count": n, "next_batch": int(merge["next_batch"])})

@@ -197,6 +197,14 @@ class OpenUnit:
         delta.overwrite_arrow(self.engine.spark, _with_unit(t, self.id), path)
         return path
 
+    def write_parts(self, path: str, parts: Any) -> Any:
+        """The pyarrow Tables ``parts`` as one file each beside the table at ``path``, for
+        ``publish`` to commit in one transaction (``delta.write_parts``: a DELETE of a part's rows
+        then drops its file whole); None when the table takes rows only (append them instead)."""
+        from simjoin.spark import delta
+
+        return delta.write_parts(path, parts)
+
     def _key(self, name: str) -> str:
         return f"work:{name}:{self.id}"
 
