@@ -460,7 +460,7 @@ def commit_files(local: str, schema: Any, rows: list[Any], *, app_id: str, versi
         if committed(table, app_id, version):
             return False
     _commit(local, want, rows, table=table, part_cols=[], app_id=app_id, version=version, metadata=metadata)
-    log.info("delta: %d rows in %d files written by the join tasks, committed to %s",
+    log.info("delta: %d rows in %d files written beside the table (by the tasks or the stage), committed to %s",
              sum(int(r["n"]) for r in rows), sum(1 for r in rows if int(r["n"]) > 0), local)
     return True
 
