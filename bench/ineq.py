@@ -371,10 +371,14 @@ def write_results(rows: list[dict], a: argparse.Namespace, W: int, S: int, cli_r
          "(ordered pairs, both directions). The first unit ingests the first window (W tuples).",
          "- a is rounded to a multiple of 1/1024 so that `a +- eps` is exact in every engine.",
          "- match rate = pairs published for the unit / new tuples of the unit.",
-         "- ours = wall time of `run_pipeline` in one process (the CLI's code path without the JVM start: ingest "
-         "with Structured Streaming, probe, merge, Great Expectations gate, stats, Delta publish of pairs, stats and "
-         "state, expiry). kernel = the unit's `probe_seconds + merge_seconds` from `<output>_stats` (probe seconds "
-         "summed over the Spark tasks, which run on both cores in parallel).",
+         "- ours = wall time of `run_pipeline` in one process (the CLI's code path without the process start: "
+         "ingest, probe, merge, the Great Expectations gate in the warm gate server, stats, Delta publish of pairs, "
+         "stats and state, expiry), on the unit's executor (in process up to SIMJOIN_LOCAL_UNIT_ROWS records, so "
+         "the 2M-record q1 fill and the 1M-record band fill run on Spark); `cli` = the same unit as one `simjoin "
+         "ineq` process. kernel = the unit's `probe_seconds + merge_seconds` from `<output>_stats` (probe seconds "
+         "summed over the probe tasks, which run on both cores in parallel).",
+         "- Earlier runs of the large q1 slides, for scale: 34-89x DuckDB and 1,507 tuples/s on 11-22; 6.8-9.0x "
+         "and 23,280 tuples/s on 11-29 at 07:00 (git history of this file).",
          "- DuckDB = only the query (`execute(...).fetchnumpy()`) joining the unit's new tuples with the same window "
          "contents, seq / cnt as columns, over tables materialized in DuckDB beforehand; the plan is an IE Join. "
          "Spark's plan = the same as one plain `spark.sql` join (predicates AND window condition AND a new tuple) "
