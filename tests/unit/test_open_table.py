@@ -61,7 +61,6 @@ def test_at_most_open_tables_are_kept(tmp_path, monkeypatch):
 def test_a_kept_table_reads_as_deltalake_reads_it(tmp_path):
     """Under ``keeping``: appends, a delete (files rewritten), a schema merge, a compaction and
     an overwrite are each read as a fresh deltalake read gives them; only new files are read."""
-    import pyarrow.parquet as pq
 
     state = tmp_path / "out_state"
     p = str(state / "tuples")
@@ -82,15 +81,15 @@ def test_a_kept_table_reads_as_deltalake_reads_it(tmp_path):
     with delta_files.keeping(str(state)):
         same()
         reads = []
-        real = pq.read_table
-        pq.read_table = lambda f, *a, **k: reads.append(f) or real(f, *a, **k)
+        real = delta_files.read_parquet
+        delta_files.read_parquet = lambda f, *a, **k: reads.append(f) or real(f, *a, **k)
         try:
             for k in range(3, 9):
                 write_deltalake(p, piece(k, k + 1), mode="append")
                 same([("unit", "<", 6)], ["unit", "x"])
             assert len(reads) == 6, reads  # one new file per read, the others kept
         finally:
-            pq.read_table = real
+            delta_files.read_parquet = real
         DeltaTable(p).delete("unit = 4 OR unit = 1")
         same()
         write_deltalake(p, piece(9, 10).append_column("extra", pa.array(["e"])), mode="append", schema_mode="merge")

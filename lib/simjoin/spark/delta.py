@@ -546,9 +546,8 @@ def files_frame(spark: SparkSession, files: Files) -> DataFrame:
 def files_table(files: Files) -> Any:
     """The rows of ``files`` as one pyarrow Table, read in this process."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    parts = [pq.read_table(p, schema=files.schema) for p in files.paths]
+    parts = [delta_files.read_parquet(p).select(files.schema.names).cast(files.schema) for p in files.paths]
     return pa.concat_tables(parts) if parts else files.schema.empty_table()
 
 

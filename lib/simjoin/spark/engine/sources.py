@@ -16,7 +16,7 @@ from pyspark.sql import types as T
 
 from simjoin.faults import maybe_fail
 from simjoin.quality.rows import InputSpec
-from simjoin.spark import delta, delta_source
+from simjoin.spark import delta, delta_files, delta_source
 from simjoin.spark.engine.follow import Follow
 from simjoin.spark.engine.rules import kind_checks, stream_schema_check, ts_expr
 from simjoin.spark.engine.staging import LiveIds
@@ -273,8 +273,6 @@ class Sources(Follow):
         pyarrow Table in the schema Spark's ``toArrow`` gives; None when Spark must shape them:
         the tables are not staged through the driver, ``ts`` is not a timestamp (a string or a
         number is parsed by Spark's rules), or a payload cast is not one Arrow makes the same way."""
-        import pyarrow.parquet as pq
-
         stream_schema_check(schema, path, self.ts_unit, payload, payload_text)
         if not self.local_tables() or not isinstance(schema["ts"].dataType, (T.TimestampType, T.TimestampNTZType)):
             return None
@@ -291,7 +289,7 @@ class Sources(Follow):
                 return None
         pieces = []
         for f in files:
-            t = pq.read_table(f, columns=list(want))
+            t = delta_files.read_parquet(f, columns=list(want))
             ts = t.column("ts")
             if pa.types.is_timestamp(ts.type) and ts.type.tz is None:  # NTZ or INT96: UTC wall time
                 t = t.set_column(t.schema.get_field_index("ts"), "ts", ts.cast(pa.timestamp("us")).cast(
