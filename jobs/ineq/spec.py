@@ -42,8 +42,9 @@ SPEC = PipelineSpec(
         "(Great Expectations) -> stats -> publish (pairs, stats and state, exactly once per unit; expired "
         "batches dropped). A pair is reported once, iff its predicates hold and 0 <= ts_later - ts_earlier < W.",
     stages=(
-        Stage("ingest", "jobs.ineq.ingest:run", writes=("work", "quarantine"),
-              doc="New stream rows -> one staged unit; null, NaN, duplicate and late rows -> quarantine."),
+        Stage("ingest", "jobs.ineq.ingest:run", reads=("batches",), writes=("work", "quarantine"),
+              doc="New stream rows -> one staged unit; null, NaN, duplicate (against the live batches' tuples) and "
+                  "late rows -> quarantine."),
         Stage("probe", "jobs.ineq.probe:run", reads=("work", "batches"), writes=("work",),
               doc="New tuples probe the mutable part (bitsets) and the immutable batches (IEJoin scan)."),
         Stage("merge", "jobs.ineq.merge:run", reads=("work", "batches"), writes=("work",),
@@ -53,7 +54,7 @@ SPEC = PipelineSpec(
         Stage("stats", "jobs.ineq.stats:run", reads=("work", "quarantine"), writes=("work",),
               doc="Per-unit and per-worker probe and merge statistics."),
         Stage("publish", "jobs.ineq.publish:run", reads=("work",),
-              writes=("output", "stats", "batches", "tuples", "progress"), outlets=("output", "stats", "state"),
+              writes=("output", "stats", "batches", "progress"), outlets=("output", "stats", "state"),
               publishes=True, doc="Pairs, stats and state, exactly once per unit; expired batches are dropped."),
     ),
     run_class="jobs.ineq.common:IneqRun",
