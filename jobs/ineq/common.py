@@ -21,6 +21,7 @@ __all__ = ["IneqRun", "counts", "new_tuples", "tuple_live"]
 
 class IneqRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"batches": "batches"}
+    STATE_BY_PART: ClassVar[tuple[str, ...]] = ("batches",)
     IN_PROCESS: ClassVar[bool] = True
 
     @property

@@ -190,6 +190,32 @@ def report(output: str | None, stats: str | None, out: str | None, timing: str |
     _summary(f"report: {len(files)} stats plots and {n_timing} task-timing plots, index.html in {out}")
 
 
+@app.command("maintain")
+@click.option("--output", "output", required=True, help="A pipeline's output: every table it owns beside it.")
+@click.option("--retention", default=None,
+              help="How long removed files and log entries of the output, stats and quarantine stay for readers of "
+                   "older versions and time travel (default: SIMJOIN_RETENTION or 7d; at least 1h).")
+@click.option("--timing-retention", default=None,
+              help="Task-timing rows older than this are deleted (default: SIMJOIN_TIMING_RETENTION or 30d).")
+def maintain(output: str, retention: str | None, timing_retention: str | None) -> None:
+    """Compact small files, vacuum, checkpoint and clean up the Delta log of every table a
+    pipeline owns for OUTPUT (output, stats, quarantine, state, work, checkpoint), and the
+    warehouse's task-timing table. Takes the output's lock: refused while a run writes it (a
+    follow run maintains its tables itself, every --maintain-every units)."""
+    from simjoin.pipeline.maintain import maintain as run_maintain
+    from simjoin.pipeline.runner import one_line
+    from simjoin.pipeline.timing import timing_path
+    from simjoin.spark import maintenance
+
+    try:
+        res = run_maintain(output, retention)
+        timing = maintenance.maintain_timing(timing_path(), timing_retention, retention)
+    except (ValueError, FileNotFoundError) as e:
+        _fail(one_line(e))
+    extra = f"; task timing {timing.files_after} files" if timing is not None else ""  # type: ignore
+    _summary(res.summary() + extra)  # type: ignore[possibly-undefined]
+
+
 @app.command("cache-jvm")
 @click.option("--force", is_flag=True, default=False, help="Record again even if an archive exists.")
 def cache_jvm(force: bool) -> None:

@@ -20,9 +20,12 @@ def test_tasks_params_and_outlets(dag):
     from airflow.sdk.exceptions import ParamValidationError
 
     assert [t.task_id for t in dag.topological_sort()] == ["ingest", "dispatch", "join", "gate", "stats", "publish",
-                                                           "in_process"]
+                                                           "in_process", "maintain"]
     # ingest chooses: one in_process task for a unit the in-process executor takes, else a task per stage
     assert dag.get_task("ingest").downstream_task_ids == {"dispatch", "in_process"}
+    # the tables' maintenance follows whichever path ran (simjoin.pipeline.maintain)
+    assert dag.get_task("maintain").upstream_task_ids == {"publish", "in_process"}
+    assert dag.get_task("maintain").trigger_rule == "none_failed_min_one_success"
     assert "simjoin" in dag.tags and dag.doc_md and dag.params["key"] == "k" and dag.params["workers"] == 8
     for key, bad in (("workers", 0), ("window", "soon"), ("strategy", "broadcast"), ("epsilon", 1.5)):
         with pytest.raises(ParamValidationError):

@@ -27,9 +27,13 @@ def _state(run):
 def test_tasks_params_and_outlets(dag):
     from airflow.sdk.exceptions import ParamValidationError
 
-    assert [t.task_id for t in dag.topological_sort()] == ["ingest", "join", "gate", "publish", "in_process"]
+    assert [t.task_id for t in dag.topological_sort()] == ["ingest", "join", "gate", "publish", "in_process",
+                                                           "maintain"]
     # ingest chooses: one in_process task for a unit the in-process executor takes, else a task per stage
     assert dag.get_task("ingest").downstream_task_ids == {"join", "in_process"}
+    # the tables' maintenance follows whichever path ran (simjoin.pipeline.maintain)
+    assert dag.get_task("maintain").upstream_task_ids == {"publish", "in_process"}
+    assert dag.get_task("maintain").trigger_rule == "none_failed_min_one_success"
     assert "simjoin" in dag.tags and dag.doc_md and "pm25: abs(l.pm25 - r.pm25) > 30" in dag.params["tasks"]
     for key, bad in (("capacity", 0), ("window", "soon"), ("shed_model", "cubic"), ("tau1", 1.5)):
         with pytest.raises(ParamValidationError):

@@ -20,9 +20,12 @@ def test_tasks_params_and_outlets(dag):
     from airflow.sdk.exceptions import ParamValidationError
 
     assert [t.task_id for t in dag.topological_sort()] == ["ingest", "partition", "worksets", "join", "gate", "stats",
-                                                                 "rebalance", "publish", "in_process"]
+                                                                 "rebalance", "publish", "in_process", "maintain"]
     # ingest chooses: the per-stage tasks, or one in_process task for a small unit
     assert dag.get_task("ingest").downstream_task_ids == {"partition", "in_process"}
+    # the tables' maintenance follows whichever path ran (simjoin.pipeline.maintain)
+    assert dag.get_task("maintain").upstream_task_ids == {"publish", "in_process"}
+    assert dag.get_task("maintain").trigger_rule == "none_failed_min_one_success"
     assert type(dag.get_task("ingest")).__name__ == "_BranchPythonDecoratedOperator"
     assert all(t.retries >= 2 for t in dag.tasks) and "simjoin" in dag.tags and dag.doc_md
     for key, bad in (("threshold", 0), ("metric", "manhattan"), ("workers", 0), ("algorithm", "x"),
@@ -59,9 +62,11 @@ def test_dag_run_matches_brute_force(dag, spark, tmp_path, monkeypatch, path):
     states = {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
     stages = ("partition", "worksets", "join", "gate", "stats", "rebalance", "publish")
     if path == "in_process":
-        assert states == {"ingest": "success", "in_process": "success", **{s: "skipped" for s in stages}}, states
+        assert states == {"ingest": "success", "in_process": "success", **{s: "skipped" for s in stages},
+                          "maintain": "success"}, states
     else:
-        assert states == {"ingest": "success", "in_process": "skipped", **{s: "success" for s in stages}}, states
+        assert states == {"ingest": "success", "in_process": "skipped", **{s: "success" for s in stages},
+                          "maintain": "success"}, states
     t = DeltaTable(out).to_pyarrow_table()
     got = set(zip(t.column("left_id").to_pylist(), t.column("right_id").to_pylist(),
                   [w.timestamp() for w in t.column("window_start").to_pylist()]))

@@ -79,3 +79,4 @@ def test_background_gate_runs_beside_the_join_and_gates_publish(airflow_db):
     assert down["tokenize"] == {"gate_tokens", "optimize"}
     assert down["gate_tokens"] == {"publish"}  # not upstream of optimize or join
     assert down["optimize"] == {"join"} and down["join"] == {"gate_pairs"} and down["gate_pairs"] == {"publish"}
+    assert down["publish"] == {"maintain"} and down["maintain"] == set()  # maintenance after every run

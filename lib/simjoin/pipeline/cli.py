@@ -62,6 +62,9 @@ def _options(spec: PipelineSpec, skip: str | None = None) -> list[click.Paramete
                                       "arrives, on a warm JVM (Ctrl-C or SIGTERM stops it; a restart resumes)."))
         opts.append(click.Option(["--trigger"], default="5s", show_default=True,
                                  help="With --follow: how often the query looks for new rows (e.g. 1s, 500ms)."))
+        opts.append(click.Option(["--maintain-every"], "maintain_every", type=click.IntRange(min=0), default=None,
+                                 help="Compact, vacuum and clean up the output's tables after every N units "
+                                      "(default: SIMJOIN_MAINTAIN_EVERY or 100; 0: never; see simjoin maintain)."))
     return opts
 
 
@@ -92,6 +95,7 @@ def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
     run_id = values.pop("run_id", "cli")
     reset = bool(values.pop("reset", False))
     follow = bool(values.pop("follow", False))
+    maintain_every = values.pop("maintain_every", None)
     trigger = values.pop("trigger", None)
     config_file = values.pop("config_file", None)
     for f in spec.fields():  # a repeatable flag: its values joined; none given: None (YAML/env apply)
@@ -101,6 +105,8 @@ def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
     try:
         run = spec.make_run(values, run_id=run_id, reset=reset, config_file=config_file)
         trigger_s = _trigger(trigger) if follow else 0.0
+        if maintain_every is not None:
+            run.maintain_every = int(maintain_every)  # type: ignore[attr-defined]
     except (ConfigError, ValueError) as e:
         _fail(str(e))
     try:

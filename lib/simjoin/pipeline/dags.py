@@ -234,5 +234,23 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
                 announce(params, run_id, outlet_events, UNIT_TASK, keys)
                 return out
 
-            first >> _unit()
+            unit_t = _unit()
+            first >> unit_t
+        # the tables' maintenance, when due (simjoin.pipeline.maintain): after whichever path ran
+        from simjoin.pipeline.maintain import MAINTAIN_TASK
+
+        @task(task_id=MAINTAIN_TASK, trigger_rule="none_failed_min_one_success",
+              doc_md="Compacts small files, vacuums, checkpoints and cleans up the Delta log of every table the "
+                     "pipeline owns for this run's output, and the warehouse's task-timing table: a stream's once "
+                     "`SIMJOIN_MAINTAIN_EVERY` units (default 100) were published since the last time, a batch "
+                     "pipeline's after every run. Holds the output's lock; never changes what a reader sees.")
+        def _maintain(params: Any = None, run_id: Any = None) -> dict[str, Any]:
+            from simjoin.pipeline.runner import run_task
+
+            return run_task(spec.name, MAINTAIN_TASK, dict(params), run_id)
+
+        maintain_t = _maintain()
+        for t in [prev, *pending] + ([unit_t] if first is not None else []):  # type: ignore[possibly-undefined]
+            if t is not None:
+                t >> maintain_t
     return dag

@@ -30,6 +30,7 @@ from simjoin.faults import InjectedFault, current_stage, maybe_fail
 from simjoin.log import get_logger
 from simjoin.log import stage as log_stage
 from simjoin.pipeline.lock import OutputLocked, output_lock, output_of
+from simjoin.pipeline.maintain import MAINTAIN_TASK
 from simjoin.pipeline.registry import get_spec
 from simjoin.pipeline.spec import TRIGGERS, UNIT_TASK, NothingNew, PipelineSpec, Run
 
@@ -234,6 +235,10 @@ def run_task(pipeline: str, stage: str, params: dict[str, Any], run_id: str) -> 
     except Exception:  # outside a running task (tests calling it directly)
         pass
     try:
+        if stage == MAINTAIN_TASK:
+            from simjoin.pipeline.maintain import run_maintain_task
+
+            return run_maintain_task(pipeline, params, run_id)
         if stage == UNIT_TASK:
             return run_unit_task(pipeline, params, run_id, attempt=attempt, mode="airflow", trigger=trigger,
                                  as_of=as_of)
@@ -324,6 +329,7 @@ def _run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
     while True:  # an open unit resumed, or a backlog over --max-records-per-unit: the next unit
         done = _run_stages(spark, run, spec.stages, timed)
         results["rounds"].append(done)
+        _maintain_after(run, done)
         first = done.get(spec.stages[0].name) or {}
         if not (isinstance(first, dict) and (first.get("resumed") or first.get("more"))):
             break
@@ -332,6 +338,18 @@ def _run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
     results["seconds"] = time.perf_counter() - t0
     _record_cli(run, timed, timings, kind)
     return results
+
+
+def _maintain_after(run: Run, done: dict[str, Any]) -> None:
+    """A stream run's tables maintained when due, once a unit is published (its last stage)."""
+    if run.spec.run_type != "stream":
+        return
+    last = done.get(run.spec.stages[-1].name)
+    unit = last.get("unit") if isinstance(last, dict) else None
+    if isinstance(unit, int) and not isinstance(unit, bool):
+        from simjoin.pipeline.maintain import after_unit
+
+        after_unit(run, unit)
 
 
 def _record_cli(run: Run, timed: list[Any], timings: dict[str, float] | None, kind: str) -> None:
@@ -419,6 +437,7 @@ def follow_pipeline(spark: Any, run: Run, trigger_s: float, max_units: int | Non
             def after_unit(unit: int) -> dict[str, Any]:
                 done = _run_stages(spark, run, rest, timed)
                 units.append({"unit": unit, **{k: v for k, v in done.items() if isinstance(v, dict)}})
+                _maintain_after(run, done)
                 _record_cli(run, timed, None, _spark_kind(spark))
                 timed.clear()
                 if max_units is not None and len(units) >= max_units:

@@ -22,6 +22,9 @@ class StreamRun(Run):
     name under ``<output>_state/``) and what the state fingerprint adds."""
 
     STATE: ClassVar[dict[str, str]] = {}
+    #: state tables written one part per file, so that expiry drops whole files: maintenance
+    #: never compacts them (``simjoin.spark.maintenance``)
+    STATE_BY_PART: ClassVar[tuple[str, ...]] = ()
 
     @property
     def left(self) -> str:

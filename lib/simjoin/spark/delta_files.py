@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -325,21 +325,24 @@ def open_table(local: str) -> Any:
     hundred commits, several times per unit); so each thread keeps the tables it opened (the
     last :data:`OPEN_TABLES`) and brings them up to date with ``update_incremental`` (a listing of
     the log's newer commits). A table deleted and written again at the path (its first commit is
-    another file) is opened anew; a table whose first commit is gone from its log is not kept."""
+    another file) is opened anew; once maintenance cleaned up the log's first commits, a kept
+    table is known by its table id (``metaData.id``)."""
     from deltalake import DeltaTable
 
     local = os.path.abspath(local)
     try:
         st = os.stat(os.path.join(local, "_delta_log", f"{0:020d}.json"))
-    except OSError:
-        return DeltaTable(local)
-    key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+        key: tuple[Any, ...] = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+    except OSError:  # the log's first entries were cleaned up (maintenance): the table id tells
+        if not os.path.isfile(os.path.join(local, "_delta_log", "_last_checkpoint")):
+            return DeltaTable(local)
+        key = ("checkpointed",)
     tables: OrderedDict[str, tuple[Any, Any]] | None = getattr(_open, "tables", None)
     if tables is None:
         tables = _open.tables = OrderedDict()
     got = tables.pop(local, None)
     table = None
-    if got is not None and got[0] == key:
+    if got is not None and (got[0] == key if key[0] != "checkpointed" else got[0][0] == "checkpointed"):
         try:
             got[1].update_incremental()
             table = got[1]
@@ -347,10 +350,24 @@ def open_table(local: str) -> Any:
             table = None
     if table is None:
         table = DeltaTable(local)
+    if key == ("checkpointed",):
+        key = ("checkpointed", table.metadata().id)
+        if got is not None and got[0] != key and table is got[1]:  # another table at the path
+            table = DeltaTable(local)
+            key = ("checkpointed", table.metadata().id)
     tables[local] = (key, table)
     while len(tables) > OPEN_TABLES:
         tables.popitem(last=False)
     return table
+
+
+def forget_open(paths: Sequence[str]) -> None:
+    """This thread's kept tables at ``paths`` are opened anew on their next use (maintenance
+    compacted them and cleaned up their log)."""
+    tables = getattr(_open, "tables", None)
+    if tables:
+        for p in paths:
+            tables.pop(os.path.abspath(p), None)
 
 
 class _Kept:

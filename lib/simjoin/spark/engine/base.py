@@ -283,7 +283,7 @@ class EngineBase:
         return self._progress
 
     def _read_progress(self) -> Progress:
-        rows = delta.small_rows(self.spark, self.tables.progress)
+        rows = self._progress_rows()
         for r in rows:  # deltalake reads an instant as aware UTC, Spark as naive UTC: one form
             if r["max_ts"] is not None and r["max_ts"].tzinfo is not None:
                 r["max_ts"] = r["max_ts"].astimezone(UTC).replace(tzinfo=None)
@@ -298,6 +298,29 @@ class EngineBase:
         wm = min(marks.values()) if len(marks) == len(self.sources) else None
         return Progress(int(last["unit"]), wm, marks, last["checkpoint_id"], last["fingerprint"],
                         json.loads(last["meta"] or "{}"), self.allowed_lateness_s)
+
+    def _progress_rows(self) -> list[dict[str, Any]]:
+        """The rows :meth:`_read_progress` needs: the last unit's, and per side the row with the
+        largest ``max_ts``. A local table is reduced in Arrow (no Python per unit: the cost stays
+        flat over a long run, with maintenance keeping the files few); others read every row."""
+        local = local_path(self.tables.progress)
+        if local is None or not os.path.isdir(os.path.join(local, "_delta_log")):
+            return delta.small_rows(self.spark, self.tables.progress)
+        try:
+            from simjoin.spark.delta_files import open_table
+
+            t = open_table(local).to_pyarrow_table()
+        except Exception:  # a reader feature deltalake lacks: Spark reads it
+            return delta.small_rows(self.spark, self.tables.progress)
+        if t.num_rows == 0:
+            return []
+        last = t.filter(pc.equal(t.column("unit"), pc.max(t.column("unit"))))
+        best = t.group_by("side").aggregate([("max_ts", "max")])
+        out = last.to_pylist()
+        for side, mt in zip(best.column("side").to_pylist(), best.column("max_ts_max").to_pylist(), strict=True):
+            if mt is not None:
+                out.append({**out[0], "unit": -1, "side": side, "max_ts": mt})  # a side's largest max_ts
+        return out  # type: ignore[no-any-return]
 
     def verify(self, prog: Progress | None = None) -> str:
         """The checkpoint's identity, after checking it and the config against the state.

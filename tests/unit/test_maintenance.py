@@ -1,0 +1,158 @@
+"""Table maintenance (``simjoin maintain``, ``simjoin.spark.maintenance``) on real Delta tables
+written with deltalake the way a stream pipeline lays them out: compaction keeps every row,
+state written one part per file is never compacted, vacuum and log cleanup honour the retention,
+a direct ingest's old offsets and published units' markers go, the lock is respected, and a
+table kept open across a log cleanup is still read right."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from simjoin.spark import maintenance
+
+BIN = Path(sys.executable).parent
+OWNER = "simjoin.owner=ineq"
+
+
+def _append(path: Path, unit: int, n: int = 3, **extra) -> None:
+    write_deltalake(str(path), pa.table({"unit": pa.array([unit] * n, pa.int64()),
+                                         "x": pa.array(range(n), pa.int64()), **extra}), mode="append",
+                    description=OWNER)
+
+
+def _stream_output(root: Path, units: int = 12) -> Path:
+    """An ineq-like output: pairs, stats, progress and one-part-per-file batches (one small file per
+    unit each), a work table, checkpoint offsets and commits, publish markers, an identity file."""
+    out = root / "out"
+    for u in range(units):
+        _append(out, u)
+        _append(root / "out_stats", u)
+        _append(root / "out_state" / "progress", u, n=1)
+        _append(root / "out_state" / "batches", u, n=1)
+    _append(root / "out_work" / "records", 0, n=0)
+    ck = root / "out_checkpoint"
+    for kind in ("offsets", "commits"):
+        (ck / kind).mkdir(parents=True)
+        for b in range(units):
+            (ck / kind / str(b)).write_text("{}")
+    marks = root / "out_work" / "_publishing"
+    marks.mkdir()
+    for u in range(units):
+        (marks / f"ck-{u}").write_text("")
+    created = [str(out), str(root / "out_stats"), str(root / "out_state"), str(root / "out_work"), str(ck)]
+    (ck / "simjoin.json").write_text(json.dumps({"id": "ck", "output": str(out), "pipeline": "ineq",
+                                                 "created": created}))
+    return out
+
+
+@pytest.fixture
+def no_floor(monkeypatch):
+    monkeypatch.setenv("SIMJOIN_RETENTION_CHECK", "0")
+
+
+def test_maintain_compacts_keeps_rows_and_parts_and_cleans_up(tmp_path, no_floor):
+    out = _stream_output(tmp_path)
+    before = {p: DeltaTable(str(p)).to_pyarrow_table().sort_by("unit") for p in (out, tmp_path / "out_stats")}
+    res = maintenance.maintain_output(str(out), 0.0, by_part=["batches"])
+    by = {Path(t.path).relative_to(tmp_path).as_posix(): t for t in res.tables}
+    assert set(by) == {"out", "out_stats", "out_state/progress", "out_state/batches", "out_work/records"}
+    # compacted to one file each, the same rows
+    for name in ("out", "out_stats", "out_state/progress"):
+        assert by[name].files_before == 12 and by[name].files_after == 1, by[name]
+    for p, rows in before.items():
+        assert DeltaTable(str(p)).to_pyarrow_table().sort_by("unit").equals(rows)
+    # one part per file stays so (its expiry drops whole files)
+    assert by["out_state/batches"].files_after == 12 and by["out_state/batches"].compacted == 0
+    # retention 0: the replaced files are gone from disk, and the log is a checkpoint
+    parquet = [f for f in os.listdir(out) if f.endswith(".parquet")]
+    assert len(parquet) == 1, parquet
+    assert not any(f.endswith(".json") and int(f[:20]) < DeltaTable(str(out)).version()
+                   for f in os.listdir(out / "_delta_log") if f[:20].isdigit())
+    # the last 10 committed micro-batches' offsets stay; published units' markers go
+    ck = tmp_path / "out_checkpoint"
+    assert sorted(int(n) for n in os.listdir(ck / "offsets")) == list(range(2, 12))
+    assert sorted(int(n) for n in os.listdir(ck / "commits")) == list(range(2, 12))
+    assert os.listdir(tmp_path / "out_work" / "_publishing") == []
+    assert json.loads((ck / "maintenance.json").read_text())["unit"] == 11
+    # Spark's own VACUUM keeps the same promise
+    conf = DeltaTable(str(out)).metadata().configuration
+    assert conf["delta.deletedFileRetentionDuration"] == "interval 0 seconds"
+    assert DeltaTable(str(out)).metadata().description == OWNER
+
+
+def test_retention_keeps_what_readers_of_older_versions_need(tmp_path, no_floor):
+    out = _stream_output(tmp_path, units=10)
+    v = DeltaTable(str(out)).version()
+    maintenance.maintain_output(str(out), 600.0)  # 10 minutes: every version is younger
+    assert DeltaTable(str(out), version=v - 3).to_pyarrow_table().num_rows == 3 * (10 - 3)  # time travel works
+    assert DeltaTable(str(out)).to_pyarrow_table().num_rows == 30
+
+
+def test_an_open_unit_keeps_its_work_tables_files(tmp_path, no_floor):
+    out = _stream_output(tmp_path)
+    _append(tmp_path / "out_work" / "records", 11, n=2)  # a published unit's rows: not open
+    assert not maintenance._open_unit([*maintenance.delta_tables(str(tmp_path / "out_work")),
+                                       str(tmp_path / "out_state" / "progress")])
+    _append(tmp_path / "out_work" / "records", 12, n=2)  # staged, not published
+    _append(tmp_path / "out_work" / "records", 12, n=2)
+    rec = tmp_path / "out_work" / "records"
+    res = maintenance.maintain_output(str(out), 7200.0, by_part=["batches"])
+    assert all(t.vacuumed == 0 for t in res.tables), "an open unit's readers keep their files"
+    assert DeltaTable(str(rec)).to_pyarrow_table().num_rows == 6
+
+
+def test_retention_floor_and_schedule(tmp_path, monkeypatch):
+    monkeypatch.delenv("SIMJOIN_RETENTION_CHECK", raising=False)
+    with pytest.raises(ValueError, match=r"^--retention 10m: allowed at least 1h"):
+        maintenance.parse_retention("10m")
+    with pytest.raises(ValueError, match="allowed a duration such as 7d"):
+        maintenance.parse_retention("soon")
+    assert maintenance.parse_retention(None) == 7 * 86400.0
+    assert maintenance.parse_retention("36h") == 36 * 3600.0
+    out = _stream_output(tmp_path)
+    assert maintenance.due(str(out), 9, 10) and not maintenance.due(str(out), 8, 10)
+    assert not maintenance.due(str(out), 99, 0)  # 0: never
+    monkeypatch.setenv("SIMJOIN_RETENTION_CHECK", "0")
+    maintenance.maintain_output(str(out), 0.0)
+    assert not maintenance.due(str(out), 12, 10) and maintenance.due(str(out), 21, 10)  # since unit 11
+
+
+def test_a_table_kept_open_is_read_right_after_its_log_is_cleaned(tmp_path, no_floor):
+    from simjoin.spark.delta_files import open_table
+
+    p = tmp_path / "t"
+    for u in range(5):
+        _append(p, u)
+    assert open_table(str(p)).to_pyarrow_table().num_rows == 15
+    maintenance.maintain_table(str(p), "internal", 0.0)
+    _append(p, 5)
+    assert not (p / "_delta_log" / f"{0:020d}.json").exists()
+    assert open_table(str(p)).to_pyarrow_table().num_rows == 18
+    _append(p, 6)
+    assert open_table(str(p)).to_pyarrow_table().num_rows == 21  # kept, brought up to date
+
+
+def test_cli_refuses_a_locked_output_and_a_path_without_simjoin_tables(tmp_path):
+    from simjoin.pipeline.lock import output_lock
+
+    out = _stream_output(tmp_path)
+    env = {**os.environ, "SIMJOIN_WAREHOUSE": str(tmp_path / "wh")}
+    with output_lock(str(out), "follow", "follow mode"):
+        r = subprocess.run([str(BIN / "simjoin"), "maintain", "--output", str(out)], capture_output=True,
+                           text=True, env=env)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "lock" in r.stderr, r.stderr
+    r = subprocess.run([str(BIN / "simjoin"), "maintain", "--output", str(tmp_path / "nothing")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "no table a simjoin pipeline wrote" in r.stderr, r.stderr
+    r = subprocess.run([str(BIN / "simjoin"), "maintain", "--output", str(out)], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith(f"maintain {out}: 5 tables, data files 48 -> 15, ")
