@@ -25,6 +25,8 @@ class HyperCubeRun(StreamRun):
     #: a unit of at most ``SIMJOIN_LOCAL_UNIT_ROWS`` records runs on the in-process executor
     IN_PROCESS: ClassVar[bool] = True
     STATE: ClassVar[dict[str, str]] = {"tuples": "tuples", "sketch": "sketch", "grids": "grids"}
+    #: the grids of each unit are a record for reports; no stage reads them back
+    STATE_RETENTION: ClassVar[dict[str, str]] = {"grids": "history"}
 
     def output_columns(self) -> dict[str, tuple[str, ...]]:
         return {"output": ("k", "pairs", "batch_id")} if self.cfg.count_only else super().output_columns()

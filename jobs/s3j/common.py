@@ -24,6 +24,8 @@ __all__ = ["S3JRun", "S3JUnit", "expire_state", "open_unit", "state_arrow", "ass
 
 class S3JRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"join_state": "join", "centroids": "centroids", "assignment": "assignment"}
+    #: a unit reads the latest assignment only (``assignment_arrow``)
+    STATE_RETENTION: ClassVar[dict[str, str]] = {"assignment": "latest"}
     IN_PROCESS: ClassVar[bool] = True
 
     @property

@@ -48,6 +48,7 @@ SPEC = PipelineSpec(
     ),
     run_class="jobs.ssj.common:SSJRun",
     summary="jobs.ssj.spec:summary",
+    retain="jobs.ssj.retention:prune",
     report="jobs.ssj.report:render_ssj",
     report_run="jobs.ssj.report:render_ssj_stats",
     balance=(None, "wall_seconds", "run_id"),

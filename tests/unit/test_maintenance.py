@@ -156,3 +156,64 @@ def test_cli_refuses_a_locked_output_and_a_path_without_simjoin_tables(tmp_path)
                        env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1].startswith(f"maintain {out}: 5 tables, data files 48 -> 15, ")
+
+
+def test_state_retention_rules(tmp_path):
+    a = tmp_path / "out_state" / "assignment"
+    for u in (0, 3, 3, 7):
+        _append(a, u, n=2)
+    assert maintenance.prune_state(str(a), "latest", 9) == 6
+    assert set(DeltaTable(str(a)).to_pyarrow_table().column("unit").to_pylist()) == {7}
+    g = tmp_path / "out_state" / "grids"
+    for u in range(6):
+        _append(g, u, n=1)
+    assert maintenance.prune_state(str(g), "history", 5 + maintenance.HISTORY_UNITS - 3) == 3
+    assert sorted(DeltaTable(str(g)).to_pyarrow_table().column("unit").to_pylist()) == [3, 4, 5]
+    with pytest.raises(ValueError, match="allowed latest or history"):
+        maintenance.prune_state(str(g), "forever", 5)
+
+
+def test_ssj_keeps_the_last_runs_and_each_parameter_sets_base():
+    import datetime as dt
+
+    from jobs.ssj.retention import kept_runs
+
+    t0 = dt.datetime(2026, 1, 1)
+
+    def pin(rid, h, published=True):
+        return [{"run_id": rid, "pinned_at": t0 + dt.timedelta(hours=h), "published": published, "side": s}
+                for s in (0, 1)]
+
+    pins = pin("a", 0) + pin("b", 1) + pin("c", 2) + pin("d", 3) + pin("e", 4, published=False) + pin("old", -5, False)
+    inc = [{"run_id": "a", "params": "theta 0.5"}] + [{"run_id": r, "params": "theta 0.8"} for r in "bcd"]
+    # the last 2 published (d, c), a: the only run of its parameters (a base), e: in flight, newer
+    assert kept_runs(pins, inc, 2) == {"d", "c", "a", "e"}
+    assert kept_runs(pins, inc, 10) == {"a", "b", "c", "d", "e"}
+
+
+def test_ssj_prune_drops_the_partitions_of_runs_let_go(tmp_path, monkeypatch):
+    import datetime as dt
+
+    from jobs.ssj.retention import prune
+
+    out = tmp_path / "pairs"
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    for h, rid in enumerate(["r1", "r2", "r3"]):
+        for path in (out, tmp_path / "pairs_tokens"):
+            write_deltalake(str(path), pa.table({"run_id": [rid] * 2, "left_id": [1, 2]}), mode="append",
+                            partition_by=["run_id"])
+        write_deltalake(str(tmp_path / "pairs_runs"), pa.table({
+            "run_id": [rid], "side": [0], "path": ["in"], "version": [h], "as_of": [None],
+            "pinned_at": pa.array([t0 + dt.timedelta(hours=h)], pa.timestamp("us", tz="UTC")),
+            "published": [True]}), mode="append")
+        write_deltalake(str(tmp_path / "pairs_increments"), pa.table({"run_id": [rid], "params": ["p"]}),
+                        mode="append")
+    monkeypatch.setenv("SIMJOIN_SSJ_KEEP_RUNS", "2")
+    dropped = prune(str(out))
+    assert dropped == {str(out): 2, str(tmp_path / "pairs_tokens"): 2}
+    for path in (out, tmp_path / "pairs_tokens"):
+        assert sorted(set(DeltaTable(str(path)).to_pyarrow_table().column("run_id").to_pylist())) == ["r2", "r3"]
+    assert DeltaTable(str(tmp_path / "pairs_runs")).to_pyarrow_table().num_rows == 3  # the bookkeeping stays
+    monkeypatch.setenv("SIMJOIN_SSJ_KEEP_RUNS", "0")
+    with pytest.raises(ValueError, match="at least 1"):
+        prune(str(out))

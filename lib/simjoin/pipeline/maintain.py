@@ -13,7 +13,7 @@ from simjoin.pipeline.lock import output_lock, output_of
 from simjoin.pipeline.registry import get_spec
 from simjoin.pipeline.spec import PipelineSpec, Run, resolve
 
-__all__ = ["MAINTAIN_TASK", "by_part", "maintain", "after_unit", "run_maintain_task"]
+__all__ = ["MAINTAIN_TASK", "by_part", "rules", "maintain", "after_unit", "run_maintain_task"]
 
 log = get_logger("simjoin.maintain")
 
@@ -31,6 +31,32 @@ def by_part(pipeline: str | PipelineSpec | None) -> tuple[str, ...]:
     return tuple(state.get(k, k) for k in getattr(cls, "STATE_BY_PART", ()))
 
 
+def rules(pipeline: str | PipelineSpec | None) -> dict[str, str]:
+    """The state tables' retention rules (``StreamRun.STATE_RETENTION``), by table name."""
+    if pipeline is None:
+        return {}
+    spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
+    cls = resolve(spec.run_class)
+    state = getattr(cls, "STATE", {})
+    return {state.get(k, k): r for k, r in getattr(cls, "STATE_RETENTION", {}).items()}
+
+
+def _maintain(output: str, pipeline: str | PipelineSpec | None, retention: str | float | None) -> Any:
+    """The pipeline's own retention rule (``PipelineSpec.retain``: ssj's runs), then every table."""
+    from simjoin.spark import maintenance
+
+    spec = None
+    if pipeline is not None:
+        try:
+            spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
+        except (KeyError, ValueError):
+            spec = None
+    if spec is not None and spec.retain:
+        resolve(spec.retain)(output)
+    return maintenance.maintain_output(output, retention, by_part=by_part(spec) if spec else (),
+                                       rules=rules(spec) if spec else None)
+
+
 def maintain(output: str, retention: str | float | None = None, lock: bool = True,
              run_id: str = "maintain") -> Any:
     """Maintain every table of ``output`` (``simjoin maintain``); with ``lock``, under the
@@ -40,12 +66,8 @@ def maintain(output: str, retention: str | float | None = None, lock: bool = Tru
     from simjoin.spark import maintenance
 
     pipeline = maintenance.pipeline_of(output)
-    try:
-        parts = by_part(pipeline)
-    except (KeyError, ValueError):
-        parts = ()
     with output_lock(output, run_id, "maintenance") if lock else nullcontext():
-        return maintenance.maintain_output(output, retention, by_part=parts)
+        return _maintain(output, pipeline, retention)
 
 
 def after_unit(run: Run, unit: int | None, every: int | None = None) -> Any:
@@ -61,7 +83,7 @@ def after_unit(run: Run, unit: int | None, every: int | None = None) -> Any:
     if out is None or not maintenance.due(out, unit, n):
         return None
     try:
-        res = maintenance.maintain_output(out, None, by_part=by_part(run.spec))
+        res = _maintain(out, run.spec, None)
         _timing()
         return res
     except Exception as e:  # logged; the next due unit tries again
@@ -103,7 +125,7 @@ def run_maintain_task(pipeline: str | PipelineSpec, params: dict[str, Any], run_
             if not maintenance.due(out, unit, n):
                 log.info("%s: maintenance not due (unit %s, every %d units)", spec.name, unit, n)
                 return {"maintained": False, "unit": unit, "every": n}
-        res = maintenance.maintain_output(out, None, by_part=by_part(spec))
+        res = _maintain(out, spec, None)
     _timing()
     return {"maintained": True, "summary": res.summary(), "tables": len(res.tables),
             "files_after": sum(t.files_after for t in res.tables), "seconds": res.seconds}

@@ -112,6 +112,9 @@ class PipelineSpec:
     #: Extra CLI-only flags the runner understands: "reset" for stream pipelines.
     cli_extras: tuple[str, ...] = ()
     max_active_runs: int = 1
+    #: ``"module:attr"`` -> ``fn(output) -> dict``: drops what the pipeline's retention rule lets go
+    #: (ssj: the runs beyond the last K), called by maintenance before it compacts and vacuums
+    retain: str = ""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):

@@ -43,7 +43,7 @@ from simjoin.log import get_logger
 
 __all__ = ["DEFAULT_RETENTION", "DEFAULT_EVERY", "TableResult", "Result", "parse_retention", "maintain_output",
            "maintain_table", "due", "every_units", "delta_tables", "pipeline_of", "last_unit",
-           "maintain_timing"]
+           "maintain_timing", "prune_state", "HISTORY_UNITS"]
 
 log = get_logger("simjoin.maintain")
 
@@ -336,6 +336,30 @@ def _targets(output: str) -> tuple[str | None, list[str], dict[str, Any] | None]
     return owner, [output] + [s for s in siblings if _owner(s) == owner], None
 
 
+#: a ``"history"`` state table keeps the rows of this many units (``SIMJOIN_HISTORY_UNITS``)
+HISTORY_UNITS = int(os.environ.get("SIMJOIN_HISTORY_UNITS", "10000"))
+
+
+def prune_state(path: str, rule: str, last: int | None) -> int:
+    """Apply a state table's retention rule (``StreamRun.STATE_RETENTION``): ``latest`` keeps the
+    newest unit's rows, ``history`` the last :data:`HISTORY_UNITS` units'; rows deleted."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path)
+    if rule == "latest":
+        top = pc.max(table.to_pyarrow_table(columns=["unit"]).column("unit")).as_py()
+        cut = None if top is None else int(top)
+    elif rule == "history":
+        cut = None if last is None else last - HISTORY_UNITS + 1
+    else:
+        raise ValueError(f"state retention {rule!r} of {path}: allowed latest or history")
+    if cut is None:
+        return 0
+    m = table.delete(f"unit < {cut}")
+    return int(m.get("num_deleted_rows", 0) or 0)
+
+
 #: the task-timing table keeps rows of this many days (``SIMJOIN_TIMING_RETENTION``)
 TIMING_RETENTION = "30d"
 
@@ -368,9 +392,11 @@ def pipeline_of(output: str) -> str | None:
     return _targets(os.path.abspath(output))[0]
 
 
-def maintain_output(output: str, retention: str | float | None = None, by_part: Sequence[str] = ()) -> Result:
+def maintain_output(output: str, retention: str | float | None = None, by_part: Sequence[str] = (),
+                    rules: dict[str, str] | None = None) -> Result:
     """Maintain every table the pipeline that wrote ``output`` owns for it (see the module);
-    ``by_part``: the names of its state tables written one part per file (never compacted).
+    ``by_part``: the names of its state tables written one part per file (never compacted);
+    ``rules``: state table name -> retention rule (:func:`prune_state`), applied first.
     The caller holds the output's lock. Raises ``ValueError`` (one line) when no pipeline's
     table is there."""
     t0 = time.perf_counter()
@@ -382,6 +408,14 @@ def maintain_output(output: str, retention: str | float | None = None, by_part: 
                          "of a pipeline run")
     res = Result(output, pipeline, retention_s)
     parts = set(by_part)
+    if rules:
+        last = _last_unit(tables)
+        for p in tables:
+            rule = rules.get(os.path.basename(p))
+            if rule and _internal(p, output) and os.path.basename(os.path.dirname(p)).endswith("_state"):
+                n = prune_state(p, rule, last)
+                if n:
+                    log.info("maintain %s: %d rows past its retention (%s) deleted", p, n, rule)
     internal_s = retention_s if _open_unit(tables) else 0.0
     for i, p in enumerate(tables, 1):
         inner = _internal(p, output)

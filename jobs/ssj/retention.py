@@ -1,0 +1,84 @@
+"""ssj's retention rule: every run writes its own ``run_id`` partition of the pairs, tokens,
+lengths, plan and staging tables (a full copy of its pairs), so a schedule grows them without
+bound. Maintenance (``simjoin maintain``, the DAG's ``maintain`` task) keeps the partitions of the
+last ``SIMJOIN_SSJ_KEEP_RUNS`` published runs (default 10), of the latest published run of each
+parameter set (the base an incremental run builds on, ``jobs.ssj.increment``), and of every run
+not published yet that is newer than the oldest one kept; the other runs' partitions go. The
+bookkeeping (``_runs``, ``_increments``, ``_stats``, ``_quarantine``) stays: it is small, and a
+rerun of a dropped run joins in full again from its pinned input versions."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from simjoin.log import get_logger
+
+__all__ = ["KEEP_RUNS", "kept_runs", "prune"]
+
+log = get_logger("simjoin.ssj")
+
+KEEP_RUNS = 10
+
+
+def keep_runs() -> int:
+    raw = os.environ.get("SIMJOIN_SSJ_KEEP_RUNS", "").strip()
+    try:
+        k = int(raw) if raw else KEEP_RUNS
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise ValueError(f"SIMJOIN_SSJ_KEEP_RUNS={raw!r}: allowed a whole number of runs, at least 1")
+    return k
+
+
+def kept_runs(pins: list[dict[str, Any]], increments: list[dict[str, Any]], keep: int) -> set[str]:
+    """The run ids whose partitions stay (see the module), from the ``_runs`` and ``_increments`` rows."""
+    when: dict[str, Any] = {}
+    published: dict[str, bool] = {}
+    for r in pins:
+        rid = str(r["run_id"])
+        when[rid] = max(when[rid], r["pinned_at"]) if rid in when else r["pinned_at"]
+        published[rid] = published.get(rid, True) and bool(r["published"])
+    done = sorted((rid for rid in when if published[rid]), key=lambda rid: when[rid], reverse=True)
+    kept = set(done[:keep])
+    params = {str(r["run_id"]): r.get("params") for r in increments}
+    seen: set[Any] = set()
+    for rid in done:  # the latest published run of each parameter set: an incremental run's base
+        key = params.get(rid)
+        if key not in seen:
+            seen.add(key)
+            kept.add(rid)
+    oldest = min((when[rid] for rid in kept), default=None)
+    kept |= {rid for rid in when if not published[rid] and (oldest is None or when[rid] >= oldest)}
+    return kept
+
+
+def prune(output: str) -> dict[str, Any]:
+    """Drop the partitions of the runs :func:`kept_runs` lets go, from the local tables of the ssj
+    output ``output``; what was dropped, per table."""
+    from deltalake import DeltaTable
+
+    from simjoin.spark.tables import SSJTables
+
+    t = SSJTables(output)
+
+    def rows(path: str) -> list[dict[str, Any]]:
+        return DeltaTable(path).to_pyarrow_table().to_pylist() if DeltaTable.is_deltatable(path) else []
+
+    pins = rows(t.runs)
+    if not pins:
+        return {}
+    kept = kept_runs(pins, rows(t.increments), keep_runs())
+    gone = sorted({str(r["run_id"]) for r in pins} - kept)
+    dropped: dict[str, int] = {}
+    if not gone:
+        return dropped
+    quoted = ", ".join("'" + g.replace("'", "''") + "'" for g in gone)
+    for path in (output, t.tokens, t.lengths, t.plan, t.staging):
+        if DeltaTable.is_deltatable(path):
+            m = DeltaTable(path).delete(f"run_id IN ({quoted})")
+            dropped[path] = int(m.get("num_deleted_rows", 0) or 0)
+    log.info("ssj retention: kept runs %s; dropped the partitions of %s (%s rows)", sorted(kept), gone,
+             sum(dropped.values()))
+    return dropped
