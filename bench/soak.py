@@ -125,6 +125,8 @@ def got_pairs(pipeline: str, out: str) -> list[tuple[int, ...]]:
 
 def files_by_table(work: Path) -> dict[str, tuple[int, int]]:
     """(files, bytes) of the output and every side table (the inputs excluded)."""
+    from simjoin.spark.maintenance import disk_usage
+
     got: dict[str, tuple[int, int]] = {}
     tops = sorted(p for p in work.iterdir() if p.name.startswith("out") and p.is_dir())
     if (work / "out").is_dir() and not (work / "out" / "_delta_log").is_dir():  # a directory output (S2J)
@@ -133,15 +135,7 @@ def files_by_table(work: Path) -> dict[str, tuple[int, int]]:
         subs = [p for p in top.iterdir() if p.is_dir() and not p.name.startswith("_delta")] \
             if top.name.endswith(("_state", "_work")) else [top]
         for p in subs:
-            n = size = 0
-            for dirpath, _, fs in os.walk(p):
-                for f in fs:
-                    try:
-                        size += os.path.getsize(os.path.join(dirpath, f))
-                        n += 1
-                    except OSError:
-                        pass
-            got[str(p.relative_to(work))] = (n, size)
+            got[str(p.relative_to(work))] = disk_usage(str(p))
     return got
 
 

@@ -43,7 +43,7 @@ from simjoin.log import get_logger
 
 __all__ = ["DEFAULT_RETENTION", "DEFAULT_EVERY", "TableResult", "Result", "parse_retention", "maintain_output",
            "maintain_table", "due", "every_units", "delta_tables", "pipeline_of", "last_unit",
-           "maintain_timing", "prune_state", "HISTORY_UNITS"]
+           "maintain_timing", "prune_state", "HISTORY_UNITS", "disk_usage"]
 
 log = get_logger("simjoin.maintain")
 
@@ -175,7 +175,7 @@ def delta_tables(root: str) -> list[str]:
     return found
 
 
-def _disk(root: str) -> tuple[int, int]:
+def disk_usage(root: str) -> tuple[int, int]:
     """(files, bytes) under ``root``."""
     n = size = 0
     for dirpath, _, files in os.walk(root):
@@ -221,7 +221,7 @@ def maintain_table(path: str, role: str, retention_s: float, compact: bool = Tru
     table.cleanup_metadata()
     res.files_after = len(table.file_uris())
     res.log_files = len(os.listdir(os.path.join(path, "_delta_log")))
-    res.bytes = _disk(path)[1]
+    res.bytes = disk_usage(path)[1]
     res.seconds = time.perf_counter() - t0
     return res
 
