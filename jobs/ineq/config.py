@@ -45,6 +45,8 @@ class IneqConfig(StreamConfig):
         if self.slide_count is not None:
             check(self.window_count is not None and self.slide_count <= self.window_count, s, "slide_count",
                   self.slide_count, f"tuples <= window_count ({self.window_count}), with --window-count")
+        check(self.window_count is None or self.idle_timeout_s == 0, s, "idle_timeout", self.idle_timeout,
+              "0s with --window-count (a count window expires by the other stream's count, not its time)")
         check(self.window_count is None or self.allowed_lateness_s == 0, s, "allowed_lateness",
               self.allowed_lateness, "0s with --window-count (a count window is arrival order: no row is late); "
                                      "a lateness needs a time --window")

@@ -233,6 +233,10 @@ class StreamConfig:
                                         "quarantined as late.", duration=True, ge=0, state=True)
     ts_zone: str = param("UTC", "Time zone of a TIMESTAMP_NTZ ts column or of ts strings without a zone "
                                 "(an IANA name such as Europe/Berlin).", zone=True, state=True)
+    idle_timeout: str = param("0s", "Two streams: once one stream received nothing for this long (wall clock), "
+                                    "the other's state expires as if the idle one had caught up with it; its rows "
+                                    "that arrive later behind that point are quarantined as late. 0s: never.",
+                              duration=True, ge=0, state=False)
     max_records_per_unit: int = param(1_000_000, "A unit stages at most this many input records (whole commits of "
                                                  "local Delta inputs, a single larger commit alone): a backlog becomes "
                                                  "several bounded units, one after another.", ge=1, state=False)
@@ -244,6 +248,10 @@ class StreamConfig:
     @property
     def allowed_lateness_s(self) -> float:
         return parse_duration(self.allowed_lateness)
+
+    @property
+    def idle_timeout_s(self) -> float:
+        return parse_duration(self.idle_timeout)
 
 
 def check_stream_paths(cfg: Any, section: str,

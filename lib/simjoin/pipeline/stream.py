@@ -74,7 +74,8 @@ class StreamRun(Run):
         eng = MicroBatchEngine(spark, self.pipeline, self.tables, self.sources, self.state_fingerprint(),
                                ts_unit=self.cfg.ts_unit, max_future_s=self.cfg.max_future_s,
                                follow=self.follow, allowed_lateness_s=self.cfg.allowed_lateness_s,
-                               ts_zone=self.cfg.ts_zone, max_records_per_unit=self.cfg.max_records_per_unit)
+                               ts_zone=self.cfg.ts_zone, max_records_per_unit=self.cfg.max_records_per_unit,
+                               idle_timeout_s=self.cfg.idle_timeout_s)
         eng.owned = list(self.table_paths().values())  # what --reset removes of an output made before
         return eng
 

@@ -36,7 +36,7 @@ class EngineBase:
     def __init__(self, spark: SparkSession, pipeline: str, tables: StreamTables, sources: Sequence[str],
                  fingerprint: str, ts_unit: str | None = None, max_future_s: float = 3600.0,
                  follow: Any = None, allowed_lateness_s: float = 0.0, ts_zone: str = "UTC",
-                 max_records_per_unit: int | None = None) -> None:
+                 max_records_per_unit: int | None = None, idle_timeout_s: float = 0.0) -> None:
         self.spark = spark
         self.pipeline = pipeline
         self.tables = tables
@@ -45,6 +45,8 @@ class EngineBase:
         self.ts_unit = ts_unit
         self.max_future_s = float(max_future_s)
         self.allowed_lateness_s = float(allowed_lateness_s)
+        #: two streams: a stream that received nothing for this long is caught up with the other (0: never)
+        self.idle_timeout_s = float(idle_timeout_s)
         #: the zone of a TIMESTAMP_NTZ ts column or of ts strings without a zone
         self.ts_zone = ts_zone
         #: a direct ingest stages at most this many records as one unit (None: all that arrived)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -112,6 +113,7 @@ class Publisher(EngineBase):
             marks[s] = max(marks[s], mt) if s in marks else mt
         staged_meta = json.loads(got[0]["meta"]) if got and got[0]["meta"] else {}
         meta_all = {**prog.meta, **staged_meta, **(meta or {})}
+        self._catch_up_idle(marks, meta_all, prog.meta, {int(r["side"]) for r in got}, unit.unit)
 
         if self.ingest_mode() == "landing":  # the landing commits staged so far
             meta_all["landed"] = max([int(prog.meta.get("landed", -1))] + [int(r["b"]) for r in got])
@@ -144,6 +146,36 @@ class Publisher(EngineBase):
                      (now - hi).total_seconds(), (now - lo).total_seconds())
         return {"unit": unit.unit, "watermark": None if wm is None else wm.isoformat(),
                 "watermark_ts": wm, "previous_watermark_ts": prog.watermark}
+
+    def _catch_up_idle(self, marks: dict[int, Any], meta_all: dict[str, Any], before: dict[str, Any],
+                       arrived_now: set[int], unit: int) -> None:
+        """``--idle-timeout`` (two streams): a stream that received nothing for that long (wall
+        clock, recorded per stream in the progress ``meta`` as ``arrived``) has its committed max ts
+        advanced to the other's, in ``marks`` before they are committed. Every rule reads the
+        committed marks (expiry of the other stream's state, the watermark, lateness), so its state
+        expires, and its rows that arrive later behind that mark are quarantined as late; what is
+        committed is what every later unit and a restart go by (docs/operations.md, "Lateness")."""
+        now = time.time()
+        arrived = {str(k): float(v) for k, v in (before.get("arrived") or {}).items()}
+        for s in arrived_now:
+            arrived[str(s)] = now
+        started = float(before.get("started", now))
+        meta_all["arrived"], meta_all["started"] = arrived, started
+        n = len(self.sources)
+        if self.idle_timeout_s <= 0 or n < 2:
+            return
+        idle = [s for s in range(n) if now - arrived.get(str(s), started) > self.idle_timeout_s]
+        active = [marks[s] for s in range(n) if s not in idle and s in marks]
+        if not idle or not active:
+            return
+        top = max(active)
+        for s in idle:
+            if s not in marks or marks[s] < top:
+                log.info("%s: unit %d: stream %d received nothing for %.0fs (--idle-timeout %gs): its committed "
+                         "max ts moves from %s to %s; the other stream's state expires as if it had caught up",
+                         self.pipeline, unit, s, now - arrived.get(str(s), started), self.idle_timeout_s,
+                         marks.get(s), top)
+                marks[s] = top
 
     def delete(self, path: str, cond: str) -> None:
         delta.delete(self.spark, path, cond)
