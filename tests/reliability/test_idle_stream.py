@@ -70,3 +70,39 @@ def test_without_idle_timeout_nothing_expires_while_a_stream_is_idle(tmp_path):
     # the left stream's tuples stay (the right one may still send rows for ts 1-2); the right one's
     # expire as the left one moves on
     assert _held(tmp_path) == {0: 3, 1: 0}
+
+
+def _s3j(root: Path, *extra: str) -> None:
+    r = subprocess.run([str(BIN / "simjoin"), "s3j", "--left", str(root / "l"), "--right", str(root / "r"),
+                        "--output", str(root / "out"), "--threshold", "0.5", "--metric", "euclidean", "--window",
+                        "10s", "--workers", "2", *extra],
+                       capture_output=True, text=True, env={**os.environ, "SIMJOIN_WAREHOUSE": str(root / "wh")})
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def _vectors(path: Path, ids: list[int], secs: list[float], xs: list[float]) -> None:
+    write_deltalake(str(path), pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "ts": pa.array([T0 + dt.timedelta(seconds=s) for s in secs], pa.timestamp("us", tz="UTC")),
+        "vector": [[x, 0.0] for x in xs]}), mode="append")
+
+
+def test_s3j_closes_the_windows_of_an_idle_stream(tmp_path):
+    """S3J goes by the watermark (the smaller committed max ts): with the right stream idle, the
+    left one's windows close, their state goes, and a right row for a closed window is late."""
+    _vectors(tmp_path / "l", [1, 2], [1, 3], [0.0, 5.0])
+    _vectors(tmp_path / "r", [101], [2], [0.1])
+    _s3j(tmp_path, "--idle-timeout", "1s")
+    time.sleep(1.5)
+    _vectors(tmp_path / "l", [3], [105], [0.0])
+    _s3j(tmp_path, "--idle-timeout", "1s")
+    js = DeltaTable(str(tmp_path / "out_state" / "join")).to_pyarrow_table()
+    starts = {int((w - T0).total_seconds()) for w in js.column("window_start").to_pylist()}
+    assert 0 not in starts, starts  # window [0, 10) closed and expired
+    _vectors(tmp_path / "r", [102, 103], [4, 106], [5.1, 0.2])
+    _s3j(tmp_path, "--idle-timeout", "1s")
+    q = DeltaTable(str(tmp_path / "out_quarantine")).to_pyarrow_table().to_pylist()
+    assert [(r["id"], r["reason"].split(":")[0]) for r in q] == [(102, "late")], q
+    t = DeltaTable(str(tmp_path / "out")).to_pyarrow_table()
+    got = sorted(zip(t.column("left_id").to_pylist(), t.column("right_id").to_pylist(), strict=True))
+    assert got == [(1, 101), (3, 103)]
