@@ -24,6 +24,8 @@ PAIR_COLUMNS = ("left_id", "right_id", "ts")
 
 class S2JRun(StreamRun):
     STATE: ClassVar[dict[str, str]] = {"blocks": "blocks", "buffer": "buffer"}
+    #: the shed tuples' record (``DIR/_shed``) keeps the last ``SIMJOIN_HISTORY_UNITS`` units
+    STATE_RETENTION: ClassVar[dict[str, str]] = {"_shed": "history"}
     #: a unit of at most ``SIMJOIN_LOCAL_UNIT_ROWS`` records runs on the in-process executor
     IN_PROCESS: ClassVar[bool] = True
 

@@ -68,6 +68,7 @@ SPEC = PipelineSpec(
     ),
     run_class="jobs.s3j.common:S3JRun",
     summary="jobs.s3j.spec:summary",
+    retain="jobs.s3j.retention:prune",
     report="jobs.s3j.report:render_s3j_stats",
     balance=("worker", "load", "unit"),
     output_columns={"output": ("left_id", "right_id", "distance", "window_start")},

@@ -217,3 +217,31 @@ def test_ssj_prune_drops_the_partitions_of_runs_let_go(tmp_path, monkeypatch):
     monkeypatch.setenv("SIMJOIN_SSJ_KEEP_RUNS", "0")
     with pytest.raises(ValueError, match="at least 1"):
         prune(str(out))
+
+
+def test_s3j_drops_the_centroids_no_open_window_holds(tmp_path):
+    from jobs.s3j.retention import prune
+
+    out = tmp_path / "out"
+    st = tmp_path / "out_state"
+    write_deltalake(str(st / "centroids"), pa.table({
+        "partition": pa.array([0, 0, 0, 1, 1], pa.int32()), "workset_id": pa.array([1, 2, 3, 1, 2], pa.int64()),
+        "unit": pa.array([0, 0, 1, 0, 1], pa.int64())}))
+    write_deltalake(str(st / "join"), pa.table({
+        "partition": pa.array([0, 1], pa.int32()), "workset_id": pa.array([2, 1], pa.int64())}))
+    _append(st / "progress", 1, n=1)
+    ck = tmp_path / "out_checkpoint"
+    ck.mkdir()
+    (ck / "simjoin.json").write_text(json.dumps({"output": str(out), "pipeline": "s3j",
+                                                 "created": [str(st), str(ck)]}))
+    assert prune(str(out)) == {"worksets": 1, "rows": 1}  # (0, 1): no member; (0, 3), (1, 2): the highest ids
+    left = DeltaTable(str(st / "centroids")).to_pyarrow_table()
+    assert sorted(zip(left.column("partition").to_pylist(), left.column("workset_id").to_pylist())) == [
+        (0, 2), (0, 3), (1, 1), (1, 2)]
+    _append(tmp_path / "out_work" / "records", 2, n=1)  # a unit is open: nothing is dropped
+    (ck / "simjoin.json").write_text(json.dumps({"output": str(out), "pipeline": "s3j",
+                                                 "created": [str(st), str(ck), str(tmp_path / "out_work")]}))
+    write_deltalake(str(st / "centroids"), pa.table({
+        "partition": pa.array([0], pa.int32()), "workset_id": pa.array([0], pa.int64()),
+        "unit": pa.array([1], pa.int64())}), mode="append")
+    assert prune(str(out)) == {"skipped": "a unit is open"}

@@ -25,7 +25,7 @@ class StreamRun(Run):
     #: state tables written one part per file, so that expiry drops whole files: maintenance
     #: never compacts them (``simjoin.spark.maintenance``)
     STATE_BY_PART: ClassVar[tuple[str, ...]] = ()
-    #: state tables' retention rules, applied by maintenance (``simjoin.pipeline.maintain``):
+    #: retention rules of state (or side) tables by name, applied by maintenance (``simjoin.pipeline.maintain``):
     #: ``"latest"`` - only the newest unit's rows are ever read (older ones go); ``"history"`` -
     #: rows only reports read (those older than the last ``SIMJOIN_HISTORY_UNITS`` units go).
     #: Every other state table expires by its own rule at publish (windows, watermarks).

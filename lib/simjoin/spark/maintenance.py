@@ -43,7 +43,7 @@ from simjoin.log import get_logger
 
 __all__ = ["DEFAULT_RETENTION", "DEFAULT_EVERY", "TableResult", "Result", "parse_retention", "maintain_output",
            "maintain_table", "due", "every_units", "delta_tables", "pipeline_of", "last_unit",
-           "maintain_timing", "prune_state", "HISTORY_UNITS", "disk_usage"]
+           "maintain_timing", "prune_state", "HISTORY_UNITS", "disk_usage", "unit_open"]
 
 log = get_logger("simjoin.maintain")
 
@@ -274,6 +274,12 @@ def _open_unit(tables: Sequence[str]) -> bool:
     return False
 
 
+def unit_open(output: str) -> bool:
+    """Whether a stream's unit is staged and not yet published (see :func:`_open_unit`)."""
+    _, tables, ident = _targets(os.path.abspath(output))
+    return ident is not None and _open_unit(tables)
+
+
 def _last_unit(tables: Sequence[str]) -> int | None:
     import pyarrow.compute as pc
     from deltalake import DeltaTable
@@ -412,7 +418,7 @@ def maintain_output(output: str, retention: str | float | None = None, by_part: 
         last = _last_unit(tables)
         for p in tables:
             rule = rules.get(os.path.basename(p))
-            if rule and _internal(p, output) and os.path.basename(os.path.dirname(p)).endswith("_state"):
+            if rule:
                 n = prune_state(p, rule, last)
                 if n:
                     log.info("maintain %s: %d rows past its retention (%s) deleted", p, n, rule)

@@ -1,0 +1,58 @@
+"""S3J's retention rule for its workset centroids (``<output>_state/centroids``).
+
+Centroids persist across windows (a workset made in one window is reused by later ones), so a
+stream whose data drifts adds centroids for as long as it runs. Maintenance drops the centroids of
+worksets no open window holds a member of (no row of ``_state/join`` names them), while no unit
+is open: no window's formulation has routed anything to them, so a later record is placed as if
+they had never been made, and the outer-copy bounds of every open window stay as they were. The
+highest workset id of each space partition always stays, so a new workset never reuses an id.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from simjoin.log import get_logger
+
+__all__ = ["prune"]
+
+log = get_logger("simjoin.s3j")
+
+#: workset keys per DELETE (the predicate names each one)
+CHUNK = 500
+
+
+def prune(output: str) -> dict[str, Any]:
+    from deltalake import DeltaTable
+
+    from simjoin.spark import maintenance
+    from simjoin.spark.tables import StreamTables
+
+    t = StreamTables(os.path.abspath(output))
+    cpath, jpath = t.state("centroids"), t.state("join")
+    if not (DeltaTable.is_deltatable(cpath) and DeltaTable.is_deltatable(jpath)):
+        return {}
+    if maintenance.unit_open(output):
+        return {"skipped": "a unit is open"}
+    cent = DeltaTable(cpath).to_pyarrow_table(columns=["partition", "workset_id"])
+    live = DeltaTable(jpath).to_pyarrow_table(columns=["partition", "workset_id"])
+    if cent.num_rows == 0:
+        return {}
+    top = cent.group_by("partition").aggregate([("workset_id", "max")])
+    keep = {(int(p), int(w)) for p, w in zip(live.column("partition").to_pylist(),
+                                             live.column("workset_id").to_pylist(), strict=True)}
+    keep |= {(int(p), int(w)) for p, w in zip(top.column("partition").to_pylist(),
+                                              top.column("workset_id_max").to_pylist(), strict=True)}
+    have = {(int(p), int(w)) for p, w in zip(cent.column("partition").to_pylist(),
+                                             cent.column("workset_id").to_pylist(), strict=True)}
+    gone = sorted(have - keep)
+    deleted = 0
+    for i in range(0, len(gone), CHUNK):
+        cond = " OR ".join(f"(partition = {p} AND workset_id = {w})" for p, w in gone[i:i + CHUNK])
+        m = DeltaTable(cpath).delete(cond)
+        deleted += int(m.get("num_deleted_rows", 0) or 0)
+    if gone:
+        log.info("s3j retention: %d worksets no open window holds dropped from %s (%d rows); %d stay",
+                 len(gone), cpath, deleted, len(have) - len(gone))
+    return {"worksets": len(gone), "rows": deleted}
