@@ -119,7 +119,8 @@ def test_dag_from_the_spec_runs(spark, tmp_path, toy_input, airflow_db):
     DagBundlesManager().sync_bundles_to_db()
     sync_bag_to_db(bag, "dags-folder", None)
     dag = bag.dags["simjoin_toy"]
-    assert dag.dag_id == "simjoin_toy" and [t.task_id for t in dag.topological_sort()] == ["scale", "select"]
+    assert dag.dag_id == "simjoin_toy" and [t.task_id for t in dag.topological_sort()] == ["scale", "select",
+                                                                                                 "maintain"]
     assert all(t.retries == 2 for t in dag.tasks) and dag.doc_md.startswith("A toy pipeline")
     schema = dag.params.get_param("factor").schema
     assert (schema["minimum"], schema["maximum"], schema["type"]) == (1, 10, "integer")

@@ -236,6 +236,8 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
 
             unit_t = _unit()
             first >> unit_t
+        if spec.run_type == "tool":  # a tool's tables belong to whoever reads them
+            return dag
         # the tables' maintenance, when due (simjoin.pipeline.maintain): after whichever path ran
         from simjoin.pipeline.maintain import MAINTAIN_TASK
 

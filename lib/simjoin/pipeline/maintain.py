@@ -118,6 +118,9 @@ def run_maintain_task(pipeline: str | PipelineSpec, params: dict[str, Any], run_
 
     if not os.path.exists(out):
         return {"maintained": False, "why": "no output yet"}
+    if maintenance.pipeline_of(out) is None:
+        log.info("%s: no table a simjoin pipeline marked as its own at %s: nothing to maintain", spec.name, out)
+        return {"maintained": False, "why": "no table of the pipeline"}
     with output_lock(out, run.run_id, f"task {MAINTAIN_TASK}"):
         if spec.run_type == "stream":
             unit = maintenance.last_unit(out)
