@@ -20,7 +20,7 @@ def test_tasks_and_params(dag):
     from airflow.sdk.exceptions import ParamValidationError
 
     assert [t.task_id for t in dag.topological_sort()] == [
-        "tokenize", "gate_tokens", "optimize", "join", "gate_pairs", "publish"]
+        "tokenize", "gate_tokens", "optimize", "join", "gate_pairs", "publish", "maintain"]
     assert all(t.retries >= 2 for t in dag.tasks)
     outs = outlet_uris(dag)
     assert outs["publish"] and outs["tokenize"][0].endswith("_tokens") and outs["join"][0].endswith("_staging")
