@@ -150,20 +150,20 @@ class Publisher(EngineBase):
     def _catch_up_idle(self, marks: dict[int, Any], meta_all: dict[str, Any], before: dict[str, Any],
                        arrived_now: set[int], unit: int) -> None:
         """``--idle-timeout`` (two streams): a stream that received nothing for that long (wall
-        clock, recorded per stream in the progress ``meta`` as ``arrived``) has its committed max ts
-        advanced to the other's, in ``marks`` before they are committed. Every rule reads the
+        clock, recorded per stream in the progress ``meta`` as ``arrived`` while the timeout is on)
+        has its committed max ts advanced to the other's, in ``marks`` before they are committed. Every rule reads the
         committed marks (expiry of the other stream's state, the watermark, lateness), so its state
         expires, and its rows that arrive later behind that mark are quarantined as late; what is
         committed is what every later unit and a restart go by (docs/operations.md, "Lateness")."""
+        n = len(self.sources)
+        if self.idle_timeout_s <= 0 or n < 2:  # off: the progress rows hold no wall-clock times
+            return
         now = time.time()
         arrived = {str(k): float(v) for k, v in (before.get("arrived") or {}).items()}
         for s in arrived_now:
             arrived[str(s)] = now
         started = float(before.get("started", now))
         meta_all["arrived"], meta_all["started"] = arrived, started
-        n = len(self.sources)
-        if self.idle_timeout_s <= 0 or n < 2:
-            return
         idle = [s for s in range(n) if now - arrived.get(str(s), started) > self.idle_timeout_s]
         active = [marks[s] for s in range(n) if s not in idle and s in marks]
         if not idle or not active:
