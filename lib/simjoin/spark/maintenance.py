@@ -386,7 +386,7 @@ def maintain_timing(path: str, keep: str | None = None, retention: str | float |
     table = DeltaTable(path)
     if "started_at" in table.schema().to_arrow().names:
         table.delete(f"started_at < '{cut.isoformat()}'")
-    retention_s = retention if isinstance(retention, float) else parse_retention(retention)
+    retention_s = float(retention) if isinstance(retention, (int, float)) else parse_retention(retention)
     res = maintain_table(path, "output", retention_s)
     log.info("maintain %s: %d -> %d data files, rows kept %s back", path, res.files_before, res.files_after,
              keep or TIMING_RETENTION)
@@ -407,7 +407,7 @@ def maintain_output(output: str, retention: str | float | None = None, by_part: 
     table is there."""
     t0 = time.perf_counter()
     output = os.path.abspath(output)
-    retention_s = retention if isinstance(retention, float) else parse_retention(retention)
+    retention_s = float(retention) if isinstance(retention, (int, float)) else parse_retention(retention)
     pipeline, tables, ident = _targets(output)
     if not tables:
         raise ValueError(f"--output {output}: no table a simjoin pipeline wrote is there: allowed the --output "
@@ -433,9 +433,10 @@ def maintain_output(output: str, retention: str | float | None = None, by_part: 
                  got.bytes / 1e6, got.seconds, f"; {got.note}" if got.note else "")
     if ident is not None:
         res.bookkeeping_removed = _bookkeeping(ident, tables)
-        _record(ident, _last_unit(tables), res)
     _forget_open_tables(tables)
     res.seconds = time.perf_counter() - t0
+    if ident is not None:
+        _record(ident, _last_unit(tables), res)
     log.info("%s", res.summary())
     return res
 
