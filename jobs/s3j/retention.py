@@ -11,6 +11,7 @@ highest workset id of each space partition always stays, so a new workset never 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from simjoin.log import get_logger
@@ -23,18 +24,19 @@ log = get_logger("simjoin.s3j")
 CHUNK = 500
 
 
-def prune(output: str) -> dict[str, Any]:
+def _state_table(tables: Sequence[str], name: str) -> str | None:
+    return next((p for p in tables if os.path.basename(p) == name
+                 and os.path.basename(os.path.dirname(p)).endswith("_state")), None)
+
+
+def prune(output: str, tables: Sequence[str]) -> dict[str, Any]:
+    """Drop the unused centroids (see the module); ``tables``: the output's Delta tables. The
+    platform calls it only while no unit is open."""
     from deltalake import DeltaTable
 
-    from simjoin.spark import maintenance
-    from simjoin.spark.tables import StreamTables
-
-    t = StreamTables(os.path.abspath(output))
-    cpath, jpath = t.state("centroids"), t.state("join")
-    if not (DeltaTable.is_deltatable(cpath) and DeltaTable.is_deltatable(jpath)):
+    cpath, jpath = _state_table(tables, "centroids"), _state_table(tables, "join")
+    if cpath is None or jpath is None:
         return {}
-    if maintenance.unit_open(output):
-        return {"skipped": "a unit is open"}
     cent = DeltaTable(cpath).to_pyarrow_table(columns=["partition", "workset_id"])
     live = DeltaTable(jpath).to_pyarrow_table(columns=["partition", "workset_id"])
     if cent.num_rows == 0:

@@ -10,6 +10,7 @@ rerun of a dropped run joins in full again from its pinned input versions."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from simjoin.log import get_logger
@@ -54,29 +55,32 @@ def kept_runs(pins: list[dict[str, Any]], increments: list[dict[str, Any]], keep
     return kept
 
 
-def prune(output: str) -> dict[str, Any]:
+def prune(output: str, tables: Sequence[str]) -> dict[str, Any]:
     """Drop the partitions of the runs :func:`kept_runs` lets go, from the local tables of the ssj
-    output ``output``; what was dropped, per table."""
+    output ``output`` (``tables``: its Delta tables); what was dropped, per table."""
     from deltalake import DeltaTable
 
-    from simjoin.spark.tables import SSJTables
+    base = os.path.abspath(output).rstrip("/")
+    have = {os.path.abspath(p) for p in tables}
 
-    t = SSJTables(output)
+    def table(suffix: str) -> str | None:
+        path = base + suffix
+        return path if path in have else None
 
-    def rows(path: str) -> list[dict[str, Any]]:
-        return DeltaTable(path).to_pyarrow_table().to_pylist() if DeltaTable.is_deltatable(path) else []
+    def rows(path: str | None) -> list[dict[str, Any]]:
+        return DeltaTable(path).to_pyarrow_table().to_pylist() if path else []
 
-    pins = rows(t.runs)
+    pins = rows(table("_runs"))
     if not pins:
         return {}
-    kept = kept_runs(pins, rows(t.increments), keep_runs())
+    kept = kept_runs(pins, rows(table("_increments")), keep_runs())
     gone = sorted({str(r["run_id"]) for r in pins} - kept)
     dropped: dict[str, int] = {}
     if not gone:
         return dropped
     quoted = ", ".join("'" + g.replace("'", "''") + "'" for g in gone)
-    for path in (output, t.tokens, t.lengths, t.plan, t.staging):
-        if DeltaTable.is_deltatable(path):
+    for path in (table(""), table("_tokens"), table("_lengths"), table("_plan"), table("_staging")):
+        if path:
             m = DeltaTable(path).delete(f"run_id IN ({quoted})")
             dropped[path] = int(m.get("num_deleted_rows", 0) or 0)
     log.info("ssj retention: kept runs %s; dropped the partitions of %s (%s rows)", sorted(kept), gone,

@@ -51,8 +51,8 @@ def _maintain(output: str, pipeline: str | PipelineSpec | None, retention: str |
             spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
         except (KeyError, ValueError):
             spec = None
-    if spec is not None and spec.retain:
-        resolve(spec.retain)(output)
+    if spec is not None and spec.retain and not maintenance.unit_open(output):  # never under an open unit
+        resolve(spec.retain)(output, maintenance.tables_of(output))
     return maintenance.maintain_output(output, retention, by_part=by_part(spec) if spec else (),
                                        rules=rules(spec) if spec else None)
 

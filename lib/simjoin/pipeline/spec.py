@@ -112,8 +112,9 @@ class PipelineSpec:
     #: Extra CLI-only flags the runner understands: "reset" for stream pipelines.
     cli_extras: tuple[str, ...] = ()
     max_active_runs: int = 1
-    #: ``"module:attr"`` -> ``fn(output) -> dict``: drops what the pipeline's retention rule lets go
-    #: (ssj: the runs beyond the last K), called by maintenance before it compacts and vacuums
+    #: ``"module:attr"`` -> ``fn(output, tables) -> dict`` (``tables``: the paths of the output's Delta
+    #: tables): drops what the pipeline's retention rule lets go (ssj: the runs beyond the last K; S3J:
+    #: unused centroids), called by maintenance before it compacts and vacuums, never while a unit is open
     retain: str = ""
 
     def __post_init__(self) -> None:

@@ -43,7 +43,8 @@ from simjoin.log import get_logger
 
 __all__ = ["DEFAULT_RETENTION", "DEFAULT_EVERY", "TableResult", "Result", "parse_retention", "maintain_output",
            "maintain_table", "due", "every_units", "delta_tables", "pipeline_of", "last_unit",
-           "maintain_timing", "prune_state", "HISTORY_UNITS", "disk_usage", "unit_open"]
+           "maintain_timing", "prune_state", "HISTORY_UNITS", "disk_usage", "unit_open",
+           "tables_of"]
 
 log = get_logger("simjoin.maintain")
 
@@ -391,6 +392,11 @@ def maintain_timing(path: str, keep: str | None = None, retention: str | float |
     log.info("maintain %s: %d -> %d data files, rows kept %s back", path, res.files_before, res.files_after,
              keep or TIMING_RETENTION)
     return res
+
+
+def tables_of(output: str) -> list[str]:
+    """The paths of the Delta tables the pipeline that wrote ``output`` owns for it."""
+    return _targets(os.path.abspath(output))[1]
 
 
 def pipeline_of(output: str) -> str | None:
