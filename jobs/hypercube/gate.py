@@ -23,9 +23,8 @@ def staged_output(run: HyperCubeRun, u: Any) -> Any:
         c = j.filter(pc.equal(kind, int(RowKind.COUNTER))).group_by("k").aggregate([("pairs", "sum")])
         return pa.table({"k": c.column("k"), "pairs": c.column("pairs_sum").cast(pa.int64()),
                          "batch_id": pa.array(np.full(c.num_rows, u.id, np.int64))})
-    pr = j.filter(pc.equal(kind, int(RowKind.PAIR)))
-    return pa.table({"left_id": pr.column("left_id"), "right_id": pr.column("right_id"), "k": pr.column("k"),
-                     "ts": pr.column("ts_us").cast(pa.timestamp("us", tz="UTC"))})
+    pr = u.rows("joined", RowKind.PAIR, ["left_id", "right_id", "k", "ts_us"])
+    return pr.set_column(3, "ts", pr.column("ts_us").cast(pa.timestamp("us", tz="UTC")))
 
 
 def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:

@@ -17,10 +17,8 @@ from simjoin.quality.gates import Expect, pairs_expectations, run_suite
 
 def staged_pairs(u: Any) -> Any:
     """The unit's pairs as the output holds them, a pyarrow Table."""
-    t = u.work("probed")
-    t = t.filter(pc.equal(t.column("kind"), int(RowKind.PAIR)))
-    return pa.table({"left_id": t.column("left_id"), "right_id": t.column("right_id"),
-                     "ts": t.column("ts").cast(pa.timestamp("us", tz="UTC"))})
+    t = u.rows("probed", RowKind.PAIR, ["left_id", "right_id", "ts"])
+    return t.set_column(2, "ts", t.column("ts").cast(pa.timestamp("us", tz="UTC")))
 
 
 def run(spark: Any, run_: IneqRun) -> dict[str, Any]:

@@ -24,10 +24,8 @@ def staged_pairs(run: S2JRun, u: Any) -> Any:
 
 
 def _pairs(u: Any) -> Any:
-    j = u.work("joined")
-    j = j.filter(pc.equal(j.column("kind"), int(RowKind.PAIR)))
-    return pa.table({"task": j.column("task"), "left_id": j.column("left_id"), "right_id": j.column("right_id"),
-                     "ts": j.column("ts").cast(pa.timestamp("us", tz="UTC"))})
+    j = u.rows("joined", RowKind.PAIR, ["task", "left_id", "right_id", "ts"])
+    return j.set_column(3, "ts", j.column("ts").cast(pa.timestamp("us", tz="UTC")))
 
 
 def run(spark: Any, run_: S2JRun) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from jobs.s2j.common import EXPIRE_EVERY, S2JRun, dead_blocks
 from jobs.s2j.gate import staged_pairs
+from simjoin.pipeline.stream import rows_where
 from simjoin.spark import delta
 
 
@@ -39,7 +40,7 @@ def snapshot_due(u: Any, run: S2JRun, meta: dict[str, Any]) -> bool:
 
 
 def _task_pairs(found: pa.Table, task: int) -> pa.Table:
-    return found.filter(pc.equal(found.column("task"), task)).select(["left_id", "right_id", "ts"])
+    return rows_where(found, "task", task, ["left_id", "right_id", "ts"]).combine_chunks()
 
 
 def run(spark: Any, run_: S2JRun) -> dict[str, Any]:

@@ -40,8 +40,7 @@ def staged_pairs(run_: S3JRun, u: Any, files: delta.Files | None = None) -> Any:
     files = staged_files(run_, u) if files is None else files
     if files is not None and files.rows:
         return delta.files_table(files)
-    j = u.work("joined")
-    j = j.filter(pc.equal(j.column("kind"), int(RowKind.PAIR)))
+    j = u.rows("joined", RowKind.PAIR, ["left_id", "right_id", "distance", "w"])
     return pa.table({"left_id": j.column("left_id"), "right_id": j.column("right_id"),
                      "distance": j.column("distance"), "window_start": j.column("w").cast(PAIR_ARROW.field(
                          "window_start").type)}, schema=PAIR_ARROW)

@@ -63,3 +63,28 @@ def test_one_line_errors():
     gate = GateFailed("p", [{"expectation": "e", "kwargs": {}, "unexpected_count": 2, "samples": [1]}])
     assert "\n" not in one_line(gate) and "2 rows" in one_line(gate)
     assert one_line(OSError("disk\nfull")) == "OSError: disk"
+
+
+def test_rows_where_keeps_single_valued_batches_and_filters_mixed_ones():
+    import numpy as np
+    import pyarrow as pa
+
+    from simjoin.pipeline.stream import rows_where
+
+    sch = pa.schema([("kind", pa.int8()), ("a", pa.int64()), ("b", pa.string())])
+    batches = [pa.record_batch([pa.array([0, 0, 0], pa.int8()), pa.array([1, 2, 3]), pa.array(["x", "y", "z"])],
+                               schema=sch),
+               pa.record_batch([pa.array([1], pa.int8()), pa.array([9]), pa.array(["s"])], schema=sch),
+               pa.record_batch([pa.array([1, 0, 1, 0], pa.int8()), pa.array([4, 5, 6, 7]),
+                                pa.array(["p", "q", "r", None])], schema=sch),
+               pa.record_batch([pa.array([], pa.int8()), pa.array([], pa.int64()), pa.array([], pa.string())],
+                               schema=sch)]
+    t = pa.Table.from_batches(batches)
+    for kind in (0, 1, 2):
+        want = t.filter(pa.array(np.asarray(t.column("kind")) == kind))
+        got = rows_where(t, "kind", kind)
+        assert got.schema == want.drop_columns(["kind"]).schema
+        assert got.to_pydict() == want.drop_columns(["kind"]).to_pydict()
+        assert rows_where(t, "kind", kind, ["b"]).to_pydict() == {"b": want.column("b").to_pylist()}
+    assert rows_where(t, "kind", 0).column("a").chunks[0].buffers()[1].address == \
+        t.column("a").chunks[0].buffers()[1].address  # a batch of one kind only is not copied

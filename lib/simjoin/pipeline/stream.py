@@ -193,6 +193,12 @@ class OpenUnit:
             return _with_unit(t, self.id)
         return t.drop_columns(["unit"]) if "unit" in t.column_names else t
 
+    def rows(self, name: str, kind: int, columns: list[str] | None = None) -> Any:
+        """The rows of the work table ``name`` whose ``kind`` (:class:`~simjoin.contracts.RowKind`)
+        is ``kind``, with ``columns`` (default all but ``kind``), in one chunk:
+        :func:`rows_where`."""
+        return rows_where(self.work(name), "kind", kind, columns).combine_chunks()
+
     def write_work(self, t: Any, name: str) -> str:
         """Hand the pyarrow Table ``t`` to the unit's later stages as ``name``; returns where it
         went: kept in memory by a run of every stage in this process, else written with
@@ -227,6 +233,26 @@ def _with_unit(t: Any, unit: int) -> Any:
     if "unit" in t.column_names:
         return t.set_column(t.column_names.index("unit"), "unit", col)
     return t.append_column("unit", col)
+
+
+def rows_where(t: Any, column: str, value: int, columns: list[str] | None = None) -> Any:
+    """The rows of the pyarrow Table ``t`` whose ``column`` equals ``value``, with ``columns``
+    (default all but ``column``). Tasks write one kind of row (and one join task's pairs) per
+    batch, so a batch holding only ``value`` is kept as it is (no copy) and one without it is
+    dropped; only a mixed batch is filtered."""
+    import pyarrow as pa
+
+    columns = [c for c in t.column_names if c != column] if columns is None else list(columns)
+    keep = []
+    for b in t.select([column, *columns]).to_batches():
+        k = b.column(0).to_numpy(zero_copy_only=False)
+        hit = k == value
+        if hit.all():
+            keep.append(b)
+        elif hit.any():
+            keep.append(b.filter(pa.array(hit)))
+    schema = t.select(columns).schema
+    return pa.Table.from_batches([b.select(columns) for b in keep], schema=schema) if keep else schema.empty_table()
 
 
 def in_process_rows() -> int:
