@@ -69,11 +69,11 @@ def load_dag(pipeline: str, fail_fast: bool = False):
 def outlet_uris(dag) -> dict[str, list[str]]:
     """``{task_id: [file://<path>]}``: the tables each task announces (through its AssetAlias
     ``simjoin_<pipeline>.<table>``) at the DAG's default paths."""
-    from simjoin.pipeline.dags import _defaults, _uri
+    from simjoin.pipeline.dags import _uri, dag_defaults
     from simjoin.pipeline.registry import get_spec
 
     spec = get_spec(dag.dag_id.removeprefix("simjoin_"))
-    paths = spec.make_run(_defaults(spec)).table_paths()
+    paths = spec.make_run(dag_defaults(spec)).table_paths()
     return {t.task_id: [_uri(paths[o.name.rsplit(".", 1)[1]]) for o in t.outlets] for t in dag.tasks}
 
 
@@ -88,3 +88,30 @@ def make_ssj_run(spark, folder: str) -> tuple[str, str]:
     delta.overwrite(spark.createDataFrame(rows, "id long, text string"), src)
     run_named(spark, "ssj", run_id="report-run", input=src, output=out, threshold=0.6)
     return out, "report-run"
+
+
+def chromium(profile_dir, width: int = 1400, height: int = 1000):
+    """A headless Debian Chromium under Selenium (``make test`` installs chromium and
+    chromium-driver as root where they are missing): fails under CI, skips elsewhere, when absent."""
+    import os
+    import shutil
+
+    import pytest
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not (browser and driver):
+        msg = "Debian's chromium and chromium-driver are not installed (make test installs them as root)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              f"--user-data-dir={profile_dir}", f"--window-size={width},{height}"):
+        opts.add_argument(a)
+    d = webdriver.Chrome(service=Service(driver), options=opts)
+    d.set_page_load_timeout(60)
+    return d

@@ -88,10 +88,10 @@ def test_building_the_dags_imports_no_spark():
 def test_every_spec_names_real_tables_and_stages():
     """Each stage's reads, writes and outlets name tables of its run; each stage function exists."""
     from simjoin.pipeline import specs
-    from simjoin.pipeline.dags import _defaults
+    from simjoin.pipeline.dags import dag_defaults
 
     for name, spec in specs().items():
-        paths = spec.make_run(_defaults(spec)).table_paths()
+        paths = spec.make_run(dag_defaults(spec)).table_paths()
         for st in spec.stages:
             for key in (*st.reads, *st.writes, *st.outlets):
                 assert key in paths, (name, st.name, key, sorted(paths))

@@ -24,7 +24,7 @@ PIPELINES = sorted(n for n, s in specs().items() if s.run_type != "tool")
 
 @pytest.mark.parametrize("name", PIPELINES)
 def test_every_pipeline_takes_a_cron_or_its_input_asset(name, monkeypatch, airflow_db):
-    from simjoin.pipeline.dags import _defaults, build_dag
+    from simjoin.pipeline.dags import build_dag, dag_defaults
 
     spec = specs()[name]
     var = f"SIMJOIN_{name.upper()}_SCHEDULE"
@@ -34,7 +34,7 @@ def test_every_pipeline_takes_a_cron_or_its_input_asset(name, monkeypatch, airfl
     assert build_dag(spec).timetable.expression in ("@hourly", "0 * * * *")
     monkeypatch.setenv(var, "asset")
     cond = build_dag(spec).timetable.asset_condition
-    assert [a.uri for a in cond.objects] == ["file://" + _defaults(spec)[spec.trigger_input]]
+    assert [a.uri for a in cond.objects] == ["file://" + dag_defaults(spec)[spec.trigger_input]]
     monkeypatch.setenv(var, "every five minutes")
     with pytest.raises(ValueError, match=f"{var}='every five minutes' is not a cron expression: allowed"):
         build_dag(spec)

@@ -3,46 +3,22 @@ is missing) loads the page `simjoin report --output` wrote, and every plot on it
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import pytest
 from click.testing import CliRunner
 
 from simjoin.cli import app
-from tests.helpers import make_ssj_run
-
-
-def _chromium() -> tuple[str, str]:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if not (browser and driver):
-        msg = "Debian's chromium and chromium-driver are not installed (make test installs them as root)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return browser, driver  # type: ignore[return-value]
+from tests.helpers import chromium, make_ssj_run
 
 
 @pytest.mark.slow
 def test_report_page_renders_every_plot_in_chromium(spark, tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    browser, driver = _chromium()
     out, run_id = make_ssj_run(spark, str(tmp_path))
     res = CliRunner().invoke(app, ["report", "--output", out, "--run-id", run_id])
     assert res.exit_code == 0, res.output
     page = res.output.strip().splitlines()[-1].removeprefix("report: ")
 
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = browser
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        opts.add_argument(a)
-    d = webdriver.Chrome(service=Service(driver), options=opts)
+    d = chromium(tmp_path / "chromium-profile")
     try:
-        d.set_page_load_timeout(60)
         d.get("file://" + page)
         images = d.execute_script(
             "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth,"

@@ -40,7 +40,8 @@ from typing import Any
 from simjoin.pipeline.registry import get_spec
 from simjoin.pipeline.spec import UNIT_TASK, PipelineSpec
 
-__all__ = ["build_dag", "dag_params", "warehouse", "schedule_of", "alias_name", "task_timeout", "TASK_TIMEOUT"]
+__all__ = ["build_dag", "dag_params", "dag_defaults", "warehouse", "schedule_of", "alias_name", "task_timeout",
+           "TASK_TIMEOUT"]
 
 #: Each task's ``execution_timeout`` unless the spec (``task_timeout``), ``SIMJOIN_TASK_TIMEOUT``
 #: or ``SIMJOIN_<NAME>_TASK_TIMEOUT`` says otherwise: far above any stage measured here (minutes
@@ -52,7 +53,8 @@ def warehouse() -> str:
     return os.path.abspath(os.environ.get("SIMJOIN_WAREHOUSE", "warehouse"))
 
 
-def _defaults(spec: PipelineSpec) -> dict[str, Any]:
+def dag_defaults(spec: PipelineSpec) -> dict[str, Any]:
+    """The DAG's default parameters: the config defaults, paths under the warehouse."""
     from dataclasses import fields
 
     cfg = spec.load({f.name: f.metadata["dag_default"].format(warehouse=warehouse())
@@ -64,7 +66,7 @@ def dag_params(spec: PipelineSpec) -> dict[str, Any]:
     """``{name: Param}`` for every config field, derived from its type and ``param`` metadata."""
     from airflow.sdk import Param
 
-    defaults = _defaults(spec)
+    defaults = dag_defaults(spec)
     out: dict[str, Any] = {}
     for f in spec.fields():
         m = f.metadata
@@ -99,7 +101,7 @@ def schedule_of(spec: PipelineSpec, defaults: dict[str, Any] | None = None) -> A
         if not spec.trigger_input:
             raise ValueError(f"{var}=asset: pipeline {spec.name} has no input table: allowed none or a cron "
                              "expression")
-        defaults = defaults if defaults is not None else _defaults(spec)
+        defaults = defaults if defaults is not None else dag_defaults(spec)
         return [Asset(uri=_uri(defaults[spec.trigger_input]))]
     if raw.startswith("@"):
         presets = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
@@ -148,7 +150,7 @@ def build_dag(pipeline: str | PipelineSpec) -> Any:
     from airflow.sdk import DAG, Asset, AssetAlias, task
 
     spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
-    defaults = _defaults(spec)
+    defaults = dag_defaults(spec)
     run = spec.make_run(defaults)
     paths = run.table_paths()
     stages = " -> ".join(s.name for s in spec.stages)

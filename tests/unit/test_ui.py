@@ -1,0 +1,147 @@
+"""The Airflow plugin's reads and pages without Airflow running: real Delta tables written with
+deltalake, read back bounded; paths confined to the warehouse; every value escaped; one-line
+refusals. The whole plugin behind Airflow's login, in Chromium: tests/e2e/test_airflow_ui.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, write_deltalake
+
+from simjoin.ui import data, pages
+
+UTC = dt.UTC
+
+
+def _pairs(n: int, start: int = 0) -> pa.Table:
+    ids = np.arange(start, start + n, dtype=np.int64)
+    return pa.table({"left_id": ids, "right_id": ids % 7, "score": ids / 10.0,
+                     "ts": pa.array(ids * 1_000_000, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                     "reason": pa.array([f"<b>r{i}</b>" for i in ids])})
+
+
+@pytest.fixture
+def wh(tmp_path, monkeypatch):
+    root = tmp_path / "ware house"
+    root.mkdir()
+    monkeypatch.setenv("SIMJOIN_WAREHOUSE", str(root))
+    t = root / "out"
+    write_deltalake(t, _pairs(1000), description="simjoin.owner=s2j")
+    write_deltalake(t, _pairs(5, 5000), mode="append",
+                    commit_properties=CommitProperties(custom_metadata={"userMetadata": '{"snapshot": 1, "unit": 3}'}))
+    part = root / "out_quarantine"
+    q = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "reason": ["null key k", "late", "dup"],
+                  "batch": ["a b", "a b", "c"]})
+    write_deltalake(part, q, partition_by=["batch"], description="simjoin.owner=s2j")
+    write_deltalake(part, pa.table({"id": pa.array([4], pa.int64()), "reason": ["x"], "batch": ["c"]}),
+                    mode="append")
+    return str(root)
+
+
+def test_tables_are_found_under_the_warehouse_and_confined_to_it(wh, tmp_path):
+    assert data.warehouse_root() == os.path.realpath(wh)
+    assert [data.relative(p) for p in data.find_tables()] == ["out", "out_quarantine"]
+    assert data.confine("out") == os.path.join(os.path.realpath(wh), "out")
+    for bad, status in (("../", 403), ("/etc", 403), (f"{wh}/../x", 403), ("nope", 404), ("", 400), ("a\0b", 400)):
+        with pytest.raises(data.Refused) as e:
+            data.confine(bad)
+        assert e.value.status == status and "\n" not in str(e.value)
+    os.symlink(tmp_path, os.path.join(wh, "link"))  # a link out of the warehouse is outside too
+    with pytest.raises(data.Refused, match="outside the warehouse"):
+        data.confine("link")
+
+
+def test_card_history_and_pages_read_the_table_bounded(wh):
+    p = data.confine("out")
+    c = data.card(p)
+    assert (c.version, c.latest, c.rows, c.files, c.owner) == (1, 1, 1005, 2, "s2j")
+    assert [n for n, _ in c.schema] == ["left_id", "right_id", "score", "ts", "reason"]
+    assert data.card(p, 0).rows == 1000 and data.card(p, 0).latest == 1
+    h = data.history(p)
+    assert [x["version"] for x in h] == [1, 0] and h[0]["user_metadata"] == '{"snapshot": 1, "unit": 3}'
+    whole = data.rows(p, limit=1000).table.column("left_id").to_pylist()  # in the table's file order
+    assert sorted(whole + data.rows(p, offset=1000).table.column("left_id").to_pylist()) == \
+        [*range(1000), *range(5000, 5005)]
+    page = data.rows(p, offset=10, limit=5)
+    assert page.table.column("left_id").to_pylist() == whole[10:15] and page.more and page.total == 1005
+    last = data.rows(p, version=0, offset=990, limit=50)
+    assert last.table.num_rows == 10 and not last.more and last.total == 1000
+    added = data.rows(p, versions=[1])  # only what that commit added
+    assert added.table.column("left_id").to_pylist() == list(range(5000, 5005)) and added.total == 5
+    hit = data.rows(p, column="right_id", value="3", limit=1000)
+    assert sorted(hit.table.column("left_id").to_pylist()) == [i for i in [*range(1000), *range(5000, 5005)]
+                                                              if i % 7 == 3]
+    ts = data.rows(p, column="ts", value="1970-01-01T00:00:07")
+    assert ts.table.column("left_id").to_pylist() == [7]
+    assert data.rows(p, column="reason", value="<b>r9</b>").table.column("left_id").to_pylist() == [9]
+
+
+def test_partitioned_tables_keep_their_partition_values(wh):
+    p = data.confine("out_quarantine")
+    assert sorted(data.rows(p).table.column("id").to_pylist()) == [1, 2, 3, 4]
+    got = data.rows(p, versions=[1])
+    assert got.table.to_pydict() == {"id": [4], "reason": ["x"], "batch": ["c"]}
+    spaced = data.rows(p, versions=[0], column="batch", value="a b")
+    assert sorted(spaced.table.column("id").to_pylist()) == [1, 2]
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"column": "nope", "value": "1"}, "invalid filter column 'nope': allowed one of left_id"),
+    ({"column": "left_id", "value": "1x"}, "invalid filter value '1x' for column left_id: allowed a value of type"),
+    ({"column": "ts", "value": "yesterday"}, "invalid filter value 'yesterday' for column ts"),
+    ({"version": 7}, "invalid version 7: allowed 0..1"),
+    ({"limit": 0}, "invalid limit 0: allowed 1..1000"),
+    ({"offset": data.MAX_SCAN_ROWS}, "invalid offset"),
+])
+def test_bad_requests_are_refused_in_one_line(wh, kw, needle):
+    with pytest.raises(data.Refused) as e:
+        data.rows(data.confine("out"), **kw)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_downloads_are_bounded_csv_or_parquet(wh):
+    import io
+
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    p = data.confine("out")
+    body, media = data.download(p, "csv", limit=3)
+    assert media == "text/csv" and pacsv.read_csv(io.BytesIO(body)).num_rows == 3
+    body, media = data.download(p, "parquet", column="right_id", value="0", limit=10_000)
+    t = pq.read_table(io.BytesIO(body))
+    assert media.endswith("parquet") and t.num_rows == sum(1 for i in [*range(1000), *range(5000, 5005)] if i % 7 == 0)
+    with pytest.raises(data.Refused, match="invalid format 'xlsx': allowed csv or parquet"):
+        data.download(p, "xlsx")
+    with pytest.raises(data.Refused, match="invalid limit"):
+        data.download(p, "csv", limit=data.MAX_DOWNLOAD_ROWS + 1)
+
+
+def test_pages_escape_every_value(wh):
+    p = data.confine("out")
+    page = data.rows(p, limit=3)
+    html = pages.table_page(data.card(p), "out", data.history(p), page, None, "reason", '"><script>x</script>')
+    assert "<script>" not in html and "&lt;b&gt;r" in html and "&quot;&gt;&lt;script&gt;" in html
+    assert "<b>" not in html
+    idx = pages.index_page({"s2j": [(data.card(p), "a<i>b", ("run<script>", dt.datetime.now(UTC)))]}, "/w<x>",
+                           {"s2j": "simjoin_s2j"})
+    assert "<i>" not in idx and "<script>" not in idx and "/w&lt;x&gt;" in idx
+    assert 'href="/simjoin/run?dag_id=simjoin_s2j&amp;run_id=run%3Cscript%3E"' in idx
+
+
+def test_the_plugin_app_refuses_a_request_without_airflow_authentication():
+    from fastapi.testclient import TestClient
+
+    from simjoin.ui.plugin import NAV_VIEW, RUN_VIEW, SimjoinPlugin, app
+
+    c = TestClient(app)
+    for path in ("/", "/table?path=out", "/download?path=out", "/run?dag_id=simjoin_s2j&run_id=x", "/plot"):
+        r = c.get(path)
+        assert r.status_code == 401, (path, r.status_code, r.text)
+    assert SimjoinPlugin.fastapi_apps[0]["url_prefix"] == pages.PREFIX
+    assert RUN_VIEW["destination"] == "dag_run" and "{RUN_ID}" in RUN_VIEW["href"] and "{DAG_ID}" in RUN_VIEW["href"]
+    assert NAV_VIEW["destination"] == "nav"
