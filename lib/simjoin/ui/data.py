@@ -269,7 +269,7 @@ def rows(path: str, version: int | None = None, offset: int = 0, limit: int = PA
         if column not in names:
             raise Refused(f"invalid filter column {column!r}: allowed one of {', '.join(names)}")
         flt = pc.field(column) == _value(ds.schema.field(column), value or "")
-    got = ds.scanner(filter=flt).head(offset + limit + 1)
+    got = ds.scanner(filter=flt, **_bounded(flt, offset + limit + 1)).head(offset + limit + 1)
     page = got.slice(offset, limit)
     total = None
     if flt is None:
@@ -279,6 +279,15 @@ def rows(path: str, version: int | None = None, offset: int = 0, limit: int = PA
         else:
             total = card(path, version).rows
     return Page(page, offset, limit, got.num_rows > offset + limit, total, note, ds.schema.names)
+
+
+def _bounded(flt: Any, rows: int) -> dict[str, int]:
+    """Scanner options for reading the first ``rows`` rows: without a filter no batch or file is
+    read ahead (a page of a 100M-row table read 16 batches of 130k rows ahead: 5-10x slower);
+    a filter scans on, with Arrow's read-ahead."""
+    if flt is not None:
+        return {}
+    return {"batch_readahead": 0, "fragment_readahead": 0, "batch_size": max(1024, min(rows, 65536))}
 
 
 def download(path: str, fmt: str, version: int | None = None, column: str | None = None, value: str | None = None,
@@ -301,7 +310,7 @@ def download(path: str, fmt: str, version: int | None = None, column: str | None
         if column not in ds.schema.names:
             raise Refused(f"invalid filter column {column!r}: allowed one of {', '.join(ds.schema.names)}")
         flt = pc.field(column) == _value(ds.schema.field(column), value or "")
-    t = ds.scanner(filter=flt).head(limit)
+    t = ds.scanner(filter=flt, **_bounded(flt, limit)).head(limit)
     buf = io.BytesIO()
     if fmt == "csv":
         t = t.select([c for c in t.column_names if _csv_ok(t.schema.field(c).type)])
