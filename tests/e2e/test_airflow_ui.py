@@ -149,10 +149,12 @@ def test_the_ui_plugin_shows_what_a_run_wrote_to_a_logged_in_user_only(stack, tm
         d.get(f"{dag_url}/runs/{urllib.parse.quote(run_id, safe='')}")
         w.until(ec.element_to_be_clickable((By.LINK_TEXT, "simjoin outputs"))).click()
         frame = w.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[title='simjoin outputs']")))
-        time.sleep(1)
-        d.save_screenshot(str(shots / "run_outputs.png"))
         d.switch_to.frame(frame)
         w.until(ec.presence_of_element_located((By.ID, "report")))
+        w.until(lambda drv: drv.execute_script("return Array.from(document.images).every(i => i.complete)"))
+        d.switch_to.default_content()
+        d.save_screenshot(str(shots / "run_outputs.png"))
+        d.switch_to.frame(frame)
         body = d.find_element(By.TAG_NAME, "body").text
         assert run_id in body and out in body
         pairs = DeltaTable(out)
