@@ -39,6 +39,22 @@ async def _user(request: Request, creds: HTTPAuthorizationCredentials | None = D
     return await get_user(request, None, creds)
 
 
+def _may_read(user: Any, pipeline: str | None) -> None:
+    """Refuses (403) a user Airflow's auth manager does not let read the DAG of ``pipeline`` (its
+    runs and the tables it owns); a table no pipeline owns (an input) needs no more than a login."""
+    from simjoin.pipeline import specs
+
+    if not pipeline or pipeline not in specs():
+        return
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    dag_id = f"simjoin_{pipeline}"
+    if not get_auth_manager().is_authorized_dag(method="GET", user=user, access_entity=DagAccessEntity.RUN,
+                                                 details=DagDetails(id=dag_id)):
+        raise data.Refused(f"not allowed: your Airflow user may not read the DAG {dag_id} and its outputs", 403)
+
+
 app = FastAPI(title="simjoin", docs_url=None, redoc_url=None, openapi_url=None,
               dependencies=[Depends(_user)])
 
@@ -94,12 +110,13 @@ def _versions(v: str | None) -> list[int] | None:
 
 
 @app.get("/", response_class=HTMLResponse)
-def index() -> str:
+def index(user: Any = Depends(_user)) -> str:
     """The warehouse's tables by pipeline, each with its latest version, size and last run."""
     from simjoin.pipeline import specs
 
     root = data.warehouse_root()
     last = data.runs_of()
+    dag_of = {n: f"simjoin_{n}" for n in specs()}
     groups: dict[str, list[Any]] = {}
     for p in data.find_tables(root):
         try:
@@ -108,18 +125,23 @@ def index() -> str:
             continue
         run = next((r for o, r in last.items() if p == o or p.startswith(o.rstrip("/") + "_")
                     or p.startswith(o.rstrip("/") + "/")), None)
+        try:
+            _may_read(user, c.owner)
+        except data.Refused:
+            continue  # a table of a DAG this user may not read is not listed
         owner = c.owner or ("simjoin" if data.relative(p, root).startswith("_simjoin") else "other tables (inputs)")
         groups.setdefault(owner, []).append((c, data.relative(p, root), run))
-    dag_of = {n: f"simjoin_{n}" for n in specs()}
     return pages.index_page(dict(sorted(groups.items())), root, dag_of)
 
 
 @app.get("/table", response_class=HTMLResponse)
 def table(path: str, version: str | None = None, offset: str | None = None, limit: str | None = None,
-          column: str | None = None, value: str | None = None, versions: str | None = None) -> str:
+          column: str | None = None, value: str | None = None, versions: str | None = None,
+          user: Any = Depends(_user)) -> str:
     """One table: schema, a page of rows (at a version, of some commits, under a filter), history."""
     root = data.warehouse_root()
     p = data.confine(path, root)
+    _may_read(user, data.card(p).owner)
     v, vs = _int(version, "version"), _versions(versions)
     page = data.rows(p, v, _int(offset, "offset") or 0, _int(limit, "limit", 1) or data.PAGE_ROWS,
                      column or None, value, vs)
@@ -129,9 +151,11 @@ def table(path: str, version: str | None = None, offset: str | None = None, limi
 
 @app.get("/download")
 def download(path: str, format: str = "csv", version: str | None = None, column: str | None = None,
-             value: str | None = None, limit: str | None = None, versions: str | None = None) -> Response:
+             value: str | None = None, limit: str | None = None, versions: str | None = None,
+             user: Any = Depends(_user)) -> Response:
     """At most ``limit`` rows (default 100,000, at most 1,000,000) as CSV or Parquet."""
     p = data.confine(path)
+    _may_read(user, data.card(p).owner)
     body, media = data.download(p, format, _int(version, "version"), column or None, value,
                                 _int(limit, "limit", 1) or data.DOWNLOAD_ROWS, _versions(versions))
     name = os.path.basename(p.rstrip("/")) or "table"
@@ -196,10 +220,11 @@ def _plots(output: str, run_id: str, finished: bool) -> tuple[list[str], str | N
 
 
 @app.get("/run", response_class=HTMLResponse)
-def run(dag_id: str, run_id: str, limit: str | None = None) -> str:
+def run(dag_id: str, run_id: str, limit: str | None = None, user: Any = Depends(_user)) -> str:
     """What one run of a simjoin DAG wrote: every table of its output, the versions the run
     committed, a page of the rows they added (pairs, quarantined rows with reasons), and the plots."""
     pipeline = _pipeline(dag_id)
+    _may_read(user, pipeline)
     conf, state, start, end = _dag_run(dag_id, run_id)
     root = data.warehouse_root()
     try:
@@ -223,11 +248,12 @@ def run(dag_id: str, run_id: str, limit: str | None = None) -> str:
 
 
 @app.get("/plot")
-def plot(dag_id: str, run_id: str, name: str) -> Response:
+def plot(dag_id: str, run_id: str, name: str, user: Any = Depends(_user)) -> Response:
     """One PNG of the run's report (rendered by :func:`run`)."""
     from simjoin.pipeline import get_spec
 
     pipeline = _pipeline(dag_id)
+    _may_read(user, pipeline)
     conf = _dag_run(dag_id, run_id)[0]
     output = str(getattr(get_spec(pipeline).make_run(_params(pipeline, conf), run_id).cfg, "output", "") or "")
     d = _plot_dir(output, run_id)
