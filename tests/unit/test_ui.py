@@ -145,3 +145,31 @@ def test_the_plugin_app_refuses_a_request_without_airflow_authentication():
     assert SimjoinPlugin.fastapi_apps[0]["url_prefix"] == pages.PREFIX
     assert RUN_VIEW["destination"] == "dag_run" and "{RUN_ID}" in RUN_VIEW["href"] and "{DAG_ID}" in RUN_VIEW["href"]
     assert NAV_VIEW["destination"] == "nav"
+
+
+def test_a_run_is_shown_the_versions_it_committed_to_each_table_of_its_output(wh):
+    """The tables of a hypercube output by the spec's names; the versions committed inside the
+    run's time window are the run's (one run holds an output's lock at a time)."""
+    import time
+
+    from simjoin.pipeline import get_spec
+
+    params = {"left": f"{wh}/l", "right": f"{wh}/r", "output": f"{wh}/hc/pairs", "key": "k"}
+    paths = get_spec("hypercube").make_run(params, "run1").table_paths()
+    write_deltalake(paths["output"], _pairs(3), description="simjoin.owner=hypercube")  # an earlier run
+    time.sleep(1.2)
+    start = dt.datetime.now(UTC)
+    time.sleep(1.2)
+    write_deltalake(paths["output"], _pairs(2, 10), mode="append")
+    write_deltalake(paths["quarantine"], pa.table({"id": [7], "reason": ["null key k"]}))
+    time.sleep(1.2)
+    end = dt.datetime.now(UTC)
+    time.sleep(1.2)
+    write_deltalake(paths["output"], _pairs(1, 20), mode="append")  # a later run
+    output, tables = data.run_tables("hypercube", params, "run1", start, end)
+    assert output == params["output"]
+    got = {t.role: t.versions for t in tables}
+    assert got == {"output": [1], "quarantine": [0]}, got
+    assert data.rows(tables[0].path, versions=got["output"]).table.column("left_id").to_pylist() == [10, 11]
+    running = data.run_tables("hypercube", params, "run1", start, None)[1]  # still running: all since start
+    assert {t.role: t.versions for t in running}["output"] == [1, 2]
