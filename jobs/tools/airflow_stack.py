@@ -285,9 +285,6 @@ def main() -> None:
         stack.stop()
 
 
-if __name__ == "__main__":
-    main()
-
 
 def _end_group(pgid: int, grace_s: float = 10.0) -> None:
     """Once a process group's leader has exited, wait up to ``grace_s`` for the rest of the group
@@ -319,3 +316,7 @@ def group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
+
+
+if __name__ == "__main__":
+    main()

@@ -66,3 +66,20 @@ def test_a_stopped_group_leaves_no_process_behind():
             break
         time.sleep(0.1)
     assert not group_alive(p.pid)
+
+
+def test_a_module_run_as_a_script_defines_everything_before_it_runs():
+    """``python -m jobs.tools.airflow_stack`` (``make airflow``) ran ``main()`` from a
+    ``__main__`` guard placed above two helpers its ``stop()`` calls: Ctrl-C then failed with a
+    NameError and left the warm Spark running. Every such guard is the module's last statement."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    bad = []
+    for f in [*root.glob("jobs/**/*.py"), *root.glob("lib/simjoin/**/*.py"), *root.glob("bench/*.py")]:
+        body = ast.parse(f.read_text()).body
+        for i, node in enumerate(body):
+            if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) and i != len(body) - 1:
+                bad.append(f"{f.relative_to(root)}:{node.lineno}")
+    assert not bad, f"a __main__ guard is not the last statement: {bad}"
