@@ -363,8 +363,8 @@ def run_tables(pipeline: str, params: dict[str, Any], run_id: str, start: dt.dat
         vs = [int(h["version"]) for h in _table(p).history()
               if (lo is None or h.get("timestamp", 0) >= lo) and (hi is None or h.get("timestamp", 0) <= hi)]
         out.append(RunTables(role, p, sorted(vs)))
-    order = {"output": 0, "pairs": 0, "quarantine": 1, "stats": 2}
-    out.sort(key=lambda r: (order.get(r.role, 3), not r.versions, r.path))
+    order = {"output": 0, "pairs": 0, "quarantine": 1, "stats": 2}  # an S2J task's table is an output
+    out.sort(key=lambda r: (0 if r.role.startswith("task:") else order.get(r.role, 3), not r.versions, r.path))
     return output, out
 
 
