@@ -173,3 +173,11 @@ def test_a_run_is_shown_the_versions_it_committed_to_each_table_of_its_output(wh
     assert data.rows(tables[0].path, versions=got["output"]).table.column("left_id").to_pylist() == [10, 11]
     running = data.run_tables("hypercube", params, "run1", start, None)[1]  # still running: all since start
     assert {t.role: t.versions for t in running}["output"] == [1, 2]
+
+
+def test_a_run_not_started_yet_claims_no_commit(wh):
+    from simjoin.pipeline import get_spec
+
+    params = {"left": f"{wh}/l", "right": f"{wh}/r", "output": f"{wh}/hc/pairs", "key": "k"}
+    write_deltalake(get_spec("hypercube").make_run(params, "q").table_paths()["output"], _pairs(3))
+    assert [t.versions for t in data.run_tables("hypercube", params, "q", None, None)[1]] == [[]]

@@ -360,12 +360,25 @@ def run_tables(pipeline: str, params: dict[str, Any], run_id: str, start: dt.dat
     for p, role in roles.items():
         if not _is_table(p) or os.path.commonpath([p, root]) != root:
             continue
-        vs = [int(h["version"]) for h in _table(p).history()
+        vs = [] if start is None else [int(h["version"]) for h in _recent(p, lo)  # not started: nothing yet
               if (lo is None or h.get("timestamp", 0) >= lo) and (hi is None or h.get("timestamp", 0) <= hi)]
         out.append(RunTables(role, p, sorted(vs)))
     order = {"output": 0, "pairs": 0, "quarantine": 1, "stats": 2}  # an S2J task's table is an output
     out.sort(key=lambda r: (0 if r.role.startswith("task:") else order.get(r.role, 3), not r.versions, r.path))
     return output, out
+
+
+def _recent(path: str, since_ms: float | None) -> list[dict[str, Any]]:
+    """The table's commits back to the first one before ``since_ms`` (all when None), newest first:
+    read 64 at a time, doubling, so a stream's table of thousands of commits is not read whole for
+    its last run."""
+    t = _table(path)
+    n = 64
+    while True:
+        h = t.history(n)
+        if since_ms is None or len(h) < n or (h and h[-1].get("timestamp", 0) < since_ms):
+            return h
+        n *= 2
 
 
 def runs_of(timing: str | None = None, limit: int = 2000) -> dict[str, tuple[str, dt.datetime]]:
