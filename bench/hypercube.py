@@ -112,6 +112,20 @@ def run_ours(spark, work: Path, S: dict[str, np.ndarray], batches: int, workers:
             "out": float(last["out_pairs"])}
 
 
+def warm_gate() -> None:
+    """The gate as a user's `simjoin hypercube` runs it (the CLI's preload for an in-process
+    pipeline): in the warm gate server, started before the first unit as a recurring user's runs
+    find it."""
+    from simjoin.quality import gate_server
+    from simjoin.quality.gates import preload
+
+    gate_server.start()
+    conn = gate_server.connect(180)
+    if conn is not None:
+        conn.close()
+    preload(process=True)
+
+
 def run_aqe(spark, work: Path, timeout: float, workers: int) -> dict:
     """Spark's sort-merge join with AQE skew handling over both whole streams (ours' inputs)."""
     spark.conf.set("spark.sql.adaptive.enabled", "true")
@@ -218,16 +232,7 @@ def main() -> None:
     from simjoin.spark.session import get_spark
 
     spark = get_spark()
-    # the gate as a user's `simjoin hypercube` runs it (the CLI's preload for an in-process
-    # pipeline): in the warm gate server, started before the first unit as a recurring user's runs find it
-    from simjoin.quality import gate_server
-    from simjoin.quality.gates import preload
-
-    gate_server.start()
-    conn = gate_server.connect(180)
-    if conn is not None:
-        conn.close()
-    preload(process=True)
+    warm_gate()
     work = Path(tempfile.mkdtemp(prefix="bench_hypercube_"))
     t_start = time.perf_counter()
     rows = []
