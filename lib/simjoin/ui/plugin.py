@@ -123,8 +123,8 @@ def index(user: Any = Depends(_user)) -> str:
             c = data.card(p)
         except data.Refused:
             continue
-        run = next((r for o, r in last.items() if p == o or p.startswith(o.rstrip("/") + "_")
-                    or p.startswith(o.rstrip("/") + "/")), None)
+        mine = [o for o in last if p == o or p.startswith(o.rstrip("/") + "_") or p.startswith(o.rstrip("/") + "/")]
+        run = last[max(mine, key=len)] if mine else None  # the output whose name is the table's longest prefix
         try:
             _may_read(user, c.owner)
         except data.Refused:
