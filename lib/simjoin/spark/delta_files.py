@@ -31,13 +31,12 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pyspark.sql import DataFrame
 
 from simjoin import faults
 from simjoin.log import get_logger
-
-if TYPE_CHECKING:  # only an annotation: reading a table's files or its owner needs no pyspark
-    from pyspark.sql import DataFrame
 
 log = get_logger("simjoin.delta")
 
