@@ -13,7 +13,9 @@ Pure Python + numpy: importable from every layer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -64,3 +66,22 @@ def orient_pairs(left: npt.ArrayLike, right: npt.ArrayLike, self_join: bool) -> 
     if not self_join:
         return a, b
     return np.minimum(a, b), np.maximum(a, b)
+
+
+#: Who owns a table: the Delta table's description (``metaData.description``) is ``OWNER=<name>``,
+#: the pipeline whose stage created it (``ssj``, ``s3j``, ..., ``generate``), set in the commit that
+#: creates the table (``owner_description``), so that ``simjoin generate --overwrite`` replaces only
+#: tables ``generate`` wrote (``jobs.generate.write``). Not a table property: ``deltalake`` refuses
+#: keys it does not know when it creates a table, and a later ``ALTER`` would be a commit of its own.
+OWNER = "simjoin.owner"
+
+
+def owner_of(description: str | None, configuration: Mapping[str, Any] | None = None) -> str | None:
+    """The owner a table's description (or a ``simjoin.owner`` table property) names; None: unmarked."""
+    prop = (configuration or {}).get(OWNER)
+    if prop:
+        return str(prop)
+    d = (description or "").strip()
+    if not d.startswith(f"{OWNER}="):
+        return None
+    return d.removeprefix(f"{OWNER}=") or None

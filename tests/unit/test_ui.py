@@ -181,3 +181,17 @@ def test_a_run_not_started_yet_claims_no_commit(wh):
     params = {"left": f"{wh}/l", "right": f"{wh}/r", "output": f"{wh}/hc/pairs", "key": "k"}
     write_deltalake(get_spec("hypercube").make_run(params, "q").table_paths()["output"], _pairs(3))
     assert [t.versions for t in data.run_tables("hypercube", params, "q", None, None)[1]] == [[]]
+
+
+def test_the_plugin_reads_without_importing_spark(wh):
+    """A fresh interpreter: every read of the plugin's data layer leaves pyspark unimported."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from simjoin.ui import data; p = data.confine('out'); data.card(p); data.history(p); "
+            "data.rows(p, versions=[1]); data.rows(p, column='right_id', value='1'); data.download(p, 'csv'); "
+            "data.find_tables(); data.run_tables('hypercube', {'left': 'l', 'right': 'r', 'output': p, 'key': 'k'}, "
+            "'r', None, None); print('pyspark' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "SIMJOIN_WAREHOUSE": wh})
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]

@@ -36,6 +36,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from simjoin import faults
+from simjoin.contracts import OWNER, owner_of  # noqa: F401 - the owner mark, read without Spark
 from simjoin.log import get_logger
 
 log = get_logger("simjoin.delta")
@@ -48,12 +49,6 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.-]+")
 ENABLED = os.environ.get("SIMJOIN_TASK_WRITES", "1") != "0"
 
 
-#: Who owns a table: the Delta table's description (``metaData.description``) is ``OWNER=<name>``,
-#: the pipeline whose stage created it (``ssj``, ``s3j``, ..., ``generate``), set in the commit that
-#: creates the table (``owner_description``), so that ``simjoin generate --overwrite`` replaces only
-#: tables ``generate`` wrote (``jobs.generate.write``). Not a table property: ``deltalake`` refuses
-#: keys it does not know when it creates a table, and a later ``ALTER`` would be a commit of its own.
-OWNER = "simjoin.owner"
 
 
 def owner_description() -> str | None:
@@ -61,17 +56,6 @@ def owner_description() -> str | None:
     writes (``faults.writing_pipeline``); None outside a pipeline (a test, a tool)."""
     name = faults.writing_pipeline()
     return f"{OWNER}={name}" if name else None
-
-
-def owner_of(description: str | None, configuration: Mapping[str, Any] | None = None) -> str | None:
-    """The owner a table's description (or a ``simjoin.owner`` table property) names; None: unmarked."""
-    prop = (configuration or {}).get(OWNER)
-    if prop:
-        return str(prop)
-    d = (description or "").strip()
-    if not d.startswith(f"{OWNER}="):
-        return None
-    return d.removeprefix(f"{OWNER}=") or None
 
 
 _FILE_SCHEME = r"^file:(?://)?(?=/)"

@@ -240,7 +240,7 @@ def _identity(output: str) -> dict[str, Any] | None:
 def _owner(path: str) -> str | None:
     from deltalake import DeltaTable
 
-    from simjoin.spark.delta_files import owner_of
+    from simjoin.contracts import owner_of
 
     try:
         md = DeltaTable(path).metadata()

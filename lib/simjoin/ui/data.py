@@ -129,7 +129,7 @@ class TableCard:
 def card(path: str, version: int | None = None) -> TableCard:
     """Schema, row count (from the log's file statistics), files and size of the table at
     ``version`` (default the latest); no data file is read."""
-    from simjoin.spark.delta_files import owner_of
+    from simjoin.contracts import owner_of
 
     t = _table(path, version)
     latest = _table(path).version() if version is not None else t.version()
