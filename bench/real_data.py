@@ -103,7 +103,7 @@ def flights():
         out[c] = f[c].astype(np.float64).to_numpy()
     f["route"] = f["origin"] + "-" + f["dest"]
     for c in ("dest", "origin", "carrier", "tailnum", "route"):
-        codes, names = pd.factorize(f[c], use_na_sentinel=True)
+        codes, _ = pd.factorize(f[c], use_na_sentinel=True)
         out[c] = codes.astype(np.int64)
         out[c + "_name"] = f[c].to_numpy()
     return out
@@ -126,7 +126,8 @@ def gcide() -> pa.Table:
     is dropped (the definition is the record) and so are the source tags such as ``[1913 Webster]``;
     the text is otherwise as shipped."""
     apt_need("dict-gcide", GCIDE / "gcide.dict.dz")
-    data = gzip.open(GCIDE / "gcide.dict.dz").read()  # dictzip is gzip-compatible
+    with gzip.open(GCIDE / "gcide.dict.dz") as fh:  # dictzip is gzip-compatible
+        data = fh.read()
     seen: set[tuple[int, int]] = set()
     texts: list[str] = []
     for line in (GCIDE / "gcide.index").read_text(encoding="utf-8", errors="replace").splitlines():
@@ -153,7 +154,8 @@ def wamerican() -> pa.Table:
 
 
 def _idx(path: Path) -> np.ndarray:
-    raw = gzip.open(path).read()
+    with gzip.open(path) as fh:
+        raw = fh.read()
     n, rows, cols = (int.from_bytes(raw[i:i + 4], "big") for i in (4, 8, 12))
     return np.frombuffer(raw, dtype=np.uint8, offset=16).reshape(n, rows * cols)
 
