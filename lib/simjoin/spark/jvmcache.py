@@ -91,10 +91,19 @@ def archive_path(packages: str) -> Path:
     return cache_dir() / f"cds-{_key(java, stamp, pyspark.__version__, packages, *jars)}.jsa"
 
 
+def java_option(flag: str) -> str:
+    """One JVM option as Spark's launcher parses ``extraJavaOptions`` (whitespace splits options;
+    double quotes group, a backslash escapes): quoted when it holds whitespace or quotes, so a path
+    with a space stays one option."""
+    if not any(c.isspace() or c in "\"'\\" for c in flag):
+        return flag
+    return '"' + flag.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def archive_flags(packages: str) -> str:
     """JVM options that map the CDS archive, or '' when there is none."""
     p = archive_path(packages)
-    return f"-XX:SharedArchiveFile={p} {_QUIET}" if enabled() and p.is_file() else ""
+    return f"{java_option(f'-XX:SharedArchiveFile={p}')} {_QUIET}" if enabled() and p.is_file() else ""
 
 
 def recording_flags(packages: str) -> tuple[str, Path]:
@@ -102,7 +111,7 @@ def recording_flags(packages: str) -> tuple[str, Path]:
     final = archive_path(packages)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}")
-    return f"-XX:ArchiveClassesAtExit={tmp} {_QUIET}", tmp
+    return f"{java_option(f'-XX:ArchiveClassesAtExit={tmp}')} {_QUIET}", tmp
 
 
 def finish_recording(tmp: Path, packages: str) -> Path:

@@ -167,7 +167,7 @@ def delta_packages() -> str:
 
 
 def _java_options(warehouse: str, record_to: str | None) -> str:
-    flags = [f"-Dderby.system.home={os.path.join(warehouse, '.derby')}", JVM_FLAGS]
+    flags = [jvmcache.java_option(f"-Dderby.system.home={os.path.join(warehouse, '.derby')}"), JVM_FLAGS]
     if record_to:
         flags.append(record_to)
     elif not os.environ.get("SIMJOIN_JARS_DIR"):
