@@ -29,11 +29,11 @@ class S2JRun(StreamRun):
     #: a unit of at most ``SIMJOIN_LOCAL_UNIT_ROWS`` records runs on the in-process executor
     IN_PROCESS: ClassVar[bool] = True
 
-    @property
-    def tables(self) -> Any:
+    @classmethod
+    def tables_at(cls, output: str) -> Any:
         from simjoin.spark.tables import DirTables
 
-        return DirTables(self.output)
+        return DirTables(output)
 
     @property
     def blocks(self) -> str:

@@ -10,9 +10,13 @@ class SSJRun(Run):
 
     @property
     def tables(self):  # type: ignore[no-untyped-def]
+        return self.tables_at(self.cfg.output)
+
+    @classmethod
+    def tables_at(cls, output: str):  # type: ignore[no-untyped-def]
         from simjoin.spark.tables import SSJTables
 
-        return SSJTables(self.cfg.output)
+        return SSJTables(output)
 
     def table_paths(self) -> dict[str, str]:
         t = self.tables

@@ -152,6 +152,18 @@ def _delta_pandas(path: str) -> Any:
     return DeltaTable(path).to_pandas()
 
 
+def _companions(pipeline: str, output: str) -> tuple[str, str]:
+    """The stats and quarantine tables of ``pipeline``'s run writing ``output``, as its run class
+    names them (``<output>_stats``; S2J's ``<output>/_stats``)."""
+    from simjoin.pipeline.spec import resolve
+
+    spec = _specs().get(pipeline)
+    t = resolve(spec.run_class).tables_at(output) if spec is not None else None
+    if t is None:
+        return f"{output}_stats", f"{output}_quarantine"
+    return t.stats, t.quarantine
+
+
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:100]
 
@@ -240,7 +252,8 @@ def render_run(output: str, out: str | None = None, run_id: str | None = None,
     pub = by["rows_out"].dropna()
     if len(pub):
         figures["rows out of the last stage"] = int(pub.iloc[-1])
-    quarantine = _delta_pandas(f"{output}_quarantine")
+    stats_path, quarantine_path = _companions(pipeline, output)
+    quarantine = _delta_pandas(quarantine_path)
     q_html = "<p>no quarantine table</p>"
     if quarantine is not None:
         q = quarantine[quarantine["run_id"] == rid] if "run_id" in quarantine.columns else quarantine
@@ -249,7 +262,7 @@ def render_run(output: str, out: str | None = None, run_id: str | None = None,
             q_html = q.groupby("reason").size().rename("rows").reset_index().to_html(index=False)
         else:
             q_html = "<p>none</p>"
-    stats = _delta_pandas(f"{output}_stats")
+    stats = _delta_pandas(stats_path)
     stat_files: list[str] = []
     if stats is not None and len(stats) and "pipeline" in stats.columns:
         st = stats[stats["pipeline"] == pipeline]

@@ -52,3 +52,26 @@ def test_bad_report_arguments_are_one_line(spark, tmp_path):
     out, _ = make_ssj_run(spark, str(tmp_path))
     r = CliRunner().invoke(app, ["report", "--output", out, "--run-id", "no-such-run"])
     assert r.exit_code == 2 and "no run 'no-such-run' recorded" in r.output and "report-run" in r.output
+
+
+def test_an_s2j_page_finds_its_stats_and_quarantine_inside_the_output_folder(spark, tmp_path):
+    """S2J keeps its stats and quarantine inside its output folder (``DIR/_stats``), not beside it
+    as the other pipelines do (``<output>_stats``): the page names them as the run class does, so
+    its plots and quarantined rows show (they were missing: "no quarantine table")."""
+    import datetime as dt
+
+    from tests.helpers import run_named
+
+    t0 = dt.datetime(2026, 8, 1, tzinfo=dt.UTC)
+    rows = [(i, t0 + dt.timedelta(seconds=i), float(i % 7)) for i in range(1, 41)] + [(41, t0, None)]
+    left, out = str(tmp_path / "s"), str(tmp_path / "out")
+    spark.createDataFrame(rows, "id long, ts timestamp, a double").write.format("delta").save(left)
+    run_named(spark, "s2j", left=left, output=out, window="10m", tasks="near: abs(l.a - r.a) <= 1")
+    res = CliRunner().invoke(app, ["report", "--output", out])
+    assert res.exit_code == 0, res.output
+    page = res.output.strip().splitlines()[-1].removeprefix("report: ")
+    with open(page) as fh:
+        text = fh.read()
+    assert "no quarantine table" not in text
+    assert re.search(r"<td>quarantined rows[^<]*</td>\s*<td>1</td>", text), text[:3000]
+    assert "stats/" in text, "the pipeline's own plots of its stats"

@@ -301,6 +301,12 @@ class Run:
         """Pipeline subclasses map table keys to paths."""
         return {}
 
+    @classmethod
+    def tables_at(cls, output: str) -> Any:
+        """The tables a run of this pipeline writing ``output`` names (``stats``, ``quarantine``...),
+        from the output path alone (``simjoin report`` knows no more of a run); None: no such layout."""
+        return None
+
     def table_paths(self) -> dict[str, str]:
         t = self.tables
         return dict(t) if isinstance(t, dict) else dict(t.paths())

@@ -37,9 +37,13 @@ class StreamRun(Run):
 
     @property
     def tables(self) -> Any:
+        return self.tables_at(self.output)
+
+    @classmethod
+    def tables_at(cls, output: str) -> Any:
         from simjoin.spark.tables import StreamTables
 
-        return StreamTables(self.output)
+        return StreamTables(output)
 
     def state(self, key: str) -> str:
         return self.tables.state(self.STATE[key])  # type: ignore[no-any-return]
