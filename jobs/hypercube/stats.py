@@ -18,6 +18,7 @@ from jobs.hypercube.common import HyperCubeRun, dispatcher_of, held_of, live_mas
 from jobs.hypercube.dispatch import dispatch_row, dispatcher
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.hypercube.stream import optimal_bound
+from simjoin.core.unique import unique
 from simjoin.spark import delta
 from simjoin.spark.engine.units import naive_utc as naive
 from simjoin.spark.hypercube import loads
@@ -56,7 +57,7 @@ def _held_measures(run_: HyperCubeRun, u: Any, disp: Any, recs: pa.Table, cols: 
         marks = dict(u.engine.progress().max_ts)
         ts = recs.column("ts").cast(pa.timestamp("us", tz="UTC"))
         side = np.asarray(recs.column("side").to_numpy(zero_copy_only=False), np.int64)
-        for s in np.unique(side).tolist():
+        for s in unique(side).tolist():
             m = pc.max(ts.filter(pa.array(side == s))).as_py().replace(tzinfo=None)
             marks[s] = max(naive(marks[s]), m) if s in marks else m
         now = now.filter(pa.array(live_mask(run_, marks, now)))

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from jobs.ineq.common import IneqRun, new_tuples
 from simjoin.core.inequality.spo import MUTABLE
+from simjoin.core.unique import unique
 from simjoin.spark.inequality import probe
 from simjoin.spark.routing import take_rows
 
@@ -76,7 +77,7 @@ def _live_state(st: pa.Table | None) -> pa.Table | None:
     units = np.asarray(st.column("unit").to_numpy(zero_copy_only=False), np.int64)
     mutable = np.asarray(pc.equal(st.column("kind").cast(pa.string()), MUTABLE).to_numpy(zero_copy_only=False), bool)
     keep = ~mutable
-    for s in np.unique(side[mutable]).tolist():
+    for s in unique(side[mutable]).tolist():
         mine = mutable & (side == s)
         keep |= mine & (units == units[mine].max())
     return take_rows(st, np.flatnonzero(keep))  # the kept rows' blobs in place, not copied

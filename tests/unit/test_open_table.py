@@ -102,3 +102,18 @@ def test_a_kept_table_reads_as_deltalake_reads_it(tmp_path):
         assert str(tmp_path / "out_state" / "tuples") in delta_files._kept
         assert delta_files.read_kept(other).num_rows == 2 and os.path.abspath(other) not in delta_files._kept
     assert not delta_files._kept  # nothing held after the block
+
+
+def test_writer_properties_compress(tmp_path):
+    """deltalake writes uncompressed Parquet when given WriterProperties without a codec: ours name
+    snappy, as every other writer here (S3J's state of a 5 MB stream took GBs without)."""
+    import glob
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    t = pa.table({"x": pa.array(np.zeros(100_000)), "k": pa.array(["a"] * 100_000)})
+    p = str(tmp_path / "t")
+    write_deltalake(p, t, writer_properties=delta_files.writer_properties(t.schema))
+    meta = pq.ParquetFile(glob.glob(os.path.join(p, "*.parquet"))[0]).metadata
+    assert {meta.row_group(0).column(i).compression for i in range(2)} == {"SNAPPY"}

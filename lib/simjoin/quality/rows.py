@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from simjoin.core.metric.stream import window_copies
+from simjoin.core.unique import unique
 
 __all__ = [
     "KINDS",
@@ -238,7 +239,7 @@ def first_by(keys: Sequence[Any], order: Sequence[Any], tie: Callable[[int], Any
         same[1:] = (np.all(np.stack([o[1:] == o[:-1] for o in os_]), axis=0) if os_ else True) & later[1:]
         same[0] = False
         g = np.cumsum(start) - 1
-        for grp in np.unique(g[same]).tolist():
+        for grp in unique(g[same]).tolist():
             members = np.flatnonzero(g == grp)
             first_order = [o[members[0]] for o in os_]
             tied = [m for m in members.tolist() if all(o[m] == f for o, f in zip(os_, first_order))]

@@ -23,6 +23,8 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from simjoin.core.unique import unique
+
 #: Up to this many rows, the hashes are sorted on the driver (8 bytes a row); above, in the tasks.
 DRIVER_ROWS = int(os.environ.get("SIMJOIN_UNIQUE_DRIVER_ROWS", str(50_000_000)))
 _H = "_simjoin_key_hash"
@@ -50,7 +52,7 @@ def _repeated(h: Any) -> Any:
     import numpy as np
 
     s = np.sort(h)  # the default (vectorized quicksort): 6x as fast as a stable sort on int64, and order is moot
-    return np.unique(s[1:][s[1:] == s[:-1]])
+    return unique(s[1:][s[1:] == s[:-1]])
 
 
 def duplicates(df: DataFrame, cols: Sequence[str], samples: int = 5, rows: int | None = None) -> Duplicates:

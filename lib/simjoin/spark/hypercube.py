@@ -25,6 +25,7 @@ from simjoin.contracts import RowKind
 from simjoin.core.hypercube.dispatch import Dispatcher
 from simjoin.core.hypercube.join import local_counts, local_join
 from simjoin.core.hypercube.route import phj_loads, route
+from simjoin.core.unique import unique
 
 __all__ = ["TUPLE_COLUMNS", "JOIN_ARROW", "batch_counts", "copies_of", "join", "worker_join", "loads"]
 
@@ -102,7 +103,7 @@ def worker_join(tb: pa.Table, window_us: int, count_only: bool) -> list[pa.Recor
     got.append(pa.RecordBatch.from_pylist([{
         "kind": int(RowKind.STATS), "left_id": None, "right_id": None, "k": None, "ts_us": None, "pairs": pairs,
         "worker": w, "received": int(tb.num_rows), "new_copies": int(cols["new"].sum()),
-        "tasks": int(np.unique(cols["task"]).size), "seconds": secs}], schema=JOIN_ARROW))
+        "tasks": int(unique(cols["task"]).size), "seconds": secs}], schema=JOIN_ARROW))
     return got
 
 

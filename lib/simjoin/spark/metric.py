@@ -54,6 +54,7 @@ from simjoin.core.metric import (
     split_key,
     split_rows,
 )
+from simjoin.core.unique import unique
 from simjoin.spark.delta_files import write_file
 
 __all__ = [
@@ -465,7 +466,7 @@ def join_worker_arrow(t: pa.Table, p: JoinParams, pairs_schema: pa.Schema | None
     out: list[pa.RecordBatch] = []
     pairs: list[pa.Table] = []
     wcol = _np(t, "w", np.int64)
-    for w in np.unique(wcol):
+    for w in unique(wcol):
         # the join's CPU time in this thread: another thread of the process (the driver's import
         # of Great Expectations beside a driver unit's stages) does not count as the kernel's
         t0 = time.thread_time()

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from simjoin.core.hashing import spark_hash_long
+from simjoin.core.unique import unique
 
 __all__ = ["spark_hash_long", "partition_keys", "route_to_tasks", "take_rows", "map_tasks", "task_table",
            "spark_task_table"]
@@ -206,7 +207,7 @@ def _run_slots(spark: Any, slot: list[int], seq: list[int], blob: list[bytes], n
         got = pa.Table.from_batches(bs).sort_by([("slot", "ascending"), ("seq", "ascending")])
         slots = np.asarray(got.column("slot").to_numpy(), np.int64)
         blobs = got.column("blob").to_pylist()
-        for s in np.unique(slots).tolist():
+        for s in unique(slots).tolist():
             mine = pa.concat_tables([_unipc(blobs[j]) for j in np.flatnonzero(slots == s).tolist()])
             out = pa.Table.from_batches([b.cast(schema) if b.schema != schema else b for b in fn(mine)],
                                         schema=schema)

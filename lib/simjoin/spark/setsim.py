@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from simjoin.contracts import RowKind
 from simjoin.core.setsim import Plan, PlanUnit, gather_rows, ppjoin
+from simjoin.core.unique import unique
 from simjoin.spark.routing import partition_keys
 from simjoin.spark.session import small_frame
 from simjoin.spark.tables import SSJTables
@@ -289,7 +290,7 @@ def _profile(read: Callable[[Iterator[pa.RecordBatch]], _Partition | None]
         t = p.good_rows
         side = t.column("side").to_numpy().astype(np.int32)
         ids = t.column("id").to_numpy().astype(np.int64)
-        for sd in np.unique(side):
+        for sd in unique(side):
             v = np.sort(ids[side == sd])
             lo, hi = id_intervals(v)
             yield rows(_K_RANGE, side=np.full(lo.size, sd, np.int32),
@@ -373,7 +374,7 @@ def summarize_profile(got: pa.Table) -> tuple[TokenProfile, bool]:
 
 def _ranges_overlap(side: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
     """Whether two partitions' id ranges [lo, hi] of the same side share a value."""
-    for sd in np.unique(side):
+    for sd in unique(side):
         m = side == sd
         order = np.argsort(lo[m], kind="stable")
         a, b = lo[m][order], hi[m][order]
@@ -687,7 +688,7 @@ def _warm_up(sim: str) -> None:
 def _unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Iterator[pa.RecordBatch]:
     _warm_up(plan.sim)
     units = table.column("unit").to_numpy()
-    for u in np.unique(units):
+    for u in unique(units):
         t0, c0 = time.perf_counter(), time.process_time()
         # one unit per partition is the rule: copy (filter, reorder) only what must change
         sub = table if units[0] == units[-1] and (units == u).all() else table.filter(pa.array(units == u))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from simjoin.core.hypercube.dispatch import Dispatcher, Grid, coordinate, light_task
+from simjoin.core.unique import unique
 
 __all__ = ["Copies", "route", "moved_copies", "worker_loads", "phj_loads"]
 
@@ -82,8 +83,8 @@ def moved_copies(before: Grid | None, after: Grid | None, side: np.ndarray, ids:
     a = route(side, ids, keys, _one(before, p))
     b = route(side, ids, keys, _one(after, p))
     # a light key's task id (< p) never equals a grid task's (>= p)
-    old = np.unique(a.row * (1 << 32) + a.task)
-    new = np.unique(b.row * (1 << 32) + b.task)
+    old = unique(a.row * (1 << 32) + a.task)
+    new = unique(b.row * (1 << 32) + b.task)
     return int(np.setdiff1d(new, old, assume_unique=True).size)
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simjoin.core.unique import unique
+
 __all__ = ["Summary", "counters_for", "exact_counts", "merge_all"]
 
 
@@ -107,7 +109,7 @@ class Summary:
         return np.where(hit, cs[i] if len(cs) else 0, 0).astype(np.int64)
 
     def keys(self) -> np.ndarray:
-        return np.unique(self.key)
+        return unique(self.key)
 
 
 def merge_all(capacity: int, summaries: Iterable[Summary]) -> Summary:

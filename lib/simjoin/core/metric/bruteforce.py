@@ -19,6 +19,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from simjoin.core.unique import unique
+
 from .distance import METRIC_CODES, _dist, check_threshold, check_vectors, row_norms
 from .join import check_ids_side
 
@@ -124,7 +126,7 @@ def brute_force_join_windows(
     if win.shape[0] != n:
         raise ValueError(f"window has {win.shape[0]} entries, X has {n} rows")
     out_w, out_l, out_r, out_d = [], [], [], []
-    for lab in np.unique(win):
+    for lab in unique(win):
         m = win == lab
         L, R, D = brute_force_join(Xv[m], id_arr[m], None if sd is None else sd[m], metric, t, inclusive)
         out_w.append(np.full(L.shape[0], lab, dtype=np.int64))

@@ -62,6 +62,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from simjoin.core.unique import unique
+
 from ..hashing import splitmix64
 from .distance import METRIC_CODES, _dist, _dot_dist, check_threshold, check_vectors, row_norms
 from .load import WindowStats, workset_load
@@ -300,7 +302,7 @@ def check_ids_side(
     if sd.shape[0] != n:
         raise ValueError(f"side has {sd.shape[0]} entries, X has {n} rows")
     if sd.size and not np.isin(sd, (0, 1)).all():
-        raise ValueError(f"side must be 0 (left) or 1 (right), got values {np.unique(sd)[:5].tolist()}")
+        raise ValueError(f"side must be 0 (left) or 1 (right), got values {unique(sd)[:5].tolist()}")
     return id_arr, sd.astype(np.int8)
 
 

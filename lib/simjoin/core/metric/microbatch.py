@@ -37,6 +37,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from simjoin.core.unique import unique
+
 from .distance import DEFAULT_BLOCK_ELEMENTS, PartitionBounds, check_threshold, partition_bounds
 from .worksets import EarlierRows, WindowWorksets, formulate_partition_window
 
@@ -94,7 +96,7 @@ class PartitionState:
         rsel = np.flatnonzero(self.routed_window == w)
         # routed memberships -> row indexes, matched on (side, id) inside the window
         r_row = np.full(rsel.shape[0], -1, np.int64)
-        for sd in np.unique(self.side[rows]):
+        for sd in unique(self.side[rows]):
             rs = rows[self.side[rows] == sd]
             order = np.argsort(self.id[rs], kind="stable")
             ids_s = self.id[rs][order]
@@ -181,7 +183,7 @@ def formulate_partition_microbatch(
         raise ValueError(f"state has dimension {state.X.shape[1]}, records have {d}")
 
     out: list[MicroBatchWindow] = []
-    for w in np.unique(win):
+    for w in unique(win):
         sel = np.flatnonzero(win == w)
         # Arrival order inside the window: (ts, side, id).
         rows = sel[np.lexsort((id_arr[sel], sd[sel], ts_arr[sel]))]

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from simjoin.core.unique import unique
+
 from .distance import check_threshold, partition_bounds
 from .join import join_worker_window, split_key, split_rows
 from .load import Assignment, RebalanceResult, rebalance
@@ -131,12 +133,12 @@ class S3JStream:
         new, routed = _Rows(), _Rows()
         new_base = _Rows()
         cdc = 0
-        for p in np.unique(sp.partition):
+        for p in unique(sp.partition):
             m = sp.partition == p
             rec, outer = sp.record[m], sp.is_outer[m]
             z = np.zeros(0, np.int64)
             ids0, C0, wk0 = self.centroids.get(int(p), (z, np.zeros((0, self.dim)), z))
-            st = self._partition_state(int(p), np.unique(w_all[rec]))
+            st = self._partition_state(int(p), unique(w_all[rec]))
             res = formulate_partition_microbatch(
                 w_all[rec], ts_all[rec], sd_all[rec], id_all[rec], Xv[rec], outer, self.metric, self.t,
                 self.inclusive, partition=int(p), n_workers=self.P, workset_id=ids0, centroid=C0, worker=wk0,
@@ -197,8 +199,8 @@ class S3JStream:
         Ws, Ls, Rs, Ds = [], [], [], []
         comps = 0
         loads: dict[tuple[int, int], float] = {}
-        for w in np.unique(c["w"]):
-            for k in np.unique(wk[c["w"] == w]):
+        for w in unique(c["w"]):
+            for k in unique(wk[c["w"] == w]):
                 s = np.flatnonzero((c["w"] == w) & (wk == k))
                 jw = join_worker_window(c["X"][s], c["id"][s], c["role"][s], c["p"][s], c["g"][s], c["new"][s],
                                         self.metric, self.t, self.inclusive,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simjoin.core.hashing import splitmix64
+from simjoin.core.unique import unique
 
 __all__ = ["Thresholds", "utilization", "initial_workers", "shed_ratio", "shed_count", "shed_mask",
            "scaled_workers", "block_size", "block_candidates", "problem1_cost", "Decision", "decide", "window_load",
@@ -175,7 +176,7 @@ def window_load(incoming_ts: np.ndarray, blocks: Sequence[tuple[int, int, int]],
     best, best_inc = float(bn.sum()), 0.0
     if ts.shape[0] == 0:
         return best, best_inc
-    at = ts[np.unique(np.linspace(0, ts.shape[0] - 1, min(samples, ts.shape[0])).round().astype(np.int64))]
+    at = ts[unique(np.linspace(0, ts.shape[0] - 1, min(samples, ts.shape[0])).round().astype(np.int64))]
     inc = np.searchsorted(ts, at, "right") - np.searchsorted(ts, at - window_us, "right")
     if bn.shape[0]:
         cut = (at - window_us).astype(np.float64)[:, None]

@@ -43,6 +43,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from simjoin.core.unique import unique
+
 from .similarity import (
     check_similarity,
     check_threshold,
@@ -249,7 +251,7 @@ class Plan:
         li_clip = np.minimum(li, max(plan_lengths.size - 1, 0))
         known = (li < plan_lengths.size) & (plan_lengths[li_clip] == rec_len)
         if not known.all():
-            unknown = np.unique(rec_len[~known])[:10].tolist()
+            unknown = unique(rec_len[~known])[:10].tolist()
             raise ValueError(
                 f"record lengths {unknown} are not in the plan's length statistics; "
                 "allowed: lengths counted when the plan was made"

@@ -38,6 +38,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from simjoin.core.unique import unique
+
 from .similarity import (
     EPS,
     SIMILARITIES,
@@ -386,7 +388,7 @@ def ppjoin(
         lut[vocab] = np.arange(vocab.size, dtype=np.int32)
         dense = lut[tok]
     else:
-        vocab = np.unique(ptok)
+        vocab = unique(ptok)
         dense = np.full(tok.size, -1, dtype=np.int32)
         if vocab.size:
             found = np.minimum(np.searchsorted(vocab, tok), vocab.size - 1)

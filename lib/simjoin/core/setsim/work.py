@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from simjoin.core.unique import unique
+
 from .ppjoin import gather_rows, ppjoin
 from .similarity import check_similarity, check_threshold, index_prefix_array, max_length_array, probe_prefix_array
 
@@ -177,7 +179,7 @@ def slice_work(
     else:
         same_len = np.maximum(ic * same - ic, 0.0) / 2.0  # every record is in both prefixes of its own length
     w = ic * longer + same_len
-    lengths_out = np.unique(ln)
+    lengths_out = unique(ln)
     total = np.bincount(np.searchsorted(lengths_out, il), weights=w, minlength=lengths_out.size)
     return {int(k): float(v) for k, v in zip(lengths_out.tolist(), total.tolist(), strict=True)}
 
