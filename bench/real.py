@@ -68,7 +68,8 @@ class Context:
             from simjoin.spark.session import get_spark
 
             kw = {"shuffle_partitions": shuffle_partitions} if shuffle_partitions else {}
-            self._spark = get_spark(SparkConfig(master="local[2]", log_level="ERROR", **kw))
+            self._spark = get_spark(SparkConfig(master="local[2]", log_level="ERROR", warehouse=str(self.warehouse),
+                                                **kw))
         elif shuffle_partitions:
             self._spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
         return self._spark
@@ -96,7 +97,7 @@ class Context:
             print(f"  report {name}: {(p.stderr or p.stdout).strip().splitlines()[-1:]}", flush=True)
             return []
         (dest / "index.html").unlink(missing_ok=True)  # its links point into the scratch folder
-        return sorted(str(f.relative_to(RESULTS)) for f in dest.glob("*.png"))
+        return sorted(str(f.relative_to(RESULTS)) for f in dest.rglob("*.png"))
 
     def close(self) -> None:
         if self._spark is not None:

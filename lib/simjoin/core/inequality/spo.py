@@ -37,6 +37,7 @@ from simjoin.core.inequality.mutable import MutablePart
 from simjoin.core.inequality.orient import orient
 from simjoin.core.inequality.pojoin import POBatch
 from simjoin.core.inequality.query import Query, parse_query
+from simjoin.core.unique import unique
 
 __all__ = ["Tuples", "Window", "Role", "IneqParams", "stored_index", "stored_mutable", "probe_stored", "join_new",
            "expired", "with_sequence", "count_before", "new_tuples", "probe_row", "merge_state", "read_mutable",
@@ -159,12 +160,74 @@ def probe_stored(q: Query, index: POBatch | MutablePart, stored_role: Role, prob
     return (pid, sid, ts) if stored_role == "r" else (sid, pid, ts)
 
 
+#: a unit's own tuples are joined chunk by chunk once they span this many time windows
+CHUNK_WINDOWS = 4
+#: the chunks of a time-window join of a unit's own tuples hold about this many tuples (at least a window)
+CHUNK_TUPLES = 256
+
+
 def join_new(q: Query, left: Tuples, right: Tuples | None, window: Window) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pairs whose two tuples both arrived in this unit. ``right`` None: a self-join of ``left``."""
+    """Pairs whose two tuples both arrived in this unit. ``right`` None: a self-join of ``left``.
+
+    With a time window, a unit spanning many windows (a backlog: a day of flights, a year) is
+    joined chunk by chunk: one index over the whole unit would enumerate every pair its
+    inequalities allow across the whole span (most of them far outside the window, a quadratic
+    amount) before the window test. Chunks are ``ts`` ranges of width c >= W: a pair within the
+    window lies in one chunk or two adjacent ones, so step k joins chunks k and k + 1 and keeps the
+    pairs with a tuple in chunk k (each pair once, at its earlier chunk)."""
     stored = left if right is None else right
     if len(left) == 0 or len(stored) == 0:
         z = np.zeros(0, np.int64)
         return z, z.copy(), z.copy()
+    if window.time_us is not None:
+        w = int(window.time_us)
+        lo = int(min(left.ts.min(), stored.ts.min()))
+        span = int(max(left.ts.max(), stored.ts.max())) - lo
+        if span > CHUNK_WINDOWS * w:
+            n = len(left) + (0 if right is None else len(right))
+            per_window = max(1.0, n * w / max(span, 1))
+            c = w * max(1, int(np.ceil(CHUNK_TUPLES / per_window)))
+            if span > 2 * c:
+                return _join_new_chunked(q, left, right, window, lo, c)
+    pi, si = _join_new_idx(q, left, right, window)
+    return left.id[pi], stored.id[si], np.maximum(left.ts[pi], stored.ts[si])
+
+
+def _join_new_chunked(q: Query, left: Tuples, right: Tuples | None, window: Window, lo: int,
+                      c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    cl = (left.ts - lo) // c
+    cs = cl if right is None else (right.ts - lo) // c
+    order_l = np.argsort(cl, kind="stable")
+    order_s = order_l if right is None else np.argsort(cs, kind="stable")
+    ks = unique(np.concatenate([cl, cs]) if right is not None else cl)
+    out_l, out_s, out_t = [], [], []
+    for k in ks.tolist():
+        a0, a1 = np.searchsorted(cl[order_l], [k, k + 2])
+        L = left.take(order_l[a0:a1])
+        if right is None:
+            S = None
+            ck_l = ck_s = cl[order_l[a0:a1]]
+        else:
+            b0, b1 = np.searchsorted(cs[order_s], [k, k + 2])
+            S = right.take(order_s[b0:b1])
+            ck_l, ck_s = cl[order_l[a0:a1]], cs[order_s[b0:b1]]
+        pi, si = _join_new_idx(q, L, S, window)
+        keep = (ck_l[pi] == k) | (ck_s[si] == k)
+        pi, si = pi[keep], si[keep]
+        T = L if S is None else S
+        out_l.append(L.id[pi])
+        out_s.append(T.id[si])
+        out_t.append(np.maximum(L.ts[pi], T.ts[si]))
+    return np.concatenate(out_l), np.concatenate(out_s), np.concatenate(out_t)
+
+
+def _join_new_idx(q: Query, left: Tuples, right: Tuples | None, window: Window) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`join_new`'s pairs as positions into ``left`` and the stored side (``right``, or
+    ``left`` itself for a self-join), over the whole of both."""
+    stored = left if right is None else right
+    if len(left) == 0 or len(stored) == 0:
+        z = np.zeros(0, np.int64)
+        return z, z.copy()
     index = stored_index(q, stored, "r")
     vals, keys, res = _probe_parts(q, left, "r")
     if right is None and window.count is not None:
@@ -184,7 +247,7 @@ def join_new(q: Query, left: Tuples, right: Tuples | None, window: Window) -> tu
         y_cnt, x_seq = stored.cnt[si], left.seq[pi]
         keep = ((x_cnt - w <= y_seq) & (y_seq < x_cnt)) | ((y_cnt - w <= x_seq) & (x_seq < y_cnt))
         pi, si = pi[keep], si[keep]
-    return left.id[pi], stored.id[si], np.maximum(left.ts[pi], stored.ts[si])
+    return pi, si
 
 
 def expired(window: Window, ts_max: int, seq_max: int, other_max_ts: int | None, own_count: int,
