@@ -72,5 +72,22 @@ def _pieces(run_: S3JRun, u: Any) -> list[tuple[str, Any, str]]:
         pieces.append(("centroids", _as(CENTROID_DDL, cen.num_rows, window_start=cen.column("w"), unit=b,
                                         **{c: cen.column(c) for c in ("partition", "workset_id", "vector", "worker")}),
                        run_.centroids))
-    pieces.append(("join_state", pa.concat_tables(state), run_.join_state))
+    pieces.append(("join_state", _open_windows(run_, u, pa.concat_tables(state)), run_.join_state))
     return pieces
+
+
+def _open_windows(run_: S3JRun, u: Any, state: pa.Table) -> pa.Table:
+    """The join state rows of windows this unit's publish leaves open: a window that ends at or
+    before the watermark it commits, less the allowed lateness, is dropped right after it
+    (``expire_state``), so it is not written (a backlog run wrote GBs of state to delete them)."""
+    import datetime as dt
+
+    import pyarrow.compute as pc
+
+    wm = u.engine.closing_watermark(u.unit)
+    if wm is None or not state.num_rows:
+        return state
+    cut = (wm.replace(tzinfo=None) - dt.timedelta(seconds=float(u.engine.allowed_lateness_s))
+           - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
+    ends = pc.cast(pc.cast(state.column("window_end"), pa.timestamp("us")), pa.int64())
+    return state.filter(pc.greater(ends, cut))

@@ -105,12 +105,7 @@ class Publisher(EngineBase):
             f.result()
         got = summary.result()
         maybe_fail(f"{self.pipeline}.publish.mid")
-        # a lone outlier does not move the watermark: a stream's committed max ts advances to at most
-        # the publish time + WATERMARK_SKEW (the outlier itself is joined and kept like any row)
-        cap = dt.datetime.now(UTC).replace(tzinfo=None) + WATERMARK_SKEW
-        marks = {int(r["side"]): min(naive_utc(r["m"]), cap) for r in got}
-        for s, mt in prog.max_ts.items():
-            marks[s] = max(marks[s], mt) if s in marks else mt
+        marks = self._marks(got, prog)
         staged_meta = json.loads(got[0]["meta"]) if got and got[0]["meta"] else {}
         meta_all = {**prog.meta, **staged_meta, **(meta or {})}
         self._catch_up_idle(marks, meta_all, prog.meta, {int(r["side"]) for r in got}, unit.unit)
@@ -146,6 +141,25 @@ class Publisher(EngineBase):
                      (now - hi).total_seconds(), (now - lo).total_seconds())
         return {"unit": unit.unit, "watermark": None if wm is None else wm.isoformat(),
                 "watermark_ts": wm, "previous_watermark_ts": prog.watermark}
+
+    @staticmethod
+    def _marks(got: list[dict[str, Any]], prog: Any) -> dict[int, dt.datetime]:
+        """Each stream's committed max ts after a unit whose records summarise to ``got``. A lone
+        outlier does not move the watermark: a stream's committed max ts advances to at most the
+        publish time + WATERMARK_SKEW (the outlier itself is joined and kept like any row)."""
+        cap = dt.datetime.now(UTC).replace(tzinfo=None) + WATERMARK_SKEW
+        marks = {int(r["side"]): min(naive_utc(r["m"]), cap) for r in got}
+        for s, mt in prog.max_ts.items():
+            marks[s] = max(marks[s], mt) if s in marks else mt
+        return marks
+
+    def closing_watermark(self, unit: Unit) -> dt.datetime | None:
+        """A lower bound of the watermark ``unit``'s publish commits (its idle catch-up and a later
+        clock can only raise it), or None while a stream has none: state of the windows that end at
+        or before it (less the allowed lateness) is dropped right after that publish, so a unit
+        need not write it at all (a backlog's closed windows were written, then deleted)."""
+        marks = self._marks(records_summary(unit.records), self.progress())
+        return min(marks.values()) if len(marks) == len(self.sources) else None
 
     def _catch_up_idle(self, marks: dict[int, Any], meta_all: dict[str, Any], before: dict[str, Any],
                        arrived_now: set[int], unit: int) -> None:
