@@ -605,6 +605,33 @@ def merge(df: DataFrame, ref: str, keys: Sequence[str], delete_missing_in: str |
     faults.after_commit(ref)
 
 
+#: the most ids or ranges one DELETE condition names (:func:`id_conditions`)
+MAX_ID_TERMS = 1000
+
+
+def id_conditions(column: str, ids: Any) -> list[str]:
+    """Conditions that together match ``column`` IN ``ids`` (integers): runs of consecutive ids
+    as ranges, at most :data:`MAX_ID_TERMS` ids or ranges per condition, one DELETE each.
+    delta-rs crashes the process (SIGSEGV, a stack overflow) on a condition naming about 20,000
+    ids: a year of flights' backlog expired 27,457 inequality-join batches at once."""
+    import numpy as np
+
+    from simjoin.core.unique import unique
+
+    v = unique(np.fromiter((int(i) for i in ids), dtype=np.int64))
+    if not v.size:
+        return []
+    starts = np.flatnonzero(np.r_[True, np.diff(v) != 1])
+    ends = np.r_[starts[1:], v.size] - 1
+    pairs = list(zip(v[starts].tolist(), v[ends].tolist(), strict=True))
+    singles = [a for a, b in pairs if a == b]
+    ranges = [f"({column} >= {a} AND {column} <= {b})" for a, b in pairs if a != b]
+    out = [f"{column} IN ({', '.join(map(str, singles[i:i + MAX_ID_TERMS]))})"
+           for i in range(0, len(singles), MAX_ID_TERMS)]
+    out += [" OR ".join(ranges[i:i + MAX_ID_TERMS]) for i in range(0, len(ranges), MAX_ID_TERMS)]
+    return out
+
+
 def delete(spark: SparkSession, ref: str, cond: str) -> None:
     """Delete the rows matching the SQL condition ``cond`` (nothing if there is no table).
 
