@@ -28,6 +28,12 @@ WAMERICAN = Path("/usr/share/dict/american-english-huge")
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 
 
+def _refuse(msg: str) -> None:
+    """One line on stderr and exit 2, as the CLI refuses."""
+    print(f"bench/real.py: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
 def need(module: str, pip_name: str) -> object:
     """``module``, pip-installed first when missing; one line and exit 2 when that fails."""
     try:
@@ -36,7 +42,7 @@ def need(module: str, pip_name: str) -> object:
         p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", pip_name], capture_output=True, text=True)
         if p.returncode != 0:
             last = (p.stderr.strip().splitlines() or ["no output"])[-1]
-            sys.exit(f"bench/real.py: cannot install the package {pip_name} from PyPI: {last}")
+            _refuse(f"cannot install the package {pip_name} from PyPI: {last}")
         importlib.invalidate_caches()
         return importlib.import_module(module)
 
@@ -48,17 +54,20 @@ def apt_need(package: str, path: Path) -> Path:
         return path
     apt = shutil.which("apt-get")
     if apt is None:
-        sys.exit(f"bench/real.py: {path} is missing and there is no apt-get to install the Debian package {package}")
-    cmd = [apt, "install", "-y", "-q", package]
+        _refuse(f"{path} is missing and there is no apt-get to install the Debian package {package}")
+    sudo: list[str] = []
     if os.geteuid() != 0:
         if shutil.which("sudo") is None:
-            sys.exit(f"bench/real.py: {path} is missing; install the Debian package {package} as root "
-                     f"(apt-get install {package})")
-        cmd = ["sudo", "-n", *cmd]
-    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+            _refuse(f"{path} is missing; install the Debian package {package} as root (apt-get install {package})")
+        sudo = ["sudo", "-n"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    p = subprocess.run([*sudo, apt, "install", "-y", "-q", package], capture_output=True, text=True, env=env)
+    if p.returncode != 0:  # a fresh machine's package lists may be empty: update them once, then again
+        subprocess.run([*sudo, apt, "update", "-q"], capture_output=True, text=True, env=env)
+        p = subprocess.run([*sudo, apt, "install", "-y", "-q", package], capture_output=True, text=True, env=env)
     if p.returncode != 0 or not path.exists():
         last = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or ["no output"])[-1]
-        sys.exit(f"bench/real.py: cannot install the Debian package {package} (apt-get install {package}): {last}")
+        _refuse(f"cannot install the Debian package {package} (apt-get install {package}): {last}")
     return path
 
 
