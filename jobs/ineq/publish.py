@@ -19,7 +19,6 @@ from jobs.ineq.gate import staged_pairs
 from jobs.ineq.probe import probed_state
 from simjoin.core.inequality.spo import BATCH, MUTABLE
 from simjoin.quality.rows import epoch_us
-from simjoin.spark import delta
 
 
 def _expire(u: Any, run: IneqRun) -> list[int]:
@@ -46,10 +45,7 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
         n.get(int(r["side"]), 0), p.lateness_us)]
     if not gone:
         return []
-    conds = delta.id_conditions("batch_id", gone)  # a backlog expires tens of thousands at once
-    conds[0] = f"{conds[0]} OR (kind = '{MUTABLE}' AND unit < {u.id})"
-    for cond in conds:
-        u.engine.delete(run.batches, cond)
+    u.engine.delete_ids(run.batches, "batch_id", gone, also=f"kind = '{MUTABLE}' AND unit < {u.id}")
     return gone
 
 

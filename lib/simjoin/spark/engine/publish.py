@@ -194,6 +194,15 @@ class Publisher(EngineBase):
     def delete(self, path: str, cond: str) -> None:
         delta.delete(self.spark, path, cond)
 
+    def delete_ids(self, path: str, column: str, ids: Any, also: str | None = None) -> None:
+        """Delete the rows whose integer ``column`` is one of ``ids`` (or that match ``also``), in
+        bounded conditions (``delta.id_conditions``): a backlog expires tens of thousands at once."""
+        conds = delta.id_conditions(column, ids)
+        if also:
+            conds = [f"{conds[0]} OR ({also})", *conds[1:]] if conds else [also]
+        for cond in conds:
+            self.delete(path, cond)
+
     def expire(self, path: str, watermark: dt.datetime | None, column: str = "window_end",
                previous: dt.datetime | None = None, windows: tuple[float, float] | None = None) -> None:
         """Drop state rows whose window ended at or before the watermark. With ``previous`` (the
