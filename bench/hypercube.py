@@ -36,12 +36,12 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from capped import capped  # bench/capped.py
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -136,31 +136,11 @@ def run_aqe(spark, work: Path, timeout: float, workers: int) -> dict:
     spark.conf.set("spark.sql.shuffle.partitions", str(workers))
     left = spark.read.format("delta").load(str(work / "hypercube" / "left")).select("k")
     right = spark.read.format("delta").load(str(work / "hypercube" / "right")).select("k")
-    res: dict = {}
-
-    def go() -> None:
-        # the job group is per Python thread (PySpark's pinned threads): set it where the job runs,
-        # or cancelJobGroup reaches nothing and the job runs on beside the next alpha's run
-        spark.sparkContext.setJobGroup("aqe", "bench aqe", interruptOnCancel=True)
-        try:
-            res["count"] = left.join(right, "k").count()
-        except Exception as e:  # cancelled at the timeout
-            res["error"] = str(e).splitlines()[0][:200]
-
-    t0 = time.perf_counter()
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    th.join(timeout)
-    timed_out = th.is_alive()
-    if timed_out:
-        spark.sparkContext.cancelJobGroup("aqe")
-        th.join(60)
-    wall = time.perf_counter() - t0
-    if th.is_alive():
-        raise RuntimeError("the AQE job did not stop when cancelled: later timings would share the cores with it")
+    r = capped(spark, lambda: left.join(right, "k").count(), timeout, "aqe")
+    wall, timed_out = r["wall"], r["timed_out"]
     spark.conf.set("spark.sql.autoBroadcastJoinThreshold", old_bc)
     spark.conf.set("spark.sql.shuffle.partitions", old_sp)
-    return {"wall": wall, "timed_out": timed_out, "count": res.get("count")}
+    return {"wall": wall, "timed_out": timed_out, "count": r["value"]}
 
 
 def fmt(x: float, d: int = 1) -> str:

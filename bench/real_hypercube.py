@@ -38,6 +38,7 @@ def duckdb_count(left: str, right: str) -> tuple[int, float]:
     code = ("import duckdb; from deltalake import DeltaTable; "
             f"l = DeltaTable({left!r}).to_pyarrow_table(columns=['k']); "
             f"r = DeltaTable({right!r}).to_pyarrow_table(columns=['k']); "
+            "duckdb.execute('SET enable_progress_bar = false'); "
             "n = duckdb.sql('SELECT count(*) FROM l JOIN r USING (k)').fetchall()[0][0]; print(n)")
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600)
@@ -48,33 +49,29 @@ def duckdb_count(left: str, right: str) -> tuple[int, float]:
 
 def duckdb_pairs(left: str, right: str, window_us: int, out: str) -> tuple[np.ndarray, float, float]:
     """A fresh process: deltalake reads both tables, DuckDB joins them on k within the window (hash
-    join plus the time filter) and deltalake writes the pairs. Returns the pair keys (left_id << 21
-    | right_id, sorted), the whole process's seconds and the query's."""
-    code = ("import time, duckdb, numpy as np, pyarrow as pa; from deltalake import DeltaTable, write_deltalake; "
+    join plus the time filter) and deltalake writes the pairs to ``out``. Returns the pair keys
+    (read back from ``out``, untimed), the whole process's seconds and the query's."""
+    code = ("import time, duckdb; from deltalake import DeltaTable, write_deltalake; "
+            "duckdb.execute('SET enable_progress_bar = false'); "
             f"l = DeltaTable({left!r}).to_pyarrow_table(columns=['id', 'ts', 'k']); "
             f"r = DeltaTable({right!r}).to_pyarrow_table(columns=['id', 'ts', 'k']); "
             "t0 = time.perf_counter(); "
             "p = duckdb.sql('SELECT l.id AS left_id, r.id AS right_id, l.k AS k, greatest(l.ts, r.ts) AS ts FROM l "
             "JOIN r ON l.k = r.k AND abs(epoch_us(l.ts) - epoch_us(r.ts)) < "
             f"{window_us}').fetch_arrow_table(); q = time.perf_counter() - t0; "
-            f"write_deltalake({out!r}, p, mode='overwrite'); "
-            "np.save(__import__('sys').stdout.buffer, np.sort((p['left_id'].to_numpy() << 21) | "
-            "p['right_id'].to_numpy())); __import__('sys').stderr.write(f'QUERY {q}')")
+            f"write_deltalake({out!r}, p, mode='overwrite'); print(f'QUERY {{q}}')")
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=3600)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600)
+    wall = time.perf_counter() - t0
     if p.returncode != 0:
-        raise RuntimeError(p.stderr.decode()[-500:])
-    import io
-
-    keys = np.load(io.BytesIO(p.stdout))
-    return keys, time.perf_counter() - t0, float(p.stderr.decode().rsplit("QUERY ", 1)[1])
+        raise RuntimeError(p.stderr[-500:])
+    return pair_keys(out), wall, float(p.stdout.rsplit("QUERY ", 1)[1])
 
 
 def spark_window(spark, work, window_us: int, timeout: float, workers: int) -> dict:
     """Spark's own plan for the windowed join (AQE on, sort-merge on k plus the time filter), counted,
     stopped at the timeout."""
-    import threading
-
+    from capped import capped  # bench/capped.py
     from pyspark.sql import functions as fn
 
     spark.conf.set("spark.sql.adaptive.enabled", "true")
@@ -83,23 +80,9 @@ def spark_window(spark, work, window_us: int, timeout: float, workers: int) -> d
     rd = spark.read.format("delta")
     lt = rd.load(str(work / "hypercube" / "left")).select("k", fn.unix_micros("ts").alias("lt"))
     rt = rd.load(str(work / "hypercube" / "right")).select("k", fn.unix_micros("ts").alias("rt"))
-    res: dict = {}
-
-    def go() -> None:
-        spark.sparkContext.setJobGroup("aqe_window", "bench", interruptOnCancel=True)
-        try:
-            res["count"] = lt.join(rt, "k").where(fn.abs(fn.col("lt") - fn.col("rt")) < window_us).count()
-        except Exception as e:  # cancelled at the timeout
-            res["error"] = str(e).splitlines()[0][:200]
-
-    t0 = time.perf_counter()
-    th = threading.Thread(target=go, daemon=True)
-    th.start()
-    th.join(timeout)
-    if th.is_alive():
-        spark.sparkContext.cancelJobGroup("aqe_window")
-        th.join(60)
-    return {"wall": time.perf_counter() - t0, "timed_out": "count" not in res, "count": res.get("count")}
+    r = capped(spark, lambda: lt.join(rt, "k").where(fn.abs(fn.col("lt") - fn.col("rt")) < window_us).count(),
+               timeout, "aqe_window")
+    return {"wall": r["wall"], "timed_out": r["timed_out"], "count": r["value"]}
 
 
 def pair_keys(path: str) -> np.ndarray:

@@ -29,7 +29,6 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -230,23 +229,12 @@ def run_spark(ctx, stream: Path, kind: str, cap: float) -> dict:
     plan = df._jdf.queryExecution().executedPlan().toString()
     ops = re.findall(r"(BroadcastNestedLoopJoin|CartesianProduct|SortMergeJoin|BroadcastHashJoin|ShuffledHashJoin)",
                      plan)
-    sc = spark.sparkContext
-    group = f"real-ineq-{kind}-{time.time_ns()}"
-    sc.setJobGroup(group, "bench real ineq: Spark's plan", interruptOnCancel=True)
-    timer = threading.Timer(cap, lambda: sc.cancelJobGroup(group))
-    t0 = time.perf_counter()
-    timer.start()
-    try:
-        n, timed_out = df.count(), False
-    except Exception as e:  # the cancelled job
-        if time.perf_counter() - t0 < cap * 0.99:
-            raise
-        n, timed_out = None, True
-        print(f"  Spark {kind}: cancelled at {cap:.0f} s ({type(e).__name__})", flush=True)
-    finally:
-        timer.cancel()
-        sc.setLocalProperty("spark.jobGroup.id", None)
-    return {"wall": time.perf_counter() - t0, "pairs": n, "timed_out": timed_out,
+    from capped import capped  # bench/capped.py
+
+    r = capped(spark, df.count, cap, f"real-ineq-{kind}")
+    if r["timed_out"]:
+        print(f"  Spark {kind}: cancelled at {cap:.0f} s", flush=True)
+    return {"wall": r["wall"], "pairs": r["value"], "timed_out": r["timed_out"],
             "operator": ops[0] if ops else "?"}
 
 
