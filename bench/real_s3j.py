@@ -238,7 +238,8 @@ def ours_stats(out: str, warehouse: str) -> dict:
         tt = tt[tt["output"].astype(str).str.rstrip("/") == out.rstrip("/")]
         if len(tt):
             last = tt[tt["invocation"] == tt.sort_values("started_at")["invocation"].iloc[-1]]
-            res["stages"] = {str(r.stage): float(r.work_s) + float(r.startup_s) for r in last.itertuples()}
+            secs = last["work_s"].astype(float) + last["startup_s"].astype(float)
+            res["stages"] = {str(k): float(v) for k, v in secs.groupby(last["stage"]).sum().items()}  # all units
     except Exception as e:  # the timing table is a report's aid; its absence is stated, not fatal
         res["stages_error"] = str(e)[:200]
     return res
