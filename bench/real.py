@@ -96,7 +96,8 @@ class Context:
         if p.returncode != 0:
             print(f"  report {name}: {(p.stderr or p.stdout).strip().splitlines()[-1:]}", flush=True)
             return []
-        (dest / "index.html").unlink(missing_ok=True)  # its links point into the scratch folder
+        for page in dest.rglob("index.html"):  # their links point into the scratch folder
+            page.unlink()
         return sorted(str(f.relative_to(RESULTS)) for f in dest.rglob("*.png"))
 
     def close(self) -> None:
