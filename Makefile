@@ -13,7 +13,7 @@ export AIRFLOW__API__PORT ?= 8080
 export AIRFLOW__API__HOST ?= 127.0.0.1
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL ?= http://127.0.0.1:$(AIRFLOW__API__PORT)/execution/
 
-.PHONY: demo test test-fast test-slow test-exhaustive browser install airflow clean bench bench-s2j bench-s3j bench-s3j-balance bench-airflow lint compose-env
+.PHONY: demo test test-fast test-slow test-exhaustive browser install airflow clean bench bench-real bench-s2j bench-s3j bench-s3j-balance bench-airflow lint compose-env
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -88,6 +88,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/s3j_balance.py
 	for p in ineq hypercube s2j; do $(BIN)/python bench/microbatch.py --pipeline $$p || exit 1; done
 	$(BIN)/python bench/airflow.py
+	PYSPARK_PYTHON=$(BIN)/python $(BIN)/python bench/real.py
+
+bench-real: $(STAMP)
+	PYSPARK_PYTHON=$(BIN)/python $(BIN)/python bench/real.py
 
 bench-s2j: $(STAMP)
 	$(BIN)/python bench/s2j.py
