@@ -62,10 +62,10 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--ssj-minhash-tables", type=int, default=3, help="ssj: MinHashLSH hash tables")
     ap.add_argument("--ssj-sss-cap", type=float, default=30.0,
                     help="ssj: SetSimilaritySearch's cap, s (raised to simjoin's own seconds at that θ when lower)")
-    ap.add_argument("--ssj-minhash-prefix", type=int, default=20_000,
+    ap.add_argument("--ssj-minhash-prefix", type=int, default=10_000,
                     help="ssj: MinHashLSH also on the first N records, capped at --ssj-minhash-prefix-cap, for its "
                          "recall against our exact pairs among them (0: not)")
-    ap.add_argument("--ssj-minhash-prefix-cap", type=float, default=300.0, help="ssj: that run's cap, s")
+    ap.add_argument("--ssj-minhash-prefix-cap", type=float, default=150.0, help="ssj: that run's cap, s")
     ap.add_argument("--ssj-minhash-cap", type=float, default=30.0,
                     help="ssj: MinHashLSH's cap, s (raised to simjoin's own seconds at that θ when lower)")
     ap.add_argument("--ssj-cap", type=float, default=600.0, help="ssj: a simjoin ssj run is killed after this, s")
