@@ -30,6 +30,9 @@ class SSJConfig:
                                           "session: the machine or executor memory per task slot).", gt=0)
     skew_factor: float = param(1.25, "Split a node into more modgroups while its units cost more than this times "
                                     "the mean unit (candidate skew).", ge=1, le=100)
+    executor: str = param("auto", "Where the stages run: auto (the optimizer chooses from its memory and cost "
+                                  "estimates), in_process (no JVM: Arrow, numpy and deltalake in this process) "
+                                  "or spark.", choices=("auto", "in_process", "spark"))
     incremental: bool = param(True, "Join only the records appended since the last published run with the "
                                     "same parameters, and carry its pairs over (a full join when there is none, "
                                     "or the input was rewritten).")

@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -44,6 +45,12 @@ class Increment:
     reason: str
     since: dict[int, int] = field(default_factory=dict)  # side -> the base run's version of that input
     new_records: int | None = None
+    executor: str = "spark"  # where the run's stages run: in_process or spark (simjoin.core.setsim.path)
+    executor_reason: str = ""
+
+    @property
+    def in_process(self) -> bool:
+        return self.executor == "in_process"
 
     @property
     def incremental(self) -> bool:
@@ -84,8 +91,7 @@ def choose(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]], versi
             why = pins.append_only(spark, p, pinned[(s, p)], versions[s])
             if why:
                 return full(f"{why} since run {run_id}")
-        have = (delta.read_table(spark, job.output).filter(F.col("run_id") == run_id).count()
-                if delta.table_exists(spark, job.output) else 0)
+        have = delta.count_partition(spark, job.output, {"run_id": run_id})
         if have != r["pairs"]:
             return full(f"run {run_id}'s output partition holds {have} pairs; it published {r['pairs']}")
         since = {s: pinned[(s, p)] for s, p in sides}
@@ -97,8 +103,9 @@ def choose(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]], versi
 def write(spark: SparkSession, job: SSJRun, inc: Increment, pairs: int | None = None) -> Increment:
     """This run's row of ``<output>_increments`` (its ``run_id`` partition, replaced); ``pairs`` is set
     by the publish stage, which makes the run a base for later ones."""
-    row = (job.run_id, inc.mode, inc.base_run, inc.reason, params_key(job), inc.new_records, pairs)
-    delta.overwrite_rows(spark, [row], INCREMENTS_SCHEMA, job.tables.increments, job.part)
+    row = (job.run_id, inc.mode, inc.base_run, inc.reason, params_key(job), inc.new_records, pairs, inc.executor,
+           inc.executor_reason)
+    delta.overwrite_rows(spark, [row], INCREMENTS_SCHEMA, job.tables.increments, job.part, merge_schema=True)
     return job.keep("increment", inc)  # type: ignore[no-any-return]
 
 
@@ -114,9 +121,12 @@ def published(spark: SparkSession, job: SSJRun, inc: Increment, staged: Any) -> 
     """The pairs this run publishes (``PAIR_COLS``): its staged pairs, with its base run's pairs for
     an incremental run. Unique by (left_id, right_id) when the appended rows were told apart
     exactly (``pins.appended``): the ``ssj_published`` gate (``jobs.ssj.gates.pairs``) checks it."""
-    staged = staged.select(*PAIR_COLS)
+    staged = staged.select(list(PAIR_COLS)) if isinstance(staged, pa.Table) else staged.select(*PAIR_COLS)
     if not inc.incremental:
         return staged
+    if isinstance(staged, pa.Table):  # the in-process path: the base run's pairs read with deltalake
+        carried = delta.read_arrow(job.output, [("run_id", "=", inc.base_run)], list(PAIR_COLS))
+        return pa.concat_tables([carried.cast(staged.schema), staged])
     carried = delta.read_table(spark, job.output).filter(F.col("run_id") == F.lit(inc.base_run)).select(*PAIR_COLS)
     return carried.unionByName(staged)
 
@@ -128,4 +138,5 @@ def load(spark: SparkSession, job: SSJRun) -> Increment:
     r = read_rows(spark, job).get(job.run_id)
     if r is None:
         raise ValueError(f"{job.tables.increments} has no row for run {job.run_id!r}: run the tokenize stage first")
-    return Increment(r["base_run"], r["reason"], new_records=r["new_records"])
+    return Increment(r["base_run"], r["reason"], new_records=r["new_records"],
+                     executor=r.get("executor") or "spark", executor_reason=r.get("executor_reason") or "")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -26,10 +27,56 @@ STATS_SCHEMA = ("unit int, records_indexed long, records_probed long, candidates
 STAT_COLS = [c.split()[0] for c in STATS_SCHEMA.split(", ")]
 
 
+def stats_rows(job: SSJRun, plan: Any, unit_stats: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """One stats row per plan unit (``STATS_SCHEMA``): its counters summed over an increment's
+    blocks, completed with the plan's estimates."""
+    got: dict[int, list] = {}
+    for st in unit_stats:
+        now = [st["unit"], *(st[k] for k in STAT_COLS[1:8]), st["cpu_seconds"]]
+        have = got.get(st["unit"])
+        got[st["unit"]] = now if have is None else [
+            *have[:1], *(x + int(y) for x, y in zip(have[1:6], now[1:6])),
+            have[6] + float(now[6]), have[7], have[8] + float(now[8])]
+    stat_rows = []
+    for u in plan.units:
+        g = got.get(u.unit)
+        vals = [int(x) for x in g[1:6]] if g else [0] * 5
+        wall, cpu = (float(g[6]), float(g[8])) if g else (0.0, 0.0)
+        stat_rows.append((u.unit, *vals, wall, int(g[7]) if g else None, u.node, u.modgroup,
+                          float(u.est_cost), int(u.est_ram_bytes), float(vals[2]), job.run_id, "ssj", wall, cpu))
+    return stat_rows
+
+
+def _run_in_process(spark: Any, job: SSJRun, plan: Any, inc: increment.Increment) -> tuple[list, Any]:
+    """The units on this process's thread pool (``setsim_local.join_units``): stats rows, pairs."""
+    from jobs.ssj.gates import records as read_records
+    from simjoin.spark import setsim_local as L
+
+    records = read_records(spark, job, inc)
+    if inc.incremental:
+        done = [L.join_units(b, plan, True) for b in L.increment_blocks(records, job.rs)]
+        pairs = pa.concat_tables([d.pairs for d in done])
+        if not job.rs:
+            pairs = L.self_pairs(pairs)
+        unit_stats = [st for d in done for st in d.stats]
+    else:
+        one = L.join_units(records, plan, job.rs)
+        pairs, unit_stats = one.pairs, one.stats
+    stat_rows = stats_rows(job, plan, unit_stats)
+    delta.overwrite_rows(spark, stat_rows, STATS_SCHEMA, job.tables.stats, job.part, merge_schema=True)
+    delta.overwrite_partition_arrow(spark, pairs, job.tables.staging, job.part)
+    job.keep("pairs", pairs)
+    return stat_rows, pairs
+
+
 def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     """Run every unit; write the stats table and this run's staging pairs; keep the pairs
     (persisted) for the gate and the publish stage of this process."""
     plan = load_plan(spark, job)
+    inc = increment.load(spark, job)
+    if inc.in_process:
+        stat_rows, pairs = _run_in_process(spark, job, plan, inc)
+        return summarize(stat_rows, inc, pairs.num_rows)
     records = job.frame("records", lambda: delta.read_table(spark, job.tables.tokens)
                         .filter(F.col("run_id") == job.run_id))
     # one partition per unit: no coalescing of the shuffle by AQE
@@ -51,26 +98,19 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
         pairs = pairs.withColumn("run_id", F.lit(job.run_id))
         # one stats row per unit (summed over an increment's blocks), completed with the plan's estimates
         stats = res.filter(F.col("kind") == int(RowKind.STATS))
-        got: dict[int, list] = {}
-        for r in stats.select("unit", "stats").collect():
-            st = S.unit_stats(r)
-            now = [st["unit"], *(st[k] for k in STAT_COLS[1:8]), st["cpu_seconds"]]
-            have = got.get(st["unit"])
-            got[st["unit"]] = now if have is None else [
-                *have[:1], *(x + int(y) for x, y in zip(have[1:6], now[1:6])),
-                have[6] + float(now[6]), have[7], have[8] + float(now[8])]
-        stat_rows = []
-        for u in plan.units:
-            g = got.get(u.unit)
-            vals = [int(x) for x in g[1:6]] if g else [0] * 5
-            wall, cpu = (float(g[6]), float(g[8])) if g else (0.0, 0.0)
-            stat_rows.append((u.unit, *vals, wall, int(g[7]) if g else None, u.node, u.modgroup,
-                              float(u.est_cost), int(u.est_ram_bytes), float(vals[2]), job.run_id, "ssj", wall, cpu))
+        stat_rows = stats_rows(job, plan, [S.unit_stats(r) for r in stats.select("unit", "stats").collect()])
         delta.overwrite_rows(spark, stat_rows, STATS_SCHEMA, job.tables.stats, job.part, merge_schema=True)
         delta.overwrite_partition(pairs, job.tables.staging, job.part)
         job.keep("pairs", pairs)
     finally:
         spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", prev)
+    n_pairs = job.frames["pairs"].count() if inc.incremental and not job.rs else None
+    return summarize(stat_rows, inc, n_pairs)
+
+
+def summarize(stat_rows: list[tuple[Any, ...]], inc: increment.Increment, n_pairs: int | None) -> dict[str, Any]:
+    """The join's log lines (one per unit) and result; ``n_pairs``: the staged pairs, when not the
+    units' results summed (an incremental self-join drops the repeats)."""
     rows: list[dict[str, Any]] = [dict(zip(STAT_COLS, r)) for r in stat_rows]
     for row in rows:
         log.info("ssj unit %d (node %d, modgroup %d): indexed %d probed %d candidates %d results %d in %.2fs "
@@ -78,8 +118,9 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
                  row["records_probed"], row["candidates"], row["results"], row["wall_seconds"], row["cpu_seconds"])
     walls = [row["wall_seconds"] for row in rows]
     cpus = [row["cpu_seconds"] for row in rows if row["records_indexed"] or row["records_probed"]]
-    n_pairs = job.frames["pairs"].count() if inc.incremental and not job.rs else sum(r["results"] for r in rows)
-    out = {"pairs": int(n_pairs), "mode": inc.mode, "units": len(rows),
+    if n_pairs is None:
+        n_pairs = sum(r["results"] for r in rows)
+    out = {"pairs": int(n_pairs), "mode": inc.mode, "units": len(rows), "executor": inc.executor,
            "candidates": int(sum(row["candidates"] for row in rows)),
            "slowest_unit_s": float(max(walls, default=0.0)), "fastest_unit_s": float(min(walls, default=0.0)),
            "slowest_unit_cpu_s": float(max(cpus, default=0.0)), "fastest_unit_cpu_s": float(min(cpus, default=0.0))}

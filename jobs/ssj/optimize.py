@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from jobs.ssj.common import SSJRun
 from simjoin.core.setsim import Plan, RamFactors, make_plan, search_plan
@@ -25,14 +24,33 @@ log = get_logger("simjoin.ssj")
 def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     plan = make(spark, job)
     mods = sorted({plan.unit_mod(u) for u in plan.units})
+    from jobs.ssj import increment
+
     return {"units": plan.n_units, "n": plan.n, "m": plan.m, "mods": mods, "deviation": float(plan.deviation),
-            "reason": plan.reason}
+            "reason": plan.reason, "executor": increment.load(spark, job).executor}
+
+
+def budget(spark: SparkSession, job: SSJRun, in_process: bool) -> S.UnitBudget:
+    """Memory per unit and slots: from the Spark session, or on the in-process path from the
+    configuration such a session would have (so both paths plan alike on one machine)."""
+    if not in_process:
+        return S.unit_budget(spark, job.cfg.memory_gb)
+    from simjoin.config import SparkConfig, load_config
+
+    sc = load_config(SparkConfig, "spark")
+    master = sc.master if sc.master.startswith("local") else "local[*]"
+    return S.unit_budget(None, job.cfg.memory_gb, conf={"spark.master": master,
+                                                        "spark.driver.memory": sc.driver_memory})
 
 
 def make(spark: SparkSession, job: SSJRun) -> Plan:
+    from jobs.ssj import increment
+    from jobs.ssj.gates import records as read_records
+
     cfg = job.cfg
-    rows = job.frame("length_rows", lambda: delta.read_table(spark, job.tables.lengths)
-                     .filter(F.col("run_id") == job.run_id).collect())
+    inc = increment.load(spark, job)
+    rows = job.frame("length_rows", lambda: delta.read_arrow_any(
+        spark, job.tables.lengths, [("run_id", "=", job.run_id)], ["length", "count"]).to_pylist())
     rows = sorted(rows, key=lambda r: r["length"])
     lengths = np.array([r["length"] for r in rows], dtype=np.int64)
     counts = np.array([r["count"] for r in rows], dtype=np.int64)
@@ -43,27 +61,32 @@ def make(spark: SparkSession, job: SSJRun) -> Plan:
         plan = Plan(theta=plan.theta, sim=plan.sim, n=plan.n, m=plan.m, units=plan.units, deviation=plan.deviation,
                     reason=f"set by the user: --workers {cfg.workers or 1} --mod {cfg.mod or 1}")
     else:
-        budget = S.unit_budget(spark, cfg.memory_gb)
+        room = budget(spark, job, inc.in_process)
         t0 = time.perf_counter()
-        records = job.frame("records", lambda: delta.read_table(spark, job.tables.tokens)
-                            .filter(F.col("run_id") == job.run_id))
+        records = read_records(spark, job, inc)
         n = int(counts.sum())
-        work, fraction, results, sampled = S.measure_slices(records, cfg.threshold, cfg.similarity, job.rs, n)
+        if inc.in_process:
+            from simjoin.spark import setsim_local as L
+
+            work, fraction, results, sampled = L.measure_slices(records, cfg.threshold, cfg.similarity, job.rs, n)
+        else:
+            work, fraction, results, sampled = S.measure_slices(records, cfg.threshold, cfg.similarity, job.rs, n)
         log.info("ssj optimize: slice costs measured in %.1fs: %.3g posting visits (%s of the records), "
                  "%.3g result pairs (from a join of %s of them)", time.perf_counter() - t0, sum(work.values()),
                  "all" if fraction >= 1 else f"{fraction:.1%}", sum(results.values()),
                  "all" if sampled >= 1 else f"{sampled:.1%}")
         costs = measured_costs(lengths, work, results)
-        plan = search_plan(lengths, counts, cfg.threshold, cfg.similarity, slots=budget.slots,
-                           memory_bytes=budget.memory_bytes, factors=factors, costs=costs,
+        plan = search_plan(lengths, counts, cfg.threshold, cfg.similarity, slots=room.slots,
+                           memory_bytes=room.memory_bytes, factors=factors, costs=costs,
                            total_units=cfg.total_units, skew_factor=cfg.skew_factor)
-        log.info("ssj optimize: memory per unit %.2f GiB (%s)", budget.memory_bytes / 2**30, budget.source)
+        log.info("ssj optimize: memory per unit %.2f GiB (%s)", room.memory_bytes / 2**30, room.source)
         for c in plan.search:
             log.info("ssj optimize: t=%d n=%d m=%d %s: %s", c.t, c.n, c.m, c.verdict, c.reason)
-    delta.overwrite_rows(spark, [(*r, job.run_id) for r in S.plan_rows(plan)], S.PLAN_SCHEMA + ", run_id string",
+    delta.overwrite_rows(spark, [(*r, inc.executor, inc.executor_reason, job.run_id) for r in S.plan_rows(plan)],
+                         S.PLAN_SCHEMA + ", executor string, executor_reason string, run_id string",
                          job.tables.plan, job.part, merge_schema=True)
-    log.info("ssj optimize: n=%d m=%d -> %d units, cost deviation %.2f", plan.n, plan.m, plan.n_units,
-             plan.deviation)
+    log.info("ssj optimize: n=%d m=%d -> %d units, cost deviation %.2f, %s", plan.n, plan.m, plan.n_units,
+             plan.deviation, inc.executor.replace("_", " "))
     return job.keep("plan", plan)  # type: ignore[no-any-return]
 
 
@@ -71,5 +94,5 @@ def load_plan(spark: SparkSession, job: SSJRun) -> Plan:
     """The plan kept by this process's optimizer, else this run's plan table."""
     if "plan" in job.frames:
         return job.frames["plan"]  # type: ignore[no-any-return]
-    rows = delta.read_table(spark, job.tables.plan).filter(F.col("run_id") == job.run_id).collect()
+    rows = delta.read_arrow_any(spark, job.tables.plan, [("run_id", "=", job.run_id)]).to_pylist()
     return S.plan_from_rows(rows)

@@ -16,9 +16,10 @@ def summary(run: Any, results: dict[str, Any]) -> str:
     split = f", split {'/'.join(map(str, mods))}" if mods else ""
     lo, hi = join.get("fastest_unit_cpu_s", 0.0), join.get("slowest_unit_cpu_s", 0.0)
     ratio = hi / lo if lo > 0 else float("nan")
+    where = "in process" if tok.get("executor") == "in_process" else "on Spark"
     return (f"ssj: {pub['pairs']} pairs{how} from {tok['records']} records ({tok['quarantined']} quarantined), "
             f"{join['units']} units (n={opt['n']}, m={opt['m']}{split}, unit CPU slowest/fastest {ratio:.1f}) "
-            f"-> {run.output}")
+            f"{where} -> {run.output}")
 
 
 SPEC = PipelineSpec(

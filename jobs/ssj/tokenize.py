@@ -9,14 +9,19 @@ An incremental run (``jobs.ssj.increment``) tags the rows appended since its bas
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.ssj import increment
 from jobs.ssj.common import SSJRun
+from simjoin.core.setsim.path import PathChoice, choose_path
 from simjoin.log import get_logger
 from simjoin.spark import delta, pins
 from simjoin.spark import setsim as S
@@ -45,7 +50,7 @@ def read_versions(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]]
         latest = ({s: pool.submit(delta.latest_version, spark, p) for s, p in sides} if job.as_of is None
                   else {})
         for _, path in sides:
-            S.check_input_columns(delta.read_table(spark, path), job.cfg.id_col, job.cfg.text_col, f"input {path}")
+            check_input(spark, path, job.cfg.id_col, job.cfg.text_col)
         rows = runs.result()
         versions = pins.pin_inputs(spark, job.tables.runs, job.run_id, sides, as_of=job.as_of,
                                    reuse=job.trigger != "cli", rows=rows,
@@ -60,16 +65,68 @@ def read_versions(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]]
     return versions, increment.choose(spark, job, sides, versions, done=done_rows, runs=rows)
 
 
+def check_input(spark: Any, path: str, id_col: str, text_col: str) -> None:
+    """The input has the id and text columns, of allowed types: from a local table's Delta log
+    (no Spark), else from Spark's schema."""
+    local = delta._local_dir(path)
+    if local is not None:
+        try:
+            from simjoin.spark.delta_files import open_table
+
+            schema = pa.schema(open_table(local).schema().to_arrow())
+        except Exception:  # a reader feature deltalake lacks: Spark reads the schema
+            schema = None
+        if schema is not None:
+            from simjoin.spark.setsim_local import check_input_schema
+
+            check_input_schema(schema, id_col, text_col, f"input {path}")
+            return
+    S.check_input_columns(delta.read_table(spark, path), id_col, text_col, f"input {path}")
+
+
+def choose(job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int]) -> PathChoice:
+    """Where this run's stages run (``simjoin.core.setsim.path``): from the inputs' Delta logs
+    (records and Parquet bytes at the pinned versions), this machine's memory and Spark's master."""
+    import os
+
+    from simjoin.config import SparkConfig, load_config
+
+    local = all(delta._local_dir(p) is not None for p in [*(p for _, p in sides), job.output])
+    records = size = 0
+    if local:
+        from deltalake import DeltaTable
+
+        for s, p in sides:
+            try:
+                acts = DeltaTable(delta._local_dir(p), version=versions[s]).get_add_actions(flatten=True)
+                n = np.asarray(acts.column("num_records").to_pylist(), dtype=float)
+                size += int(np.nansum(np.asarray(acts.column("size_bytes").to_pylist(), dtype=float)))
+                records += int(np.nansum(n))  # a file without statistics counts its bytes only
+            except Exception as e:  # a feature deltalake lacks: Spark reads the input
+                log.info("ssj tokenize: deltalake cannot read %s (%s)", p, e)
+                local = False
+    master = load_config(SparkConfig, "spark").master
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return choose_path(records, size, memory, local_tables=local, cluster=not master.startswith("local"),
+                       requested=job.cfg.executor)
+
+
 def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     """Write the tokens, lengths and quarantine tables; keep the records (persisted) and the
     length statistics for the later stages of this process."""
     from simjoin.quality.gates import preload
 
-    preload()  # Great Expectations imports in the background while Spark tokenizes
     cfg = job.cfg
     sides = [(0, job.input)] + ([(1, job.right)] if job.right else [])
     versions, inc = read_versions(spark, job, sides)
+    path = choose(job, sides, versions)
+    inc = replace(inc, executor=path.executor, executor_reason=path.reason)
     log.info("ssj tokenize: %s", inc.reason)
+    log.info("ssj tokenize: runs %s: %s", path.executor.replace("_", " "), path.reason)
+    if path.in_process:
+        preload(process=True)  # the gates run in the warm gate server: no Great Expectations import here
+        return _run_in_process(spark, job, sides, versions, inc)
+    preload()  # Great Expectations imports in the background while Spark tokenizes
     rows: DataFrame | None = None
     for side, path in sides:
         df = delta.read_table(spark, path, version=versions[side])
@@ -80,7 +137,8 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
         rows = one if rows is None else rows.unionByName(one)
     assert rows is not None
     if inc.incremental and (clash := S.appended_id_clash(S.prepare(rows, cfg.qgram))) is not None:
-        inc = increment.full(f"the appended row id {clash} repeats an id of an earlier row")
+        inc = replace(increment.full(f"the appended row id {clash} repeats an id of an earlier row"),
+                      executor=inc.executor, executor_reason=inc.executor_reason)
         log.info("ssj tokenize: %s", inc.reason)
         rows = rows.withColumn("side", (F.col("side") % S.APPENDED).cast("int"))
     # Two passes over the input, each tokenizing it: the profile (token frequencies, lengths, ids),
@@ -125,4 +183,59 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     log.info("ssj tokenize: %d records in, %d tokenized (%d to join: %s), %d quarantined", n_in, prof.good, new,
              inc.mode, prof.bad)
     return {"records_in": n_in, "records": prof.good, "quarantined": prof.bad, "mode": inc.mode,
-            "base_run": inc.base_run, "new_records": new, "versions": {p: versions[s] for s, p in sides}}
+            "base_run": inc.base_run, "new_records": new, "versions": {p: versions[s] for s, p in sides},
+            "executor": inc.executor}
+
+
+def _run_in_process(spark: Any, job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int],
+                    inc: increment.Increment) -> dict[str, Any]:
+    """The tokenize stage without Spark (``simjoin.spark.setsim_local``): the same tables."""
+    import time
+
+    from simjoin.spark import setsim_local as L
+
+    cfg = job.cfg
+    t0 = time.perf_counter()
+
+    def read(side: int, path: str, since: int | None) -> pa.Table:
+        return L.read_input(delta._local_dir(path) or path, versions[side], cfg.id_col, cfg.text_col, side,
+                            f"input {path}", appended_since=since)
+
+    parts = [read(s, p, inc.since[s] if inc.incremental else None) for s, p in sides]
+    rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    read_s = time.perf_counter() - t0
+    log.info("ssj tokenize: read %d rows in %.2fs", rows.num_rows, read_s)
+    tok = L.tokenize(rows, cfg.qgram)
+    if inc.incremental and (clash := L.appended_id_clash(tok.records)) is not None:
+        inc = replace(increment.full(f"the appended row id {clash} repeats an id of an earlier row"),
+                      executor=inc.executor, executor_reason=inc.executor_reason)
+        log.info("ssj tokenize: %s", inc.reason)
+        side = rows.column("side").to_numpy() % S.APPENDED
+        tok = L.tokenize(rows.set_column(0, "side", pa.array(side.astype(np.int32))), cfg.qgram)
+    t1 = time.perf_counter()
+    n_in, good, n_bad = rows.num_rows, tok.records.num_rows, tok.bad.num_rows
+    if good != tok.prof.good:
+        raise AssertionError(f"ssj tokenize lost rows: {good} records encoded, {tok.prof.good} good rows")
+    log.info("quality %s: %d rows in, %d good, %d quarantined", " + ".join(p for _, p in sides), n_in, good, n_bad)
+    bad = tok.bad.append_column("stage", pa.array(["tokenize"] * n_bad, pa.string()))
+    delta.overwrite_partition_arrow(spark, bad, job.tables.quarantine, job.part)
+    length_rows = [{"length": int(a), "count": int(c)} for a, c in zip(tok.prof.lengths, tok.prof.counts)]
+    delta.overwrite_rows(spark, [(r["length"], r["count"], job.run_id) for r in length_rows],
+                         "length int, count long, run_id string", job.tables.lengths, job.part)
+    delta.overwrite_partition_arrow(spark, tok.records, job.tables.tokens, job.part)
+    new = int((tok.records.column("side").to_numpy() >= S.APPENDED).sum()) if inc.incremental else good
+    inc = increment.write(spark, job, increment.with_new_records(inc, new))
+    job.keep("records", tok.records)
+    job.keep("length_rows", length_rows)
+    log.info("ssj tokenize: %d records in, %d tokenized (%d to join: %s), %d quarantined", n_in, good, new,
+             inc.mode, n_bad)
+    steps = {"read": read_s, **tok.seconds, "write": time.perf_counter() - t1}
+    log_steps("tokenize", steps)
+    return {"records_in": n_in, "records": good, "quarantined": n_bad, "mode": inc.mode,
+            "base_run": inc.base_run, "new_records": new, "versions": {p: versions[s] for s, p in sides},
+            "executor": inc.executor, "steps": steps}
+
+
+def log_steps(stage: str, steps: dict[str, float]) -> None:
+    """One line per in-process stage with where its seconds went (``bench/ssj.py`` reads it)."""
+    log.info("ssj steps %s: %s", stage, json.dumps({k: round(v, 4) for k, v in steps.items()}))

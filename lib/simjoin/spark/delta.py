@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import glob
+import json
 import os
 import re
 import threading
@@ -22,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 
 from simjoin import faults
@@ -430,17 +432,52 @@ def overwrite_rows(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: s
 
 def _overwrite_rows_deltalake(rows: Sequence[Sequence[Any]], schema: str, path: str, partition: Mapping[str, Any],
                               merge_schema: bool, exists: bool) -> None:
+    import pyarrow as pa
     from deltalake import write_deltalake
 
     data = _to_arrow(rows, schema)
     faults.check_rows(data.num_rows)  # a rows@N fault fails the write before its commit, as in a Spark task
     if not exists:
         write_deltalake(path, data, mode="overwrite", partition_by=list(partition),
-                        description=delta_files.owner_description())
+                        description=delta_files.owner_description(),
+                        writer_properties=delta_files.writer_properties(data.schema))
         return
+    table = delta_files.open_table(path)
+    have = pa.schema(table.schema().to_arrow())
+    if set(have.names) == set(data.column_names):  # the table's own types (a Spark-made table's too)
+        data = pa.Table.from_arrays([data.column(f.name).cast(f.type) for f in have], schema=have)
     cond = " AND ".join(f"{k} = {_sql_literal(v)}" for k, v in partition.items())
-    write_deltalake(delta_files.open_table(path), data, mode="overwrite", predicate=cond,
-                    schema_mode="merge" if merge_schema else None)
+    write_deltalake(table, data, mode="overwrite", predicate=cond, schema_mode="merge" if merge_schema else None,
+                    writer_properties=delta_files.writer_properties(data.schema))
+
+
+def overwrite_partition_arrow(spark: Any, t: Any, ref: str, partition: Mapping[str, Any],
+                              merge_schema: bool = False) -> None:
+    """:func:`overwrite_partition` of a pyarrow Table (the partition's columns are added to it):
+    the same table, partition and guarantees, written with ``deltalake`` for a local table (no
+    Spark), else by Spark. Inside ``background_writes`` it runs in a writer thread."""
+    import pyarrow as pa
+
+    if not partition:
+        raise ValueError("overwrite_partition_arrow needs at least one partition column")
+    for k, v in partition.items():
+        if k not in t.column_names:
+            t = t.append_column(k, pa.array([v] * t.num_rows, pa.string() if isinstance(v, str) else None))
+    submit = getattr(_local, "submit", None)
+    if submit is not None:
+        submit(_overwrite_partition_arrow_now, spark, t, ref, dict(partition), merge_schema)
+        return
+    _overwrite_partition_arrow_now(spark, t, ref, partition, merge_schema)
+
+
+def _overwrite_partition_arrow_now(spark: Any, t: Any, ref: str, partition: Mapping[str, Any],
+                                   merge_schema: bool) -> None:
+    if _by_deltalake(ref, "the partition overwrite", lambda local: _overwrite_rows_deltalake(
+            t, "", local, partition, merge_schema, table_exists(spark, ref))):
+        return
+    from simjoin.spark.session import arrow_frame, real_session
+
+    _overwrite_partition_now(arrow_frame(real_session(spark), t), ref, partition, merge_schema)
 
 
 def overwrite_arrow(spark: SparkSession, t: Any, ref: str) -> None:
@@ -657,6 +694,55 @@ def history(spark: SparkSession, ref: str, limit: int | None = None) -> DataFram
     if not table_exists(spark, ref):
         raise FileNotFoundError(f"no Delta table at {ref!r}")
     return spark.sql(f"DESCRIBE HISTORY {_sql_ref(ref)}" + (f" LIMIT {int(limit)}" if limit else ""))
+
+
+def history_rows(spark: Any, ref: str) -> list[dict[str, Any]]:
+    """The table's commits, newest first: ``version``, ``timestamp_ms``, ``operation`` and
+    ``operationParameters`` (string values). From a local table's log with deltalake (no Spark),
+    else Spark's ``DESCRIBE HISTORY``."""
+    local = _local_dir(ref)
+    if local is not None and table_exists(spark, ref):
+        try:
+            got = delta_files.open_table(local).history()
+            return [{"version": int(h["version"]), "timestamp_ms": int(h["timestamp"]), "operation": h.get("operation"),
+                     "operationParameters": {k: v if isinstance(v, str) else json.dumps(v)
+                                             for k, v in (h.get("operationParameters") or {}).items()}}
+                    for h in got]
+        except Exception as e:  # a reader feature deltalake lacks: Spark reads it
+            log.info("delta: deltalake cannot read the history of %s (%s); Spark reads it", ref, e)
+    from pyspark.sql import functions as F
+
+    rows = history(spark, ref).select("version", (F.unix_micros("timestamp") // 1000).alias("ms"), "operation",
+                                      "operationParameters").collect()
+    return [{"version": int(r["version"]), "timestamp_ms": int(r["ms"]), "operation": r["operation"],
+             "operationParameters": dict(r["operationParameters"] or {})} for r in rows]
+
+
+def count_partition(spark: Any, ref: str, partition: Mapping[str, Any]) -> int:
+    """Rows of ``ref`` in ``partition`` (0 without a table): from a local table's file statistics
+    with deltalake (no data read), else counted by Spark."""
+    if not table_exists(spark, ref):
+        return 0
+    local = _local_dir(ref)
+    if local is not None:
+        try:
+            dt = delta_files.open_table(local)
+            if not set(dt.protocol().reader_features or []) & {"deletionVectors"}:
+                acts = dt.get_add_actions(flatten=True)
+                keep = np.ones(acts.num_rows, bool)
+                for k, v in partition.items():
+                    keep &= np.array([x == str(v) for x in acts.column(f"partition.{k}").to_pylist()], bool)
+                n = np.asarray(acts.column("num_records").to_pylist(), dtype=float)[keep]
+                if not np.isnan(n).any():
+                    return int(n.sum())
+        except Exception as e:  # no statistics or a feature deltalake lacks: Spark counts
+            log.info("delta: %s is counted with Spark: %s", ref, e)
+    from pyspark.sql import functions as F
+
+    df = read_table(spark, ref)
+    for k, v in partition.items():
+        df = df.filter(F.col(k) == F.lit(v))
+    return int(df.count())
 
 
 def latest_version(spark: SparkSession, ref: str) -> int:

@@ -30,16 +30,15 @@ def version_as_of(spark: SparkSession, ref: str, as_of: dt.datetime) -> int:
     """The last version of ``ref`` committed at or before ``as_of`` (tz-aware, or UTC if naive)."""
     if as_of.tzinfo is None:
         as_of = as_of.replace(tzinfo=dt.UTC)
-    micros = int(as_of.timestamp() * 1_000_000)
-    h = delta.history(spark, ref).select("version", F.unix_micros("timestamp").alias("us"))
-    row = h.filter(F.col("us") <= micros).agg(F.max("version")).first()
-    if row is None or row[0] is None:
-        first = h.agg(F.min("us")).first()
-        since = (dt.datetime.fromtimestamp(first[0] / 1e6, dt.UTC).isoformat()  # type: ignore[index]
-                 if first and first[0] is not None else "?")
+    ms = as_of.timestamp() * 1000
+    h = delta.history_rows(spark, ref)
+    got = [r["version"] for r in h if r["timestamp_ms"] <= ms]
+    if not got:
+        first = min((r["timestamp_ms"] for r in h), default=None)
+        since = dt.datetime.fromtimestamp(first / 1e3, dt.UTC).isoformat() if first is not None else "?"
         raise ValueError(f"input {ref} has no version at or before {as_of.isoformat()} (its oldest kept commit "
                          f"is at {since}): allowed a data interval that ends after the table was written")
-    return int(row[0])
+    return int(max(got))
 
 
 def read_rows(spark: SparkSession, table: str) -> list[Any]:
@@ -108,9 +107,7 @@ def append_only(spark: SparkSession, ref: str, since: int, until: int) -> str | 
         return f"{ref} v{until} is older than v{since}"
     if until == since:
         return None
-    rows = (delta.history(spark, ref).filter((F.col("version") > since) & (F.col("version") <= until))
-            .select("version", "operation", "operationParameters").collect())
-    got = {int(r["version"]): r for r in rows}
+    got = {r["version"]: r for r in delta.history_rows(spark, ref) if since < r["version"] <= until}
     for v in range(since + 1, until + 1):
         r = got.get(v)
         if r is None:

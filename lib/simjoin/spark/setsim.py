@@ -192,18 +192,20 @@ def _task_partition() -> int:
     return ctx.partitionId() if ctx else 0
 
 
-def _partition(rows: pa.Table, offsets: np.ndarray, dictionary: pa.Array, codes: np.ndarray) -> _Partition:
-    """The view of one partition from every row's tokens (codes) and reason: only good rows keep tokens."""
+def _partition(rows: pa.Table, offsets: np.ndarray, dictionary: pa.Array, codes: np.ndarray,
+               part: int | None = None) -> _Partition:
+    """The view of one partition from every row's tokens (codes) and reason: only good rows keep tokens.
+    ``part``: its number (default: the Spark task's partition, 0 outside a task)."""
     good = pc.equal(rows.column("reason"), "").to_numpy(zero_copy_only=False)
     lengths = np.diff(offsets)
     if not good.all():
         codes = codes[np.repeat(good, lengths)]
         lengths = lengths[good]
     off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return _Partition(_task_partition(), rows, good, off, dictionary, codes)
+    return _Partition(_task_partition() if part is None else part, rows, good, off, dictionary, codes)
 
 
-def _from_text(batches: Iterator[pa.RecordBatch], qgram: int | None) -> _Partition | None:
+def _from_text(batches: Iterator[pa.RecordBatch], qgram: int | None, part: int | None = None) -> _Partition | None:
     """(side, id, text) batches of one partition, tokenized here as a whole (``token_codes``)."""
     bs = [b for b in batches if b.num_rows]
     if not bs:
@@ -212,7 +214,29 @@ def _from_text(batches: Iterator[pa.RecordBatch], qgram: int | None) -> _Partiti
     text = t.column("text").chunk(0) if t.column("text").num_chunks else pa.array([], pa.string())
     offsets, dictionary, codes = token_codes(text, qgram)
     reason = _row_reasons(t.column("id"), text, np.diff(offsets))
-    return _partition(t.select(["side", "id", "text"]).append_column("reason", reason), offsets, dictionary, codes)
+    return _partition(t.select(["side", "id", "text"]).append_column("reason", reason), offsets, dictionary, codes,
+                      part)
+
+
+def tokenize_partition(rows: pa.Table, qgram: int | None, part: int) -> _Partition | None:
+    """One partition of (side, id, text) rows tokenized (what a Spark task of ``profile`` and ``encode``
+    does with its partition): the in-process executor's unit of tokenizing."""
+    return _from_text(iter(rows.to_batches()), qgram, part)
+
+
+def with_duplicates(p: _Partition, drop: np.ndarray) -> _Partition:
+    """``p`` with the good rows where ``drop`` (bool per row) holds marked ``duplicate id <id>``."""
+    if not drop.any():
+        return p
+    ids = p.rows.column("id")
+    why = pc.binary_join_element_wise(pa.scalar("duplicate id "), pc.cast(ids, pa.string()), "")
+    reason = pc.if_else(pa.array(drop), why, p.rows.column("reason"))
+    rows = p.rows.set_column(p.rows.column_names.index("reason"), "reason", reason)
+    lengths = np.diff(p.offsets)
+    keep = ~drop[p.good]
+    codes = p.codes[np.repeat(keep, lengths)]
+    off = np.concatenate([[0], np.cumsum(lengths[keep])]).astype(np.int64)
+    return _Partition(p.part, rows, p.good & ~drop, off, p.dictionary, codes)
 
 
 def _from_prepared(batches: Iterator[pa.RecordBatch]) -> _Partition | None:
@@ -264,41 +288,47 @@ def id_intervals(ids: np.ndarray, k: int = ID_INTERVALS) -> tuple[np.ndarray, np
     return ids[np.concatenate([[0], cut + 1])], ids[np.concatenate([cut, [ids.size - 1]])]
 
 
+def _profile_rows(kind: int, side: Any = None, key: Any = None, token: Any = None, n: Any = None,
+                  aux: Any = None) -> pa.RecordBatch:
+    k = len(n)
+    cols = [pa.array(np.full(k, kind, np.int32)), side, key, token, n, aux]
+    return pa.RecordBatch.from_arrays(
+        [pa.nulls(k, f.type) if c is None else pa.array(c, f.type) for c, f in zip(cols, _PROFILE_ARROW)],
+        schema=_PROFILE_ARROW)
+
+
+def profile_partition(p: _Partition) -> Iterator[pa.RecordBatch]:
+    """One tokenized partition's profile rows (``_PROFILE_SCHEMA``): its bad-row count, token counts,
+    record lengths, id intervals and repeated ids: what ``summarize_profile`` sums over partitions."""
+    yield _profile_rows(_K_BAD, n=[int(p.good.size - np.count_nonzero(p.good))])
+    if not p.good.any():
+        return
+    counts = np.bincount(p.codes, minlength=len(p.dictionary))
+    seen = np.flatnonzero(counts)
+    yield _profile_rows(_K_TOKEN, token=p.dictionary.take(pa.array(seen)), n=counts[seen].astype(np.int64))
+    ls, cs = np.unique(np.diff(p.offsets), return_counts=True)
+    yield _profile_rows(_K_LENGTH, key=(np.int64(p.part) << 32) + ls.astype(np.int64), n=cs.astype(np.int64))
+    t = p.good_rows
+    side = t.column("side").to_numpy().astype(np.int32)
+    ids = t.column("id").to_numpy().astype(np.int64)
+    for sd in unique(side):
+        v = np.sort(ids[side == sd])
+        lo, hi = id_intervals(v)
+        yield _profile_rows(_K_RANGE, side=np.full(lo.size, sd, np.int32),
+                            key=np.int64(p.part) * ID_INTERVALS + np.arange(lo.size), n=lo, aux=hi)
+        rep = v[1:][v[1:] == v[:-1]]
+        if rep.size:
+            u, c = np.unique(rep, return_counts=True)
+            yield _profile_rows(_K_ID, side=np.full(u.size, sd, np.int32), key=u, n=c + 1)
+
+
 def _profile(read: Callable[[Iterator[pa.RecordBatch]], _Partition | None]
              ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def rows(kind: int, side: Any = None, key: Any = None, token: Any = None, n: Any = None,
-             aux: Any = None) -> pa.RecordBatch:
-        k = len(n)
-        cols = [pa.array(np.full(k, kind, np.int32)), side, key, token, n, aux]
-        return pa.RecordBatch.from_arrays(
-            [pa.nulls(k, f.type) if c is None else pa.array(c, f.type) for c, f in zip(cols, _PROFILE_ARROW)],
-            schema=_PROFILE_ARROW)
-
     def prof(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         keep_freed_memory()
         p = read(batches)
-        if p is None:
-            return
-        yield rows(_K_BAD, n=[int(p.good.size - np.count_nonzero(p.good))])
-        if not p.good.any():
-            return
-        counts = np.bincount(p.codes, minlength=len(p.dictionary))
-        seen = np.flatnonzero(counts)
-        yield rows(_K_TOKEN, token=p.dictionary.take(pa.array(seen)), n=counts[seen].astype(np.int64))
-        ls, cs = np.unique(np.diff(p.offsets), return_counts=True)
-        yield rows(_K_LENGTH, key=(np.int64(p.part) << 32) + ls.astype(np.int64), n=cs.astype(np.int64))
-        t = p.good_rows
-        side = t.column("side").to_numpy().astype(np.int32)
-        ids = t.column("id").to_numpy().astype(np.int64)
-        for sd in unique(side):
-            v = np.sort(ids[side == sd])
-            lo, hi = id_intervals(v)
-            yield rows(_K_RANGE, side=np.full(lo.size, sd, np.int32),
-                       key=np.int64(p.part) * ID_INTERVALS + np.arange(lo.size), n=lo, aux=hi)
-            rep = v[1:][v[1:] == v[:-1]]
-            if rep.size:
-                u, c = np.unique(rep, return_counts=True)
-                yield rows(_K_ID, side=np.full(u.size, sd, np.int32), key=u, n=c + 1)
+        if p is not None:
+            yield from profile_partition(p)
 
     return prof
 
@@ -330,6 +360,15 @@ def profile(rows: DataFrame, qgram: int | None = None) -> TokenProfile:
                .select("side", "id").collect())
         prof = replace(prof, duplicates=[(int(r["side"]), int(r["id"])) for r in rep])
     return prof
+
+
+def sum_profile_rows(rows: pa.Table) -> pa.Table:
+    """Profile rows of every partition summed by (kind, side, key, token): in process what ``profile``'s
+    Spark aggregation does (null keys group together, as in Spark)."""
+    if not rows.num_rows:
+        return rows
+    got = rows.group_by(["kind", "side", "key", "token"], use_threads=False).aggregate([("n", "sum"), ("aux", "max")])
+    return got.rename_columns([{"n_sum": "n", "aux_max": "aux"}.get(c, c) for c in got.column_names])
 
 
 def summarize_profile(got: pa.Table) -> tuple[TokenProfile, bool]:
@@ -508,7 +547,9 @@ def plan_rows(plan: Plan) -> list[tuple[Any, ...]]:
 
 
 def plan_from_rows(rows: list) -> Plan:
-    rows = [r for r in rows if (r.asDict().get("kind") or "unit") == "unit"]
+    """A plan from its table's rows (Spark Rows or dicts)."""
+    rows = [r if isinstance(r, dict) else r.asDict() for r in rows]
+    rows = [r for r in rows if (r.get("kind") or "unit") == "unit"]
     if not rows:
         raise ValueError("the plan table has no units for this run: run the optimize stage first")
     rows = sorted(rows, key=lambda r: r["unit"])
@@ -517,12 +558,12 @@ def plan_from_rows(rows: list) -> Plan:
     units = tuple(
         PlanUnit(unit=r["unit"], node=r["node"], modgroup=r["modgroup"], index_lengths=tuple(r["index_lengths"]),
                  probe_lengths=tuple(r["probe_lengths"]), est_cost=r["est_cost"], est_ram_bytes=r["est_ram_bytes"],
-                 mod=0 if (r.asDict().get("mod") or m) == m else r["mod"])
+                 mod=0 if (r.get("mod") or m) == m else r["mod"])
         for r in rows
     )
     dev = r0["deviation"]
     return Plan(theta=r0["theta"], sim=r0["similarity"], n=r0["n"], m=m, units=units,
-                deviation=float("inf") if dev is None else dev, reason=r0.asDict().get("reason") or "")
+                deviation=float("inf") if dev is None else dev, reason=r0.get("reason") or "")
 
 
 #: A routed row: one unit's share of one input batch, its records packed as one Arrow IPC stream
@@ -685,42 +726,72 @@ def _warm_up(sim: str) -> None:
         _WARM.add(sim)
 
 
-def _unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Iterator[pa.RecordBatch]:
+@dataclass(frozen=True)
+class UnitRecords:
+    """One unit's records in rid order: tokens as CSR (``flat[offsets[k]:offsets[k + 1]]``) and
+    the per-record columns."""
+
+    flat: np.ndarray
+    offsets: np.ndarray
+    rids: np.ndarray
+    ids: np.ndarray
+    sides: np.ndarray  # int8
+    is_index: np.ndarray
+    is_probe: np.ndarray
+
+    def in_rid_order(self) -> UnitRecords:
+        if self.rids.size < 2 or (np.diff(self.rids) > 0).all():
+            return self
+        order = np.argsort(self.rids, kind="stable")  # in numpy, not an Arrow take of the lists
+        flat, offsets = gather_rows(self.flat, self.offsets, order)
+        return UnitRecords(flat, offsets, *(a[order] for a in (self.rids, self.ids, self.sides, self.is_index,
+                                                                 self.is_probe)))
+
+
+def join_unit(rec: UnitRecords, plan: Plan, rs: bool, partition: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    """One unit's local PPJoin, the task both executors run per unit: (left ids, right ids,
+    similarities, its counters ``UNIT_STATS``). ``partition``: the task slot it ran in."""
     _warm_up(plan.sim)
+    t0, c0 = time.perf_counter(), time.process_time()
+    rec = rec.in_rid_order()
+    li, ri, sim, st = ppjoin(rec.flat, rec.offsets, rec.rids, rec.is_index, rec.is_probe, plan.theta, plan.sim,
+                             side=rec.sides if rs else None, positions=True)
+    a, b = rec.ids[li], rec.ids[ri]
+    if rs:  # (left input, right input)
+        swap = rec.sides[li] == 1
+        a, b = np.where(swap, b, a), np.where(swap, a, b)
+    else:  # self-join: each unordered pair once with left_id < right_id
+        a, b = np.minimum(a, b), np.maximum(a, b)
+    counters = {"records_indexed": int(st.indexed), "records_probed": int(st.probed),
+                "candidates": int(st.candidates), "verified": int(st.verified), "results": int(st.results),
+                "wall_seconds": time.perf_counter() - t0, "task_partition": int(partition),
+                # CPU time: the unit's own work, whatever else shares the cores (a background gate,
+                # the other slot)
+                "cpu_seconds": time.process_time() - c0}
+    return a, b, sim, counters
+
+
+def _unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Iterator[pa.RecordBatch]:
     units = table.column("unit").to_numpy()
     for u in unique(units):
         t0, c0 = time.perf_counter(), time.process_time()
         # one unit per partition is the rule: copy (filter, reorder) only what must change
         sub = table if units[0] == units[-1] and (units == u).all() else table.filter(pa.array(units == u))
         flat, offsets = token_csr(sub.column("tokens"))
-        rids, ids = sub.column("rid").to_numpy(), sub.column("id").to_numpy()
-        sides = sub.column("side").to_numpy().astype(np.int8)
-        is_index = sub.column("is_index").to_numpy(zero_copy_only=False)
-        is_probe = sub.column("is_probe").to_numpy(zero_copy_only=False)
-        if rids.size > 1 and not (np.diff(rids) > 0).all():  # rid order, in numpy (no Arrow take of the lists)
-            order = np.argsort(rids, kind="stable")
-            flat, offsets = gather_rows(flat, offsets, order)
-            rids, ids, sides, is_index, is_probe = (a[order] for a in (rids, ids, sides, is_index, is_probe))
-        li, ri, sim, st = ppjoin(flat, offsets, rids, is_index, is_probe, plan.theta, plan.sim,
-                                 side=sides if rs else None, positions=True)
-        a, b = ids[li], ids[ri]
-        if rs:  # (left input, right input)
-            swap = sides[li] == 1
-            a, b = np.where(swap, b, a), np.where(swap, a, b)
-        else:  # self-join: each unordered pair once with left_id < right_id
-            a, b = np.minimum(a, b), np.maximum(a, b)
+        rec = UnitRecords(flat, offsets, sub.column("rid").to_numpy(), sub.column("id").to_numpy(),
+                          sub.column("side").to_numpy().astype(np.int8),
+                          sub.column("is_index").to_numpy(zero_copy_only=False),
+                          sub.column("is_probe").to_numpy(zero_copy_only=False))
+        a, b, sim, counters = join_unit(rec, plan, rs, partition)
         n = a.size
         yield pa.RecordBatch.from_pydict({
             "kind": pa.array(np.full(n, int(RowKind.PAIR), np.int8)), "unit": pa.array(np.full(n, u, np.int32)),
             "left_id": pa.array(a, pa.int64()), "right_id": pa.array(b, pa.int64()),
             "similarity": pa.array(sim, pa.float64()), "stats": pa.nulls(n, pa.string()),
         })
-        counters = {"records_indexed": int(st.indexed), "records_probed": int(st.probed),
-                    "candidates": int(st.candidates), "verified": int(st.verified), "results": int(st.results),
-                    "wall_seconds": time.perf_counter() - t0, "task_partition": int(partition),
-                    # CPU time: the unit's own work, whatever else shares the cores (a background gate,
-                    # the other slot), its pairs' hand-over to Spark included
-                    "cpu_seconds": time.process_time() - c0}
+        # the unit's time includes reading its records and handing its pairs to Spark
+        counters = {**counters, "wall_seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
         yield pa.RecordBatch.from_pydict({
             "kind": pa.array([int(RowKind.STATS)], pa.int8()), "unit": pa.array([u], pa.int32()),
             "left_id": pa.nulls(1, pa.int64()), "right_id": pa.nulls(1, pa.int64()),
@@ -746,16 +817,17 @@ def join_units(routed: DataFrame, plan: Plan, rs: bool) -> DataFrame:
 
 
 MEASURE_SCHEMA = "counts binary, sample binary"
+_MEASURE_ARROW = pa.schema([("counts", pa.binary()), ("sample", pa.binary())])
 _COUNT_NAMES = ["token", "length", "side", "n_index", "n_probe"]
 
 
 def measure_slices(records: DataFrame, theta: float, sim: str, rs: bool, n_records: int,
                    work_rows: int = 500_000, result_rows: int = 20_000
                    ) -> tuple[dict[int, float], float, dict[int, float], float]:
-    """What each slice costs, from one scan of the encoded records (rid, side, tokens):
+    """What each slice costs, from one scan of the encoded records (rid, side, id, tokens):
 
     - W(i), the posting visits of PPJoin's candidate generation (``simjoin.core.setsim.work``),
-      counted from the prefixes of a deterministic sample of ``work_rows`` records and scaled by
+      counted from the prefixes of a deterministic sample of ``work_rows`` records (``record_keys``) and scaled by
       1/fraction² (both ends of a visit are sampled);
     - the result pairs per slice, from a join on the driver of a nested sample of
       ``result_rows`` records, scaled likewise. This is where candidate skew shows: a
@@ -763,35 +835,62 @@ def measure_slices(records: DataFrame, theta: float, sim: str, rs: bool, n_recor
 
     Each partition sums its counts and packs them with its sampled records into one row (no
     shuffle); the driver merges them. Returns (W, its fraction, results, their fraction)."""
-    from simjoin.core.setsim.work import prefix_counts, sample_mask, slice_results, slice_work, sum_prefix_counts
-
-    f_work = min(1.0, work_rows / max(1, n_records))
-    f_res = min(1.0, result_rows / max(1, n_records))
+    f_work, f_res = measure_fractions(n_records, work_rows, result_rows)
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         keep_freed_memory()
-        counts, sampled, schema = [], [], None
-        for b in batches:
-            schema = b.schema
-            if b.num_rows == 0:
-                continue
-            rid = b.column("rid").to_numpy(zero_copy_only=False)
-            w = sample_mask(rid, f_work)
-            if w.any():
-                sub = b if w.all() else b.filter(pa.array(w))
-                flat, offsets = token_csr(sub.column("tokens"))
-                counts.append(prefix_counts(flat, offsets, sub.column("side").to_numpy(zero_copy_only=False) % 2,
-                                            theta, sim))
-            r = sample_mask(rid, f_res)
-            if r.any():
-                sampled.append(b.filter(pa.array(r)))
-        if schema is None:
-            return
-        c = pa.RecordBatch.from_arrays([pa.array(x, pa.int64()) for x in sum_prefix_counts(counts)], _COUNT_NAMES)
-        kept = pa.Table.from_batches(sampled, schema)
-        yield pa.RecordBatch.from_arrays([_binary([_pack(c)]), _binary([_pack(kept)])], ["counts", "sample"])
+        yield from measure_partition(batches, theta, sim, f_work, f_res)
 
-    got = records.select("rid", "side", "tokens").mapInArrow(scan, MEASURE_SCHEMA).toArrow()
+    got = records.select("rid", "side", "id", "tokens").mapInArrow(scan, MEASURE_SCHEMA).toArrow()
+    return merge_measures(got, theta, sim, rs, f_work, f_res)
+
+
+def measure_fractions(n_records: int, work_rows: int = 500_000, result_rows: int = 20_000) -> tuple[float, float]:
+    """The sampled fractions of ``measure_slices``: of the prefix work, of the result pairs."""
+    return min(1.0, work_rows / max(1, n_records)), min(1.0, result_rows / max(1, n_records))
+
+
+def record_keys(ids: np.ndarray, sides: np.ndarray) -> np.ndarray:
+    """What the optimizer's samples are drawn by: a record's (input side, id), never its rid, so the
+    sample, the measured costs and so the plan do not depend on how the input was partitioned (the
+    rids of equally long records do)."""
+    return (np.asarray(ids, np.int64) << np.int64(1)) | (np.asarray(sides, np.int64) & np.int64(1))
+
+
+def measure_partition(batches: Iterable[pa.RecordBatch], theta: float, sim: str, f_work: float, f_res: float
+                      ) -> Iterator[pa.RecordBatch]:
+    """One partition's share of ``measure_slices`` (both executors run it per partition of the
+    records): its prefix counts and its sampled records, packed in one row of ``MEASURE_SCHEMA``."""
+    from simjoin.core.setsim.work import prefix_counts, sample_mask, sum_prefix_counts
+
+    counts, sampled, schema = [], [], None
+    for b in batches:
+        schema = b.schema
+        if b.num_rows == 0:
+            continue
+        rid = record_keys(b.column("id").to_numpy(zero_copy_only=False),
+                          b.column("side").to_numpy(zero_copy_only=False))
+        w = sample_mask(rid, f_work)
+        if w.any():
+            sub = b if w.all() else b.filter(pa.array(w))
+            flat, offsets = token_csr(sub.column("tokens"))
+            counts.append(prefix_counts(flat, offsets, sub.column("side").to_numpy(zero_copy_only=False) % 2,
+                                        theta, sim))
+        r = sample_mask(rid, f_res)
+        if r.any():
+            sampled.append(b.filter(pa.array(r)))
+    if schema is None:
+        return
+    c = pa.RecordBatch.from_arrays([pa.array(x, pa.int64()) for x in sum_prefix_counts(counts)], _COUNT_NAMES)
+    kept = pa.Table.from_batches(sampled, schema)
+    yield pa.RecordBatch.from_arrays([_binary([_pack(c)]), _binary([_pack(kept)])], ["counts", "sample"])
+
+
+def merge_measures(got: pa.Table, theta: float, sim: str, rs: bool, f_work: float, f_res: float
+                   ) -> tuple[dict[int, float], float, dict[int, float], float]:
+    """The driver's half of ``measure_slices``: every partition's row of ``measure_partition`` merged."""
+    from simjoin.core.setsim.work import slice_results, slice_work, sum_prefix_counts
+
     count_parts = [tuple(t.column(c).to_numpy() for c in _COUNT_NAMES) for t in map(_unpacked, got.column("counts"))]
     samples = [_unpacked(blob) for blob in got.column("sample")]
     work = slice_work(*sum_prefix_counts(count_parts), theta=theta, sim=sim, rs=rs)  # type: ignore[arg-type]
@@ -823,7 +922,8 @@ def _bytes(text: str | None) -> int | None:
     return int(float(s[:-1] if mult > 1 else s) * mult)
 
 
-def unit_budget(spark: SparkSession, memory_gb: float | None = None) -> UnitBudget:
+def unit_budget(spark: SparkSession | None, memory_gb: float | None = None,
+                conf: dict[str, str] | None = None) -> UnitBudget:
     """How much memory one unit may use, and how many units run at once.
 
     A unit runs in one Spark Python worker, one per task slot. Slots: ``local[N]``'s N (all
@@ -831,25 +931,30 @@ def unit_budget(spark: SparkSession, memory_gb: float | None = None) -> UnitBudg
     Memory per slot: ``spark.executor.pyspark.memory`` / executor cores when it is set (Spark
     enforces it); in local mode the machine's memory less the driver's JVM heap and 1 GiB for
     the OS; on a cluster this host's memory less the executor heap, per executor core.
-    ``memory_gb`` (``--memory-gb``), when given, caps the result.
+    ``memory_gb`` (``--memory-gb``), when given, caps the result. Without a session (``spark``
+    None: the in-process path) the same rules read ``conf`` (Spark's keys: the local master and
+    driver memory a session of this configuration would have).
     """
     import os
     import re
 
     from simjoin.spark.session import is_remote
 
-    remote = is_remote(spark)
+    remote = spark is not None and is_remote(spark)
+    given = dict(conf or {})
 
     class _Conf:  # the session's conf: a Spark Connect session has no SparkContext
         @staticmethod
         def get(key: str, default: str | None = None) -> str | None:
+            if spark is None:
+                return given.get(key, default)
             try:
                 return spark.conf.get(key, default)
             except Exception:
                 return default
 
-    conf = _Conf()
-    master = conf.get("spark.master", "local[*]") or "local[*]"
+    cf = _Conf()
+    master = cf.get("spark.master", "local[*]") or "local[*]"
     phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     cores = os.cpu_count() or 1
     local = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
@@ -858,19 +963,20 @@ def unit_budget(spark: SparkSession, memory_gb: float | None = None) -> UnitBudg
         slots = cores if n in (None, "*") else int(n) if n else 1
         exec_cores = slots
     else:
-        exec_cores = int(conf.get("spark.executor.cores", "0") or 0) or cores
-        execs = 1 if remote else max(1, len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1)
-        cap = int(conf.get("spark.cores.max", "0") or 0)
+        exec_cores = int(cf.get("spark.executor.cores", "0") or 0) or cores
+        execs = 1 if remote or spark is None else max(
+            1, len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1)
+        cap = int(cf.get("spark.cores.max", "0") or 0)
         slots = cap or exec_cores * execs
-    pyspark_mem = _bytes(conf.get("spark.executor.pyspark.memory", None))
+    pyspark_mem = _bytes(cf.get("spark.executor.pyspark.memory", None))
     if pyspark_mem:
         per, source = pyspark_mem // exec_cores, f"spark.executor.pyspark.memory / {exec_cores} cores"
     elif local:
-        heap = _bytes(conf.get("spark.driver.memory", "1g")) or 2**30
+        heap = _bytes(cf.get("spark.driver.memory", "1g")) or 2**30
         per = max(2**28, (phys - heap - 2**30) // max(1, slots))
         source = f"local: {phys / 2**30:.1f} GiB less the {heap / 2**30:.1f} GiB driver heap and 1 GiB, / {slots} slots"
     else:
-        heap = _bytes(conf.get("spark.executor.memory", "1g")) or 2**30
+        heap = _bytes(cf.get("spark.executor.memory", "1g")) or 2**30
         per = max(2**28, (phys - heap - 2**30) // exec_cores)
         source = (f"host {phys / 2**30:.1f} GiB less the {heap / 2**30:.1f} GiB executor heap and 1 GiB, "
                   f"/ {exec_cores} cores")

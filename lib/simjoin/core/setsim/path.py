@@ -1,0 +1,76 @@
+"""Where a set-similarity join runs (issue 43): in this process, or on Spark.
+
+The in-process path runs the same stages as the Spark path without a JVM; it is chosen when the
+tables are local, the join fits in this machine's memory by the estimate below, and no cluster
+would do the work faster. Pure Python: the caller gives the numbers (the inputs' Delta logs give
+records and bytes; the machine its memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["EXECUTORS", "PathChoice", "choose_path", "in_process_bytes"]
+
+#: The executors a user may ask for; ``auto`` lets :func:`choose_path` decide.
+EXECUTORS = ("auto", "in_process", "spark")
+
+#: Peak memory of the in-process path per byte of the inputs' Parquet files (the text, its tokens
+#: twice over while they are encoded, the records) and per record (rids, ids, offsets, the routing
+#: to units and the unit copies). Measured on generated sets and on word and q-gram real data
+#: (``bench/ssj.py``): the peak stayed below half of this estimate.
+BYTES_PER_INPUT_BYTE = 12.0
+BYTES_PER_RECORD = 600.0
+#: The share of the machine's memory the in-process path may plan to use.
+MEMORY_SHARE = 0.6
+#: On a cluster master the in-process path takes at most this many records: beyond them the
+#: cluster's cores pay back Spark's fixed cost (about 15 s on 2 cores).
+CLUSTER_IN_PROCESS_RECORDS = 2_000_000
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    """The chosen executor (``in_process`` or ``spark``), why, and the estimate it rests on."""
+
+    executor: str
+    reason: str
+    estimated_bytes: int
+
+    @property
+    def in_process(self) -> bool:
+        return self.executor == "in_process"
+
+
+def in_process_bytes(records: int, input_bytes: int) -> int:
+    """The in-process path's estimated peak memory for ``records`` records in ``input_bytes``
+    bytes of Parquet."""
+    return int(BYTES_PER_INPUT_BYTE * input_bytes + BYTES_PER_RECORD * records)
+
+
+def choose_path(records: int, input_bytes: int, memory_bytes: int, *, local_tables: bool, cluster: bool,
+                requested: str = "auto") -> PathChoice:
+    """The executor of a join of ``records`` input rows in ``input_bytes`` bytes of Parquet on a
+    machine with ``memory_bytes`` of memory. ``local_tables``: every table is a local Delta table
+    ``deltalake`` reads and writes; ``cluster``: Spark's master is a cluster, not ``local``.
+    ``requested``: the user's ``--executor``; ``in_process`` where it cannot run is refused."""
+    if requested not in EXECUTORS:
+        raise ValueError(f"--executor {requested!r}: allowed {', '.join(EXECUTORS)}")
+    need = in_process_bytes(records, input_bytes)
+    budget = int(MEMORY_SHARE * memory_bytes)
+    est = f"{records:,} records, {input_bytes / 2**20:,.0f} MiB of Parquet: about {need / 2**30:.1f} GiB in process"
+    if requested == "spark":
+        return PathChoice("spark", "set by the user: --executor spark", need)
+    if requested == "in_process":
+        if not local_tables:
+            raise ValueError("--executor in_process: the input and output must be local Delta tables "
+                             "(a path on this machine without a '%'); allowed: auto or spark")
+        return PathChoice("in_process", f"set by the user: --executor in_process ({est})", need)
+    if not local_tables:
+        return PathChoice("spark", "a table is not local (deltalake cannot reach it)", need)
+    if need > budget:
+        return PathChoice("spark", f"{est}, over {MEMORY_SHARE:.0%} of this machine's "
+                          f"{memory_bytes / 2**30:.1f} GiB", need)
+    if cluster and records > CLUSTER_IN_PROCESS_RECORDS:
+        return PathChoice("spark", f"{est}; a cluster takes more than {CLUSTER_IN_PROCESS_RECORDS:,} records", need)
+    return PathChoice("in_process", f"{est}, within {MEMORY_SHARE:.0%} of this machine's "
+                      f"{memory_bytes / 2**30:.1f} GiB", need)
