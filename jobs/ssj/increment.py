@@ -32,7 +32,7 @@ from jobs.ssj.common import SSJRun
 from simjoin.spark import delta, pins
 
 INCREMENTS_SCHEMA = ("run_id string, mode string, base_run string, reason string, params string, "
-                     "new_records long, pairs long")
+                     "new_records long, pairs long, executor string, executor_reason string")
 #: The parameters the pairs depend on: a base run must have had the same.
 PAIR_PARAMS = ("threshold", "similarity", "tokenizer", "id_col", "text_col")
 

@@ -215,7 +215,8 @@ def test_measure_slices_equals_the_core_on_all_records(spark, rs):
     recs.sort(key=len)
     tokens = pa.array([r.tolist() for r in recs], pa.list_(pa.int32()))
     side = (rng.random(n) < 0.5).astype(np.int32) if rs else np.zeros(n, np.int32)
-    table = pa.table({"rid": np.arange(n, dtype=np.int64), "side": side, "tokens": tokens})
+    table = pa.table({"rid": np.arange(n, dtype=np.int64), "side": side, "id": np.arange(n, dtype=np.int64) * 7,
+                      "tokens": tokens})
     records = arrow_frame(spark, table).repartition(3)
     work, f_w, results, f_r = S.measure_slices(records, 0.6, "jaccard", rs, n, work_rows=n, result_rows=n)
     assert f_w == f_r == 1.0
@@ -224,6 +225,15 @@ def test_measure_slices_equals_the_core_on_all_records(spark, rs):
     assert results == slice_results(flat, off, np.arange(n), side, 0.6, rs=rs)
     _, f_half, _, f_tenth = S.measure_slices(records, 0.6, "jaccard", rs, n, work_rows=n // 2, result_rows=n // 10)
     assert (f_half, f_tenth) == (0.5, 0.1)
+    # the in-process path: the same per-partition scan and merge, the same sample (drawn by side and
+    # id, not by rid or partition) at a sampled fraction too
+    from simjoin.spark import setsim_local as L
+
+    big = 2_000_000  # as if sampled from 2M records: 1/4 of the work rows, 1/100 of the result rows
+    spark_got = S.measure_slices(records, 0.6, "jaccard", rs, big)
+    local_got = L.measure_slices(table.take(np.random.default_rng(1).permutation(n)), 0.6, "jaccard", rs, big)
+    assert spark_got[1] == local_got[1] and spark_got[3] == local_got[3] < 1
+    assert spark_got[0] == pytest.approx(local_got[0]) and spark_got[2] == pytest.approx(local_got[2])
 
 
 def test_token_csr_joins_sliced_chunks():

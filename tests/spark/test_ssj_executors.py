@@ -115,6 +115,8 @@ def test_auto_chooses_in_process_for_local_tables_and_says_so(spark, tmp_path, c
     plan = delta.read_arrow_any(spark, str(tmp_path / "out") + "_plan")
     assert set(plan.column("executor").to_pylist()) == {"in_process"}
     assert "within 60% of this machine's" in plan.column("executor_reason")[0].as_py()
+    inc = delta.read_arrow_any(spark, str(tmp_path / "out") + "_increments")
+    assert inc.column("executor").to_pylist() == ["in_process"]
     from jobs.ssj.spec import summary
 
     assert " in process -> " in summary(run, res)

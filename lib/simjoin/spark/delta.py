@@ -712,7 +712,7 @@ def history_rows(spark: Any, ref: str) -> list[dict[str, Any]]:
             log.info("delta: deltalake cannot read the history of %s (%s); Spark reads it", ref, e)
     from pyspark.sql import functions as F
 
-    rows = history(spark, ref).select("version", (F.unix_micros("timestamp") // 1000).alias("ms"), "operation",
+    rows = history(spark, ref).select("version", F.floor(F.unix_micros("timestamp") / 1000).alias("ms"), "operation",
                                       "operationParameters").collect()
     return [{"version": int(r["version"]), "timestamp_ms": int(r["ms"]), "operation": r["operation"],
              "operationParameters": dict(r["operationParameters"] or {})} for r in rows]
