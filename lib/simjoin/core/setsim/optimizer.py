@@ -33,6 +33,7 @@ probe record to modgroup rid % m_k only, so the rule holds for any m_k.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -333,7 +334,7 @@ def slice_costs(
 
 
 def _probe_lengths(
-    index_lengths: Iterable[int], present: IntArray, upper: Mapping[int, int]
+    index_lengths: Iterable[int], present: IntArray | list[int], upper: Mapping[int, int]
 ) -> tuple[int, ...]:
     """Present lengths in the union of the probe ranges [i, maxlen(i)]."""
     intervals: list[list[int]] = []
@@ -343,10 +344,9 @@ def _probe_lengths(
         else:
             intervals.append([i, upper[i]])
     out: list[int] = []
+    have = present.tolist() if isinstance(present, np.ndarray) else list(present)
     for lo, hi in intervals:
-        a = int(np.searchsorted(present, lo, side="left"))
-        b = int(np.searchsorted(present, hi, side="right"))
-        out.extend(present[a:b].tolist())
+        out.extend(have[bisect.bisect_left(have, lo):bisect.bisect_right(have, hi)])
     return tuple(out)
 
 
@@ -373,6 +373,7 @@ def distribute_slices(
     n = int(n)
     present = np.array(sorted(costs), dtype=np.int64)
     upper = dict(zip(present.tolist(), max_length_array(sim, theta, present).tolist(), strict=True))
+    have = present.tolist()
     order = sorted(costs, key=lambda i: (-costs[i], i))
     dealt: list[list[int]] = [[] for _ in range(n)]
     load = [0.0] * n
@@ -382,11 +383,19 @@ def distribute_slices(
         load[k] += float(costs[i])
 
     def node(k: int, idx: Iterable[int]) -> NodeSlices:
-        return NodeSlices(node=k, index_lengths=tuple(sorted(idx)), probe_lengths=_probe_lengths(idx, present, upper),
+        return NodeSlices(node=k, index_lengths=tuple(sorted(idx)), probe_lengths=_probe_lengths(idx, have, upper),
                           cost=sum(costs[i] for i in idx))  # type: ignore[misc]
 
     if balance is not None and n > 1:
-        dealt = _rebalance_nodes(dealt, lambda k, idx: balance(node(k, idx)))
+        seen: dict[tuple[int, tuple[int, ...]], float] = {}  # the local search prices a node many times
+
+        def priced(k: int, idx: list[int]) -> float:
+            key = (k, tuple(sorted(idx)))
+            if key not in seen:
+                seen[key] = balance(node(k, idx))  # type: ignore[misc]
+            return seen[key]
+
+        dealt = _rebalance_nodes(dealt, priced)
     return [node(k, idx) for k, idx in enumerate(dealt)]
 
 
