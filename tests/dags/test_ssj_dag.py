@@ -57,6 +57,14 @@ def test_dag_run_matches_brute_force_and_reruns_idempotently(dag, spark, tmp_pat
 
     run_id = DeltaTable(out).to_pyarrow_table().column("run_id").to_pylist()[0]
     assert pairs_of(run_id) == sorted(ref) == [(0, 7), (28, 63), (49, 56)]  # 1.0, the 0.75 tie, 0.875
+    # the in-process path: no task of the run ran a Spark job (issue 43; this test process holds a
+    # session, so the tasks find one: in a task process of its own none starts)
+    from simjoin.pipeline.timing import timing_path
+
+    tt = DeltaTable(timing_path()).to_pyarrow_table().to_pylist()
+    mine = [r for r in tt if r["run_id"] == run_id and r["pipeline"] == "ssj"]
+    assert {r["stage"] for r in mine} >= {"tokenize", "gate_tokens", "optimize", "join", "gate_pairs", "publish"}
+    assert {r["spark_jobs"] for r in mine} == {0}, [(r["stage"], r["spark_jobs"]) for r in mine]
     qt = DeltaTable(out + "_quarantine").to_pyarrow_table().to_pydict()
     assert sorted(qt["reason"]) == ["empty text", "null text"]
     stats = DeltaTable(out + "_stats").to_pyarrow_table()
@@ -69,6 +77,13 @@ def test_dag_run_matches_brute_force_and_reruns_idempotently(dag, spark, tmp_pat
         run_stage("ssj", stage, conf, run_id)
     assert pairs_of(run_id) == sorted(ref)
     assert DeltaTable(out + "_stats").to_pyarrow_table().num_rows == 4
+    # the same run's tasks again on the Spark path, each its own task: the same tables
+    for stage in ("tokenize", "gate_tokens", "optimize", "join", "gate_pairs", "publish"):
+        run_stage("ssj", stage, {**conf, "executor": "spark"}, run_id)
+    assert pairs_of(run_id) == sorted(ref)
+    assert DeltaTable(out + "_stats").to_pyarrow_table().num_rows == 4
+    inc = DeltaTable(out + "_increments").to_pyarrow_table().to_pylist()
+    assert [r["executor"] for r in inc if r["run_id"] == run_id] == ["spark"]
 
 
 def test_background_gate_runs_beside_the_join_and_gates_publish(airflow_db):
