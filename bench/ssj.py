@@ -461,18 +461,76 @@ def goals(rows: list[dict]) -> list[str]:
     return out
 
 
+#: Issue 43's goals: (records, θ) -> seconds end to end, and the authors' exact C++ as the issue
+#: measured it on this machine (not rebuilt here: the machine reaches no source host).
+GOALS_43 = {(200_000, 0.8): (3.0, 0.42), (1_000_000, 0.8): (13.0, 6.8), (1_000_000, 0.6): (25.0, 59.6),
+            (10_000_000, 0.6): (120.0, None)}
+BEFORE_43 = {(200_000, 0.8): 17.6, (200_000, 0.6): 19.1, (1_000_000, 0.8): 27.6, (1_000_000, 0.6): 31.5,
+             (10_000_000, 0.6): 234.0}
+
+
+def breakdown_section(rows: list[dict]) -> list[str]:
+    """Issue 43: every run's seconds by part, per path, and the goals."""
+    have = [r for r in rows if r.get("paths")]
+    if not have:
+        return []
+    out = ["", "## Where the seconds go, per path (issue 43)", "",
+           "Each run of the table above on each path (`--executor`): `auto` chose in process for every input here "
+           "(the summary line says so). Parts, seconds: **process** = Python start and imports before the first "
+           "stage; **spark** = Spark start-up where recorded (on the Spark path the JVM starts inside tokenize: "
+           "counted there); **read** the inputs with deltalake; **tokenize** split, dictionary-encode and encode "
+           "(global token order, rids); **statistics** the profile (token counts, lengths, ids) and its sum; "
+           "**optimize** the slice measurements and the plan search; **join** the PPJoin units; **gates** both "
+           "quality gates (the token gate runs beside the optimizer); **write** the stage tables and publish; "
+           "**other** the rest of the wall time (exit, background writes, minus overlap). On the Spark path "
+           "read + tokenize + statistics are one Spark stage, shown under tokenize.", "",
+           "| records | θ | path | end to end s | " + " | ".join(PARTS) + " | same pairs |",
+           "|---:|---:|:--|---:|" + "---:|" * len(PARTS) + ":-:|"]
+    for r in have:
+        for ex, v in r["paths"].items():
+            if "seconds" not in v:
+                out.append(f"| {r['records']:,} | {r['theta']} | {ex} | {v.get('status')} |" + " |" * len(PARTS)
+                           + " |")
+                continue
+            bd = v.get("breakdown") or {}
+            cells = " | ".join("–" if bd.get(k) is None else f"{bd[k]:.2f}" for k in PARTS)
+            same = "yes" if v.get("same_pairs", True) else "**NO**"
+            out.append(f"| {r['records']:,} | {r['theta']} | {ex} | {v['seconds']:.1f} | {cells} | {same} |")
+    out += ["", "### Goals of issue 43", "",
+            "The authors' exact C++ times are the issue's (built and run on this machine when the issue was "
+            "filed; this machine reaches no source host to rebuild it). Before: `simjoin ssj` on Spark as the "
+            "issue measured it.", "",
+            "| records | θ | goal s | simjoin s (first path) | before s | authors' C++ s | verdict |",
+            "|---:|---:|---:|---:|---:|---:|:--|"]
+    for (n, theta), (goal, cpp) in GOALS_43.items():
+        hit = [r for r in have if r["records"] == n and abs(r["theta"] - theta) < 1e-9 and r.get("simjoin_s")]
+        if not hit:
+            out.append(f"| {n:,} | {theta} | {goal:g} | not measured | {BEFORE_43.get((n, theta), '–')} | "
+                       f"{cpp if cpp is not None else '–'} | – |")
+            continue
+        sj = hit[0]["simjoin_s"]
+        verdict = "**met**" if sj <= goal else f"**missed** by {sj - goal:.1f} s ({sj / goal:.2f}× the goal)"
+        if cpp is not None:
+            verdict += f"; {sj / cpp:.2f}× the authors' C++"
+        out.append(f"| {n:,} | {theta} | {goal:g} | {sj:.1f} | {BEFORE_43.get((n, theta), '–')} | "
+                   f"{cpp if cpp is not None else '–'} | {verdict} |")
+    return out
+
+
 def write_results(res: Path, meta: dict, rows: list[dict], mh: list[dict]) -> None:
     res.mkdir(parents=True, exist_ok=True)
     (res / "ssj.json").write_text(json.dumps({"meta": meta, "rows": rows, "minhash": mh}, indent=1))
     a = meta["args"]
     lines = [
-        "# Set-similarity join at scale: simjoin vs SetSimilaritySearch and MinHashLSH (issue 16)",
+        "# Set-similarity join at scale: simjoin vs SetSimilaritySearch and MinHashLSH (issues 16 and 43)",
         "",
         f"Machine: {meta['machine']}. Run started {meta['started']}"
         + ("" if meta.get("finished") else " (**partial: still running or interrupted**)") + ".",
         "",
-        "- **simjoin s**: `simjoin ssj` end to end as a CLI subprocess (what a user waits: Python and Spark",
-        "  start-up, tokenize, two quality gates, optimizer, distributed PPJoin, publish to Delta); input from",
+        f"- **simjoin s**: `simjoin ssj --executor {a.get('executors', 'auto').split(',')[0]}` end to end as a CLI "
+        "subprocess (what a user waits: Python start-up (and Spark's on the Spark path),",
+        "  tokenize, two quality gates (in the warm gate server), optimizer, the PPJoin units, publish to Delta); "
+        "input from",
         f"  `simjoin generate sets --seed {a['seed']}` (families: zipf = default lengths, aol = `--lengths aol`,",
         "  long = `--lengths long`, near-duplicates = `--dist near-duplicates`; zipf and near-duplicates with",
         *([f"  `--universe max(20000, rows x {a.get('universe_per_row', 0.1)})`: a vocabulary that grows with the",
@@ -536,7 +594,8 @@ def write_results(res: Path, meta: dict, rows: list[dict], mh: list[dict]) -> No
                 rec = prec = found = "n/a"
             lines.append(f"| {r['family']} | {r['records']:,} | {r['theta']} | {r['tables']} | {t} | {found} "
                          f"| {r['exact_pairs']:,} | {rec} | {prec} | {fnum(r['simjoin_s'])} |")
-    lines += ["", "## Goals", "", *goals(rows), ""]
+    lines += breakdown_section(rows)
+    lines += ["", "## Goals of issue 16", "", *goals(rows), ""]
     if any(not row_ok(r) for r in rows):
         lines += ["**Some pair sets are NOT exact: see the exact check column.**", ""]
     lines += ["![simjoin seconds vs records](ssj_scaling.png)", ""]
@@ -581,10 +640,54 @@ def plot(path: Path, rows: list[dict]) -> None:
 # the run
 
 
-def run_ssj(src: str, out: str, theta: float, cap: float | None, logs: Path) -> tuple[Proc, str]:
-    p = run([str(BIN / "simjoin"), "ssj", "--input", src, "--output", out, "--threshold", str(theta)],
-            timeout=cap, log_path=logs / (Path(out).name + ".log"))
+def run_ssj(src: str, out: str, theta: float, cap: float | None, logs: Path,
+            executor: str = "auto") -> tuple[Proc, str]:
+    p = run([str(BIN / "simjoin"), "ssj", "--input", src, "--output", out, "--threshold", str(theta),
+             "--executor", executor], timeout=cap, log_path=logs / (Path(out).name + ".log"))
     return p, last_line(p.stdout)
+
+
+#: The per-stage breakdown's parts (issue 43), in the order of a run.
+PARTS = ("process", "spark", "read", "tokenize", "statistics", "optimize", "join", "gates", "write", "other")
+
+
+def breakdown(out: str, p: Proc) -> dict:
+    """Where one ``simjoin ssj`` run's seconds went: from the task-timing table (process start, Spark
+    start-up, each stage's work) and the in-process tokenize stage's ``ssj steps`` log line (read,
+    tokenize, statistics, encode, write). ``gates``: both gates' seconds (the token gate runs beside
+    the optimizer: it can overlap); ``other``: the run's seconds not in a part (the interpreter's exit,
+    the wait for background writes, the overlap of the gate counted twice as a negative)."""
+    from deltalake import DeltaTable
+
+    from simjoin.pipeline.timing import timing_path
+
+    try:
+        t = DeltaTable(os.path.join(ROOT, os.path.relpath(timing_path(), ROOT))).to_pyarrow_table().to_pylist()
+    except Exception:  # no table: the run recorded nothing
+        return {}
+    mine = [r for r in t if r["output"] == os.path.abspath(out)]
+    if not mine:
+        return {}
+    last = max(mine, key=lambda r: r["started_at"])["invocation"]
+    st = {r["stage"]: r for r in mine if r["invocation"] == last}
+    work = {k: float(v["work_s"] or 0) for k, v in st.items()}
+    steps: dict = {}
+    for line in (p.stderr + p.stdout).splitlines():
+        if "ssj steps tokenize: " in line:
+            steps = json.loads(line.split("ssj steps tokenize: ", 1)[1])
+    b = {"process": sum(float(v["process_s"] or 0) for v in st.values()),
+         "spark": sum(float(v["startup_s"] or 0) for v in st.values()),
+         "optimize": work.get("optimize", 0.0), "join": work.get("join", 0.0),
+         "gates": work.get("gate_tokens", 0.0) + work.get("gate_pairs", 0.0)}
+    if steps:
+        b.update({"read": steps.get("read", 0.0), "tokenize": steps.get("tokenize", 0.0) + steps.get("encode", 0.0),
+                  "statistics": steps.get("statistics", 0.0),
+                  "write": steps.get("write", 0.0) + work.get("publish", 0.0)})
+    else:  # the Spark path: read, tokenize and statistics are one Spark pass, its JVM start in it
+        b.update({"read": None, "tokenize": work.get("tokenize", 0.0), "statistics": None,
+                  "write": work.get("publish", 0.0)})
+    b["other"] = p.seconds - sum(v for v in b.values() if v is not None)
+    return {k: (None if b.get(k) is None else round(b[k], 2)) for k in PARTS}
 
 
 def run_sss(src: str, theta: float, cap: float, prefix: str, logs: Path) -> dict:
@@ -639,7 +742,17 @@ def main() -> None:
                          "per θ as 0.6:300000,0.8:1000000 (a θ not named: every size; θ:0: never at that θ)")
     ap.add_argument("--results", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--keep-work", action="store_true", help="keep the temporary directory (inputs, outputs, logs)")
+    ap.add_argument("--executors", default="auto,spark",
+                    help="simjoin ssj --executor per row: the first is the row's simjoin s, the others run too "
+                         "(their seconds, breakdown and the same pairs)")
+    ap.add_argument("--other-paths-max", type=int, default=1_000_000,
+                    help="run the other executors up to this many records")
+    ap.add_argument("--sizes-at", default="",
+                    help="per θ, the sizes it runs at, e.g. 0.8:200000/1000000 (default: every size)")
     a = ap.parse_args()
+    executors = [e.strip() for e in a.executors.split(",") if e.strip()]
+    sizes_at = {float(k): {int(x) for x in v.split("/")} for k, v in
+                (part.split(":") for part in a.sizes_at.split(",") if part.strip())}
 
     families = [f.strip() for f in a.families.split(",") if f.strip()]
 
@@ -693,7 +806,9 @@ def main() -> None:
                 exact: dict[float, tuple[np.ndarray, float | None]] = {}
                 for theta in need:
                     out = str(d / f"pairs_{theta}")
-                    p, summary = run_ssj(src, out, theta, simjoin_cap, logs / f"{fam}_{n}")
+                    if sizes_at.get(theta) and n not in sizes_at[theta]:
+                        continue
+                    p, summary = run_ssj(src, out, theta, simjoin_cap, logs / f"{fam}_{n}", executors[0])
                     reported = theta in main_thetas
                     row = {"family": fam, "records": n, "avg_len": round(tk.avg_len, 2), "theta": theta,
                            "generate_s": round(g.seconds, 1)}
@@ -712,7 +827,29 @@ def main() -> None:
                     log(f"{fam} {n:,} θ={theta}: simjoin {p.seconds:.1f}s, {row['pairs']:,} pairs, "
                         f"{n / p.seconds:,.0f} records/s, {fmt_plan(row)}, {row['units']} units, "
                         f"spread {row['spread']}")
+                    row["paths"] = {executors[0]: {"seconds": row["simjoin_s"], "breakdown": breakdown(out, p),
+                                                   "summary": summary}}
+                    log(f"{fam} {n:,} θ={theta}: {executors[0]}: {row['paths'][executors[0]]['breakdown']}")
                     ours = None
+                    for ex in executors[1:]:  # the other paths on the same input: their time, the same pairs
+                        if n > a.other_paths_max:
+                            continue
+                        o2 = str(d / f"pairs_{theta}_{ex}")
+                        p2, summary2 = run_ssj(src, o2, theta, simjoin_cap, logs / f"{fam}_{n}", ex)
+                        if p2.rc != 0:
+                            row["paths"][ex] = {"status": f"failed ({p2.rc})"}
+                            bad = True
+                            continue
+                        if ours is None:
+                            ours, _ = pair_keys(out, tk)
+                        same = bool(np.array_equal(ours, pair_keys(o2, tk)[0]))
+                        row["paths"][ex] = {"seconds": round(p2.seconds, 1), "breakdown": breakdown(o2, p2),
+                                            "same_pairs": same, "summary": summary2}
+                        bad = bad or not same
+                        log(f"{fam} {n:,} θ={theta}: {ex}: {p2.seconds:.1f}s, same pairs: {same}; "
+                            f"{row['paths'][ex]['breakdown']}")
+                        if not a.keep_work:
+                            rm_outputs(d, f"pairs_{theta}_{ex}")
                     if reported:
                         # SetSimilaritySearch anchor
                         row["sss_cap"] = a.sss_cap

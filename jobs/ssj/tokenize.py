@@ -195,6 +195,7 @@ def _run_in_process(spark: Any, job: SSJRun, sides: list[tuple[int, str]], versi
     from simjoin.spark import setsim_local as L
 
     cfg = job.cfg
+    L.warm_kernels(cfg.similarity)
     t0 = time.perf_counter()
 
     def read(side: int, path: str, since: int | None) -> pa.Table:

@@ -58,7 +58,7 @@ def slices(t: pa.Table, rows: int = PARTITION_ROWS, parts: int | None = None) ->
 
 def pool_map(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None) -> list[R]:
     """``fn`` over ``items`` on a thread pool, results in order."""
-    if len(items) <= 1:
+    if len(items) <= 1 or (workers or threads()) <= 1:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(min(len(items), workers or threads()), thread_name_prefix="ssj") as pool:
         return list(pool.map(fn, items))
@@ -160,6 +160,37 @@ def _duplicate_drops(parts: list[Any]) -> list[np.ndarray]:
         k = int(np.searchsorted(start, r, side="right") - 1)
         drops[k][r - start[k]] = True
     return drops
+
+
+_WARMING: list[Any] = []
+
+
+def warm_kernels(sim: str) -> None:
+    """Load the later stages' numba kernels (the optimizer's slice measurements, PPJoin, the row
+    gather) from numba's cache in a background thread, once per process: a kernel's first call
+    in a process costs 0.1-0.5 s of loading, mostly in LLVM without the GIL, so it overlaps the
+    tokenize stage's work on the other core instead of adding to the optimize and join stages."""
+    import threading
+
+    if _WARMING:
+        return
+
+    def warm() -> None:
+        from simjoin.core.setsim import make_plan
+
+        try:
+            S.keep_freed_memory()
+            toy = pa.table({"rid": pa.array([0, 1], pa.int64()), "side": pa.array([0, 0], pa.int32()),
+                            "id": pa.array([1, 2], pa.int64()), "length": pa.array([2, 2], pa.int32()),
+                            "tokens": pa.array([[0, 1], [0, 1]], pa.list_(pa.int32()))})
+            measure_slices(toy, 0.8, sim, False, 2)
+            join_units(toy, make_plan(np.array([2]), np.array([2]), 0.8, sim, n=1, m=1), False)
+        except Exception as e:  # only a warm-up: the stages load what they need themselves
+            log.info("ssj: the kernels' warm-up failed (%s)", e)
+
+    t = threading.Thread(target=warm, name="ssj-warm", daemon=True)
+    _WARMING.append(t)
+    t.start()
 
 
 def tokenize(rows: pa.Table, qgram: int | None) -> Tokenized:
