@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from simjoin.pipeline.spec import Run
 
 
 class SSJRun(Run):
     """A run of ``simjoin ssj``; every table is partitioned by ``run_id`` and replaced per run."""
+
+    #: Its stages may run in process (``simjoin.core.setsim.path``): the CLI then validates in the
+    #: warm gate server instead of importing Great Expectations in a thread beside the stages,
+    #: where the import took one of two cores from tokenize (the Spark path imports it in its
+    #: tokenize stage, beside Spark's work).
+    IN_PROCESS: ClassVar[bool] = True
 
     @property
     def tables(self):  # type: ignore[no-untyped-def]
