@@ -98,7 +98,7 @@ def choose(job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int]) 
 
         for s, p in sides:
             try:
-                acts = DeltaTable(delta._local_dir(p), version=versions[s]).get_add_actions(flatten=True)
+                acts = DeltaTable(str(delta._local_dir(p)), version=versions[s]).get_add_actions(flatten=True)
                 n = np.asarray(acts.column("num_records").to_pylist(), dtype=float)
                 size += int(np.nansum(np.asarray(acts.column("size_bytes").to_pylist(), dtype=float)))
                 records += int(np.nansum(n))  # a file without statistics counts its bytes only
@@ -119,11 +119,11 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     cfg = job.cfg
     sides = [(0, job.input)] + ([(1, job.right)] if job.right else [])
     versions, inc = read_versions(spark, job, sides)
-    path = choose(job, sides, versions)
-    inc = replace(inc, executor=path.executor, executor_reason=path.reason)
+    where = choose(job, sides, versions)
+    inc = replace(inc, executor=where.executor, executor_reason=where.reason)
     log.info("ssj tokenize: %s", inc.reason)
-    log.info("ssj tokenize: runs %s: %s", path.executor.replace("_", " "), path.reason)
-    if path.in_process:
+    log.info("ssj tokenize: runs %s: %s", where.executor.replace("_", " "), where.reason)
+    if where.in_process:
         preload(process=True)  # the gates run in the warm gate server: no Great Expectations import here
         return _run_in_process(spark, job, sides, versions, inc)
     preload()  # Great Expectations imports in the background while Spark tokenizes
