@@ -753,7 +753,7 @@ def join_unit(rec: UnitRecords, plan: Plan, rs: bool, partition: int
     """One unit's local PPJoin, the task both executors run per unit: (left ids, right ids,
     similarities, its counters ``UNIT_STATS``). ``partition``: the task slot it ran in."""
     _warm_up(plan.sim)
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter(), time.thread_time()
     rec = rec.in_rid_order()
     li, ri, sim, st = ppjoin(rec.flat, rec.offsets, rec.rids, rec.is_index, rec.is_probe, plan.theta, plan.sim,
                              side=rec.sides if rs else None, positions=True)
@@ -766,9 +766,9 @@ def join_unit(rec: UnitRecords, plan: Plan, rs: bool, partition: int
     counters = {"records_indexed": int(st.indexed), "records_probed": int(st.probed),
                 "candidates": int(st.candidates), "verified": int(st.verified), "results": int(st.results),
                 "wall_seconds": time.perf_counter() - t0, "task_partition": int(partition),
-                # CPU time: the unit's own work, whatever else shares the cores (a background gate,
-                # the other slot)
-                "cpu_seconds": time.process_time() - c0}
+                # CPU time: the unit's own work (its thread's), whatever else shares the cores (a
+                # background gate, the other slot's unit in this process)
+                "cpu_seconds": time.thread_time() - c0}
     return a, b, sim, counters
 
 
