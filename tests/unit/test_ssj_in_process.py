@@ -100,3 +100,12 @@ def test_slices_cover_the_table_once():
         assert sum(s.num_rows for s in got) == 1001
         assert np.concatenate([s.column("x").to_numpy() for s in got]).tolist() == list(range(1001))
     assert L.slices(pa.table({"x": pa.array([], pa.int64())}))[0].num_rows == 0
+
+
+def test_no_records_no_units():
+    tok = L.tokenize(_rows([(0, 1, None), (0, 2, "   ")]), None)
+    assert tok.records.num_rows == 0 and tok.bad.num_rows == 2
+    plan = make_plan(np.array([1]), np.array([1]), 0.8, "jaccard", n=1, m=1)
+    got = L.join_units(tok.records, plan, False)
+    assert got.pairs.num_rows == 0 and got.stats == []
+    assert L.tokenize(_rows([]), None).records.num_rows == 0

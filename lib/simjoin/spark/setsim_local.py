@@ -247,7 +247,12 @@ class Joined:
 
 def join_units(records: pa.Table, plan: Plan, rs: bool) -> Joined:
     """One local PPJoin per plan unit on the thread pool, the costliest units first: each record
-    goes to the units ``Plan.assign_units`` names, as on the Spark path's shuffle."""
+    goes to the units ``Plan.assign_units`` names, as on the Spark path's shuffle. No records: no
+    unit runs (as no Spark task does)."""
+    empty = pa.table({"left_id": pa.array([], pa.int64()), "right_id": pa.array([], pa.int64()),
+                      "similarity": pa.array([], pa.float64())})
+    if records.num_rows == 0:
+        return Joined(empty, [])
     flat, offsets = S.token_csr(records.column("tokens"))
     rids = records.column("rid").to_numpy()
     order = np.argsort(rids, kind="stable")
@@ -281,14 +286,11 @@ def join_units(records: pa.Table, plan: Plan, rs: bool) -> Joined:
         a, b, sim, counters = done[u]
         stats.append({"unit": u, **counters})
         cols.append((a, b, sim))
-    if cols:
-        pairs = pa.table({"left_id": pa.array(np.concatenate([c[0] for c in cols]), pa.int64()),
-                          "right_id": pa.array(np.concatenate([c[1] for c in cols]), pa.int64()),
-                          "similarity": pa.array(np.concatenate([c[2] for c in cols]), pa.float64())})
-    else:
-        pairs = pa.table({"left_id": pa.array([], pa.int64()), "right_id": pa.array([], pa.int64()),
-                          "similarity": pa.array([], pa.float64())})
-    return Joined(pairs, stats)
+    if not cols:
+        return Joined(empty, stats)
+    return Joined(pa.table({"left_id": pa.array(np.concatenate([c[0] for c in cols]), pa.int64()),
+                            "right_id": pa.array(np.concatenate([c[1] for c in cols]), pa.int64()),
+                            "similarity": pa.array(np.concatenate([c[2] for c in cols]), pa.float64())}), stats)
 
 
 def appended_id_clash(records: pa.Table) -> int | None:
