@@ -58,7 +58,11 @@ __all__ = [
 
 def check_input_columns(df: DataFrame, id_col: str, text_col: str, what: str) -> None:
     """Fail early, naming the column and what is there, before any work is done."""
-    types = dict(df.dtypes)
+    check_input_types(dict(df.dtypes), id_col, text_col, what)
+
+
+def check_input_types(types: dict[str, str], id_col: str, text_col: str, what: str) -> None:
+    """The input rule on column -> Spark type name (``bigint``, ``string``...), for either path."""
     for col, allowed in ((id_col, ("bigint", "int", "smallint", "tinyint")), (text_col, ("string",))):
         if col not in types:
             raise ValueError(f"{what}: column {col!r} not found; allowed: one of {sorted(types)}")

@@ -64,23 +64,14 @@ def pool_map(fn: Callable[[T], R], items: Sequence[T], workers: int | None = Non
         return list(pool.map(fn, items))
 
 
-#: The input column types the join reads (Arrow's names for ``check_input_columns``' Spark types).
-_ID_TYPES = (pa.int64(), pa.int32(), pa.int16(), pa.int8())
-_TEXT_TYPES = (pa.string(), pa.large_string(), pa.string_view())
+#: Arrow's input types by the Spark type name the input rule (``setsim.check_input_types``) names.
+_SPARK_NAMES = {pa.int64(): "bigint", pa.int32(): "int", pa.int16(): "smallint", pa.int8(): "tinyint",
+                pa.string(): "string", pa.large_string(): "string", pa.string_view(): "string"}
 
 
 def check_input_schema(schema: pa.Schema, id_col: str, text_col: str, what: str) -> None:
     """``check_input_columns`` on an Arrow schema: the same rule, the same message."""
-    spark_names = {pa.int64(): "bigint", pa.int32(): "int", pa.int16(): "smallint", pa.int8(): "tinyint",
-                   pa.string(): "string", pa.large_string(): "string", pa.string_view(): "string"}
-    types = {f.name: f.type for f in schema}
-    for col, allowed, names in ((id_col, _ID_TYPES, ("bigint", "int", "smallint", "tinyint")),
-                                (text_col, _TEXT_TYPES, ("string",))):
-        if col not in types:
-            raise ValueError(f"{what}: column {col!r} not found; allowed: one of {sorted(types)}")
-        if types[col] not in allowed:
-            raise ValueError(f"{what}: column {col!r} has type {spark_names.get(types[col], types[col])}; "
-                             f"allowed: {', '.join(names)}")
+    S.check_input_types({f.name: _SPARK_NAMES.get(f.type, str(f.type)) for f in schema}, id_col, text_col, what)
 
 
 def read_input(local: str, version: int, id_col: str, text_col: str, side: int, what: str,
