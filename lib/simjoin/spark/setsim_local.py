@@ -259,12 +259,12 @@ def join_units(records: pa.Table, plan: Plan, rs: bool) -> Joined:
     groups = {int(unit[g[0]]): g for g in np.split(by_unit, cuts) if g.size}
     cost = {u.unit: float(u.est_cost) for u in plan.units}
     todo = sorted(groups, key=lambda u: -cost.get(u, 0.0))
-    slot_of: dict[int, int] = {}
+    # a unit's task slot: its place in the cost order over the threads, never which thread took it
+    # (that varies from run to run; a retried run's stats table must equal a clean run's)
+    slot_of = {u: k % threads() for k, u in enumerate(todo)}
 
     def run(u: int) -> tuple[int, Any]:
-        import threading
-
-        slot = slot_of.setdefault(threading.get_ident(), len(slot_of))
+        slot = slot_of[u]
         g = groups[u]
         p = pos[g]
         f, o = gather_rows(flat, offsets, p)
