@@ -7,7 +7,7 @@ pool over Arrow slices of the input (its "partitions"): ``tokenize_partition`` a
 optimizer's slice costs), and ``join_unit`` per plan unit. Only the driver's part differs: the
 profile rows are summed with Arrow's group-by instead of a Spark aggregation, and a unit's records
 are gathered from the records in memory instead of a shuffle. So both paths give the same records,
-the same plan and the same pairs (``tests/spark/test_ssj_paths.py``). The numba kernels release
+the same plan and the same pairs (``tests/spark/test_ssj_executors.py``). The numba kernels release
 the GIL; Arrow compute and numpy's large operations do too.
 
 Delta is read and written with ``deltalake`` (``simjoin.spark.delta``'s Arrow functions).
