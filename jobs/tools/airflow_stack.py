@@ -6,7 +6,12 @@
   process and its own retryable Airflow task, with its own server-side Spark session.
 - **Any port.** The execution API URL the task runners call is derived from
   ``AIRFLOW__API__HOST`` and ``AIRFLOW__API__PORT``, so moving the port moves everything.
-- Stopping (Ctrl-C, SIGTERM) stops Airflow, then the warm Spark.
+- **Lives and dies as one.** Ctrl-C, SIGTERM and SIGHUP (the terminal closed) stop Airflow and the
+  warm Spark together within 3 s (SIGTERM, then SIGKILL after 2 s). Every process the stack starts
+  carries a marker in its environment, and a watchdog in its own session ends them all when the
+  stack process ends in any other way (SIGKILL, the OOM killer). The stack records what it started
+  in ``AIRFLOW_HOME/simjoin-stack.json``; the next start stops what an earlier stack of that home
+  left, and refuses only a foreign process on its ports, naming it (:mod:`jobs.tools.procs`).
 
 :class:`Stack` is the same stack for the end-to-end test and ``bench/airflow.py``: start it in
 a temporary ``AIRFLOW_HOME`` on free ports, then drive it through the REST API with a JWT.
@@ -28,8 +33,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from jobs.tools import procs
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+STATE_FILE = "simjoin-stack.json"
 
 __all__ = ["Stack", "free_port", "stack_env", "main"]
 
@@ -91,6 +99,9 @@ class Stack:
         self.connect_port = connect_port or int(self.env.get("SIMJOIN_SPARK_CONNECT_PORT", "15002"))
         self.log_dir = Path(log_dir or self.env["AIRFLOW_HOME"])
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._names: dict[int, str] = {}
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self.marker = f"{self.home}|{secrets.token_hex(8)}"
         self._token: str | None = None
 
     @property
@@ -98,17 +109,31 @@ class Stack:
         return f"http://127.0.0.1:{self.port}"
 
     # -- processes --------------------------------------------------------------------------
+    @property
+    def home(self) -> Path:
+        return Path(os.path.realpath(self.env["AIRFLOW_HOME"]))
+
+    @property
+    def state_path(self) -> Path:
+        """What this stack started (pids, process groups, start times, ports), under ``AIRFLOW_HOME``."""
+        return self.home / STATE_FILE
+
     def start(self, timeout: float = 240, wait_for_dags: tuple[str, ...] = ()) -> Stack:
-        Path(self.env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        if _answers(self.port):
-            raise RuntimeError(f"port {self.port} is in use: set AIRFLOW__API__PORT to a free port")
+        self.recover()
+        for port, var in ((self.port, "AIRFLOW__API__PORT"),
+                          *(((self.connect_port, "SIMJOIN_SPARK_CONNECT_PORT"),) if self.warm else ())):
+            who = procs.port_owner(port) or ("a process" if _answers(port) else None)
+            if who:
+                raise RuntimeError(f"port {port} is in use by {who}, which this stack did not start: stop it, "
+                                   f"or set {var} to a free port")
+        self._watch()
         if self.warm:
             self._start_spark(timeout)
         self._private_files()
         out = open(self.log_dir / "standalone.log", "ab")  # noqa: SIM115
-        self.procs.append(subprocess.Popen([str(BIN / "airflow"), "standalone"], env=self.env, stdout=out,
-                                           stderr=subprocess.STDOUT, start_new_session=True))
+        self._spawn("airflow standalone", [str(BIN / "airflow"), "standalone"], self.env, out)
         deadline = time.monotonic() + timeout
         while not self._healthy():
             if self.procs[-1].poll() is not None:
@@ -123,6 +148,60 @@ class Stack:
                     raise RuntimeError(f"DAG {dag_id} was not parsed within {timeout:.0f}s")
                 time.sleep(1)
         return self
+
+    def recover(self) -> int:
+        """Stop what an earlier stack of this ``AIRFLOW_HOME`` left running (its stack process was
+        killed, and its watchdog with it): the processes its state file names and every process
+        marked with this home. A stack that still runs is refused, naming its process. Returns how
+        many processes were stopped."""
+        state = self._read_state()
+        if state and procs.alive(int(state["pid"]), state.get("start")) and int(state["pid"]) != os.getpid():
+            raise RuntimeError(f"make airflow already runs for {self.home}: "
+                               f"{procs.describe(int(state['pid']))}; stop it first (kill {state['pid']})")
+        groups = [int(p["pgid"]) for p in (state or {}).get("procs", ())
+                  if procs.alive(int(p["pid"]), p.get("start"))]
+        n = procs.terminate(groups, f"{self.home}|", exclude=[self._watchdog.pid] if self._watchdog else ())
+        if n:
+            _say(f"stopped {n} processes an earlier stack of {self.home} left running")
+        self.state_path.unlink(missing_ok=True)
+        return n
+
+    def _read_state(self) -> dict[str, Any] | None:
+        try:
+            state = json.loads(self.state_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return state if isinstance(state, dict) and "pid" in state else None
+
+    def _watch(self) -> None:
+        """The watchdog: its own session, our end of a pipe on its stdin; when this process ends,
+        however it ends, the pipe closes and the watchdog ends every process this stack started."""
+        if self._watchdog is None:
+            self._watchdog = subprocess.Popen(
+                [sys.executable, str(Path(procs.__file__)), "watchdog", self.marker], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str], out: Any) -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(argv, env={**env, procs.MARK_ENV: self.marker}, stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        self.procs.append(p)
+        assert self._watchdog is not None and self._watchdog.stdin is not None
+        self._watchdog.stdin.write(f"{p.pid}\n".encode())
+        self._watchdog.stdin.flush()
+        self._names[p.pid] = name
+        self._write_state()
+        return p
+
+    def _write_state(self) -> None:
+        from simjoin.private import write_private
+
+        state = {"pid": os.getpid(), "start": procs.proc_start(os.getpid()), "home": str(self.home),
+                 "marker": self.marker, "api_port": self.port,
+                 "connect_port": self.connect_port if self.warm else None,
+                 "watchdog": self._watchdog.pid if self._watchdog else None,
+                 "procs": [{"name": self._names.get(p.pid, ""), "pid": p.pid, "pgid": p.pid,
+                            "start": procs.proc_start(p.pid)} for p in self.procs]}
+        write_private(self.state_path, json.dumps(state, indent=1) + "\n")
 
     def passwords_path(self) -> Path:
         """Airflow's simple auth manager passwords file (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE``,
@@ -147,15 +226,13 @@ class Stack:
             make_private(cfg)
 
     def _start_spark(self, timeout: float) -> None:
-        if _answers(self.connect_port):
-            raise RuntimeError(f"port {self.connect_port} is in use: set SIMJOIN_SPARK_CONNECT_PORT to a free port")
         out = open(self.log_dir / "spark-server.log", "ab")  # noqa: SIM115
         # the token lives only in the environment of the server and of the tasks, never in a file
         self.env.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", secrets.token_urlsafe(24))
         env = {k: v for k, v in self.env.items() if k != "SIMJOIN_SPARK_REMOTE"}
-        self.procs.append(subprocess.Popen(
-            [str(BIN / "simjoin"), "spark-server", "--host", "127.0.0.1", "--port", str(self.connect_port)],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        self._spawn("simjoin spark-server",
+                    [str(BIN / "simjoin"), "spark-server", "--host", "127.0.0.1", "--port", str(self.connect_port)],
+                    env, out)
         deadline = time.monotonic() + timeout
         while not _answers(self.connect_port):
             if self.procs[-1].poll() is not None:
@@ -173,20 +250,25 @@ class Stack:
         except (urllib.error.URLError, OSError):
             return False
 
-    def stop(self) -> None:
-        for p in reversed(self.procs):  # Airflow first, then the Spark its tasks use
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    continue
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
-            _end_group(p.pid)
+    def stop(self, grace_s: float = 2.0) -> None:
+        """End every process this stack started, Airflow and the warm Spark at once: SIGTERM, and
+        SIGKILL for what runs after ``grace_s`` (bounded: 3 s in all on this machine), then the
+        watchdog and the state file."""
+        procs.terminate([p.pid for p in self.procs], self.marker, grace_s,
+                        exclude=[self._watchdog.pid] if self._watchdog else ())
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=1)
         self.procs.clear()
+        if self._watchdog is not None:
+            with contextlib.suppress(OSError):
+                self._watchdog.stdin.close()  # type: ignore[union-attr]
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(timeout=5)
+            self._watchdog = None
+        state = self._read_state()
+        if state and int(state["pid"]) == os.getpid():
+            self.state_path.unlink(missing_ok=True)
 
     def __enter__(self) -> Stack:
         return self.start() if not self.procs else self
@@ -264,58 +346,61 @@ def _log_line(entry: Any) -> str:
     return f"{entry.get('event', '')} {json.dumps(extra, default=str)}" if extra else str(entry.get("event", ""))
 
 
+def _say(text: str) -> None:
+    """Print to the terminal, which may be gone (SIGHUP: it was closed)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(text, flush=True)
+
+
+class _Stopped(Exception):
+    """SIGHUP, SIGINT or SIGTERM arrived: stop, also while the stack is still starting."""
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM to this process when its parent (``make``) exits, so a supervisor that
+    signals only ``make`` stops the stack too."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the parent exited before that
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main() -> None:
     stack = Stack()
-    print(f"Airflow UI on {stack.url} ; login: admin, password in {stack.passwords_path()} (mode 0600)", flush=True)
-    stop = {"now": False}
+    _say(f"Airflow UI on {stack.url} ; login: admin, password in {stack.passwords_path()} (mode 0600)")
+    stopping = False
 
-    def _stop(*_: Any) -> None:
-        stop["now"] = True
+    def _stop(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        if not stopping:  # the first signal stops; the stop itself is bounded, so later ones wait
+            stopping = True
+            raise _Stopped(signal.Signals(signum).name)
 
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
     try:
+        _die_with_parent()
         stack.start(timeout=600)
-        print(f"Airflow ready on {stack.url} (execution API {stack.env['AIRFLOW__CORE__EXECUTION_API_SERVER_URL']}, "
-              f"warm Spark {'on ' + stack.env['SIMJOIN_SPARK_REMOTE'] if stack.warm else 'off'}); "
-              "Ctrl-C stops it", flush=True)
-        while not stop["now"] and all(p.poll() is None for p in stack.procs):
+        _say(f"Airflow ready on {stack.url} (execution API {stack.env['AIRFLOW__CORE__EXECUTION_API_SERVER_URL']}, "
+             f"warm Spark {'on ' + stack.env['SIMJOIN_SPARK_REMOTE'] if stack.warm else 'off'}); "
+             "Ctrl-C stops it")
+        while True:
+            ended = [p for p in stack.procs if p.poll() is not None]
+            if ended:
+                _say(f"{stack._names.get(ended[0].pid, 'a process')} exited ({ended[0].returncode}): "
+                     "stopping the stack")
+                break
             time.sleep(1)
+    except _Stopped as e:
+        _say(f"{e}: stopping the stack")
+    except RuntimeError as e:
+        _say(f"error: {e}")
+        sys.exit(1)
     finally:
+        stopping = True
         stack.stop()
-
-
-
-def _end_group(pgid: int, grace_s: float = 10.0) -> None:
-    """Once a process group's leader has exited, wait up to ``grace_s`` for the rest of the group
-    (``airflow standalone``'s scheduler and its executor's workers, which outlive it when their own
-    shutdown hangs), then kill what is left: a stopped stack leaves no process behind."""
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not group_alive(pgid):
-            return
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs (a zombie does not: it waits to be reaped)."""
-    if not os.path.isdir("/proc"):
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    for pid in (n for n in os.listdir("/proc") if n.isdigit()):
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 if __name__ == "__main__":
