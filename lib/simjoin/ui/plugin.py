@@ -22,7 +22,7 @@ import threading
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from simjoin.ui import data, pages
@@ -153,14 +153,17 @@ def table(path: str, version: str | None = None, offset: str | None = None, limi
 def download(path: str, format: str = "csv", version: str | None = None, column: str | None = None,
              value: str | None = None, limit: str | None = None, versions: str | None = None,
              user: Any = Depends(_user)) -> Response:
-    """At most ``limit`` rows (default 100,000, at most 1,000,000) as CSV or Parquet."""
+    """At most ``limit`` rows (default 100,000, at most 1,000,000) and ``SIMJOIN_UI_DOWNLOAD_MAX_BYTES``
+    bytes (default 256 MiB) as CSV or Parquet, streamed in bounded memory."""
     p = data.confine(path)
     _may_read(user, data.card(p).owner)
-    body, media = data.download(p, format, _int(version, "version"), column or None, value,
-                                _int(limit, "limit", 1) or data.DOWNLOAD_ROWS, _versions(versions))
+    cap = data.download_max_bytes()
+    chunks, media = data.download(p, format, _int(version, "version"), column or None, value,
+                                  _int(limit, "limit", 1) or data.DOWNLOAD_ROWS, _versions(versions), cap)
     name = os.path.basename(p.rstrip("/")) or "table"
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
-    return Response(body, media_type=media, headers={"Content-Disposition": f'attachment; filename="{safe}.{format}"'})
+    return StreamingResponse(chunks, media_type=media, headers={
+        "Content-Disposition": f'attachment; filename="{safe}.{format}"', "X-Simjoin-Max-Bytes": str(cap)})
 
 
 def _dag_run(dag_id: str, run_id: str) -> tuple[dict[str, Any], str, dt.datetime | None, dt.datetime | None]:
