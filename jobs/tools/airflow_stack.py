@@ -11,7 +11,7 @@
   carries a marker in its environment, and a watchdog in its own session ends them all when the
   stack process ends in any other way (SIGKILL, the OOM killer). The stack records what it started
   in ``AIRFLOW_HOME/simjoin-stack.json``; the next start stops what an earlier stack of that home
-  left, and refuses only a foreign process on its ports, naming it (:mod:`jobs.tools.procs`).
+  left, and refuses only a foreign process on its ports, naming it (:mod:`simjoin.procs`).
 
 :class:`Stack` is the same stack for the end-to-end test and ``bench/airflow.py``: start it in
 a temporary ``AIRFLOW_HOME`` on free ports, then drive it through the REST API with a JWT.
@@ -33,7 +33,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from jobs.tools import procs
+from simjoin import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -178,7 +178,7 @@ class Stack:
         however it ends, the pipe closes and the watchdog ends every process this stack started."""
         if self._watchdog is None:
             self._watchdog = subprocess.Popen(
-                [sys.executable, str(Path(procs.__file__)), "watchdog", self.marker], stdin=subprocess.PIPE,
+                [sys.executable, "-I", str(Path(procs.__file__)), "watchdog", self.marker], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str], out: Any) -> subprocess.Popen[bytes]:
@@ -210,10 +210,12 @@ class Stack:
                     or Path(self.env["AIRFLOW_HOME"]) / "simple_auth_manager_passwords.json.generated")
 
     def _private_files(self) -> None:
-        """Mode 0600 for the files that hold Airflow's secrets. The admin's password is written
-        here before Airflow starts (``airflow standalone`` would generate it into a file of mode
-        0644 and print it to its log); ``airflow.cfg``, which Airflow writes on its first start
-        with a generated ``jwt_secret`` and ``fernet_key``, is made private once it exists."""
+        """Mode 0600 from the first byte for the files that hold Airflow's secrets, before Airflow
+        starts: the admin's password (``airflow standalone`` would generate it into a file of mode
+        0644 and print it to its log); ``airflow.cfg``, with its generated ``jwt_secret`` and
+        ``fernet_key``, written by Airflow under umask 077; ``airflow.db`` (run confs, XComs,
+        connections), created empty with mode 0600 (SQLite keeps the mode, and gives its journal
+        the same). An existing ``airflow.cfg`` is made 0600."""
         from simjoin.private import make_private, write_private
 
         path = self.passwords_path()
@@ -224,6 +226,15 @@ class Stack:
         cfg = Path(self.env.get("AIRFLOW_CONFIG") or Path(self.env["AIRFLOW_HOME"]) / "airflow.cfg")
         if cfg.exists():
             make_private(cfg)
+        else:
+            # Airflow writes its generated secrets into a new airflow.cfg: let it do so under umask
+            # 077, so the file is 0600 from its first byte, whatever Airflow's version does
+            code = "from airflow.configuration import write_default_airflow_configuration_if_needed as w; w()"
+            subprocess.run([sys.executable, "-c", code], env={**self.env, "AIRFLOW_CONFIG": str(cfg)}, check=False,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, umask=0o077, timeout=120)
+        db = Path(self.env["AIRFLOW_HOME"]) / "airflow.db"
+        if not self.env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") and not db.exists():
+            os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # SQLite takes an empty file
 
     def _start_spark(self, timeout: float) -> None:
         out = open(self.log_dir / "spark-server.log", "ab")  # noqa: SIM115
@@ -234,7 +245,7 @@ class Stack:
                     [str(BIN / "simjoin"), "spark-server", "--host", "127.0.0.1", "--port", str(self.connect_port)],
                     env, out)
         deadline = time.monotonic() + timeout
-        while not _answers(self.connect_port):
+        while not self._serves(self.connect_port):
             if self.procs[-1].poll() is not None:
                 raise RuntimeError(f"simjoin spark-server exited; see {self.log_dir / 'spark-server.log'}")
             if time.monotonic() > deadline:
@@ -242,6 +253,11 @@ class Stack:
             time.sleep(0.5)
         self.env["SIMJOIN_SPARK_REMOTE"] = f"sc://localhost:{self.connect_port}"
         print(f"warm Spark: SIMJOIN_SPARK_REMOTE={self.env['SIMJOIN_SPARK_REMOTE']}", flush=True)
+
+    def _serves(self, port: int) -> bool:
+        """Ready means: a process this stack started (its marker) listens on ``port``, not merely
+        any process."""
+        return any(pid is not None and procs.marker_of(pid) == self.marker for _, pid in procs.listeners(port))
 
     def _healthy(self) -> bool:
         try:

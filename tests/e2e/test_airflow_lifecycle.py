@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.tools import procs
 from jobs.tools.airflow_stack import STATE_FILE, free_port
+from simjoin import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.airflow
@@ -80,6 +80,18 @@ def _gone_within(home: Path, ports: tuple[int, ...], seconds: float, since: floa
     return time.monotonic() - since
 
 
+def _private(home: Path) -> None:
+    """Issue 57: the stack's home is 0700; every file that holds a secret is 0600 (they are
+    created so, before Airflow writes to them); nothing under the home is writable by others."""
+    import stat
+
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    for name in ("airflow.cfg", "airflow.db", "simple_auth_manager_passwords.json.generated", STATE_FILE):
+        assert stat.S_IMODE((home / name).stat().st_mode) == 0o600, name
+    for f in home.rglob("*"):
+        assert not f.is_symlink() and not f.stat().st_mode & 0o002, f"{f} is writable by others"
+
+
 def test_make_airflow_lives_and_dies_as_one(tmp_path):
     home, wh = tmp_path / "home", tmp_path / "warehouse"
     ports = (free_port(), free_port())
@@ -92,7 +104,7 @@ def test_make_airflow_lives_and_dies_as_one(tmp_path):
     # 1. the terminal closes: SIGHUP to the whole foreground process group (make and the stack)
     m, state = start(1)
     assert len(_left(home)) >= 4  # standalone, its scheduler, dag-processor, api-server, the warm Spark...
-    assert oct((home).stat().st_mode & 0o777) == "0o700"
+    _private(home)
     os.killpg(m.proc.pid, signal.SIGHUP)
     took = _gone_within(home, ports, 10, time.monotonic(), int(state['pid']))
     m.proc.wait(10)

@@ -206,6 +206,10 @@ def test_make_airflow_keeps_airflows_secrets_private(tmp_path):
     s = Stack(home=str(home), warm=False, env={"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": "",
                                                 "AIRFLOW_CONFIG": ""})
     s._private_files()
+    # created private before Airflow starts: its config (with the generated secrets) and its database
+    cfg, db = home / "airflow.cfg", home / "airflow.db"
+    assert "jwt_secret" in cfg.read_text() and stat.S_IMODE(cfg.stat().st_mode) == 0o600
+    assert db.stat().st_size == 0 and stat.S_IMODE(db.stat().st_mode) == 0o600
     pw = home / "simple_auth_manager_passwords.json.generated"
     assert s.passwords_path() == pw and stat.S_IMODE(pw.stat().st_mode) == 0o600
     first = json.loads(pw.read_text())
@@ -216,3 +220,88 @@ def test_make_airflow_keeps_airflows_secrets_private(tmp_path):
     s._private_files()
     assert json.loads(pw.read_text()) == first, "an existing password was replaced"
     assert stat.S_IMODE(pw.stat().st_mode) == stat.S_IMODE((home / "airflow.cfg").stat().st_mode) == 0o600
+
+
+_FAKE = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+open(sys.argv[2] + ".ready", "w").close()
+while True:
+    c, _ = s.accept()
+    c.settimeout(3)
+    got = b""
+    try:
+        while chunk := c.recv(65536):
+            got += chunk
+    except OSError:
+        pass
+    with open(sys.argv[2], "ab") as fh:
+        fh.write(got)
+"""
+
+
+def _fake_listener(tmp_path: Path, port: int, as_user: int | None) -> tuple[subprocess.Popen, Path]:
+    """A fake Spark Connect server: it accepts on ``port`` and keeps every byte it receives."""
+    import shutil
+    import tempfile
+
+    python = sys.executable
+    kw: dict = {}
+    if as_user is not None:  # another user: a folder it may write, a Python it may run
+        tmp_path = Path(tempfile.mkdtemp())
+        os.chmod(tmp_path, 0o777)
+        python = shutil.which("python3", path="/usr/bin:/usr/local/bin:/bin") or python
+        kw = {"user": as_user, "cwd": "/"}
+    seen = tmp_path / f"seen-{port}"
+    p = subprocess.Popen([python, "-c", _FAKE, str(port), str(seen)], **kw)
+    deadline = time.monotonic() + 20
+    while not Path(f"{seen}.ready").exists():
+        assert p.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    return p, seen
+
+
+def test_no_token_reaches_a_listener_that_is_not_the_warm_spark(tmp_path):
+    """Issue 57: a local user who binds the warm Spark's port while the server is down collected
+    the token (``authorization: Bearer ...``, read from the 0600 token file). Now the client checks
+    who listens before a byte is sent: another user's listener is refused, and in a task of
+    ``make airflow`` (its ``SIMJOIN_STACK`` marker) so is any process that stack did not start,
+    this user's too; the run fails with one line saying why, and the listener receives nothing.
+    ``make airflow`` takes only its own server as ready."""
+    from jobs.tools.airflow_stack import Stack
+    from simjoin import procs
+
+    token = secrets.token_urlsafe(24)
+    token_file = tmp_path / "private" / "connect.token"
+    from simjoin.private import write_private
+
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_AUTHENTICATE_TOKEN", procs.MARK_ENV)}
+    cases = [(os.getuid(), {procs.MARK_ENV: f"{tmp_path}|stack"}, "is not the warm Spark this Airflow stack")]
+    if os.getuid() == 0:  # another local user's listener (root can start one as nobody)
+        cases.append((65534, {}, "runs as user 65534, not as this user"))
+    for uid, extra, needle in cases:
+        port = free_port()
+        write_private(token_file, token + "\n")
+        fake, seen = _fake_listener(tmp_path, port, uid if uid != os.getuid() else None)
+        try:
+            p = subprocess.run([str(BIN / "simjoin"), "ssj", "--input", str(tmp_path / "in"), "--output",
+                                str(tmp_path / "out"), "--threshold", "0.5"], capture_output=True, text=True,
+                               timeout=120, env={**env, **extra, "SIMJOIN_SPARK_REMOTE": f"sc://127.0.0.1:{port}",
+                                                 "SIMJOIN_SPARK_TOKEN_FILE": str(token_file)})
+            assert p.returncode == 2, p.stderr[-2000:]
+            last = p.stderr.strip().splitlines()[-1]
+            assert last.startswith("error: the process listening at") and needle in last, p.stderr[-2000:]
+            assert "Traceback" not in p.stderr
+            assert not _answers_with(seen, token)
+            assert not Stack(home=str(tmp_path / "home"), warm=True, connect_port=port)._serves(port)
+        finally:
+            fake.kill()
+            fake.wait()
+
+
+def _answers_with(seen: Path, token: str) -> bool:
+    time.sleep(0.5)
+    got = seen.read_bytes() if seen.exists() else b""
+    assert got == b"", f"the fake listener received {len(got)} bytes"
+    return token.encode() in got

@@ -57,7 +57,7 @@ def test_terminate_ends_a_group_and_every_marked_process_within_its_grace(tmp_pa
     import sys
     import time
 
-    from jobs.tools import procs
+    from simjoin import procs
 
     flag, other_flag = str(tmp_path / "started"), str(tmp_path / "other")
     leader = ("import subprocess, sys, time; "
@@ -90,7 +90,7 @@ def test_the_watchdog_ends_the_stack_s_processes_when_the_stack_is_killed(tmp_pa
     import sys
     import time
 
-    from jobs.tools import procs
+    from simjoin import procs
 
     flag = str(tmp_path / "started")
     marker = f"{tmp_path}|n"
@@ -118,7 +118,7 @@ def test_the_watchdog_ends_the_stack_s_processes_when_the_stack_is_killed(tmp_pa
 def test_port_owner_names_the_listener():
     import socket
 
-    from jobs.tools import procs
+    from simjoin import procs
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

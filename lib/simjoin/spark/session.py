@@ -317,8 +317,37 @@ def real_session(spark: Any) -> Any:
     return spark.session() if isinstance(spark, LazySpark) else spark
 
 
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "ip6-localhost")
+
+
+def check_listener(url: str) -> None:
+    """Before a token leaves this process: the process listening at a loopback ``url`` must be
+    this user's (``/proc/net/tcp`` names the owner of every socket, so a port another local user
+    took while the warm Spark was down is told apart) and, in a task of ``make airflow`` (its
+    ``SIMJOIN_STACK`` marker), the very warm Spark that stack started. Refused in one line,
+    before any byte is sent. A server on another host is reached over its own channel (TLS)."""
+    from simjoin import procs
+
+    u = urlparse(url.replace("sc://", "http://", 1))
+    if (u.hostname or "localhost") not in LOOPBACK or not os.path.isdir("/proc/net"):
+        return
+    port, marker = u.port or CONNECT_PORT, os.environ.get(procs.MARK_ENV)
+    for uid, pid in procs.listeners(port):
+        who = procs.describe(pid) if pid is not None else f"a process of user {uid}"
+        if uid != os.getuid():
+            raise ValueError(f"the process listening at {url} ({who}) runs as user {uid}, not as this user "
+                             f"({os.getuid()}): refused to send it the warm Spark's token; allowed a "
+                             "`simjoin spark-server` of this user (stop the other process, or "
+                             "SIMJOIN_SPARK_REMOTE=off)")
+        if marker and pid is not None and procs.marker_of(pid) != marker:
+            raise ValueError(f"the process listening at {url} ({who}) is not the warm Spark this Airflow stack "
+                             "started: refused to send it the token; allowed the stack's own server (restart "
+                             "make airflow)")
+
+
 def _connect(url: str, cfg: SparkConfig) -> SparkSession:
     t0 = time.perf_counter()
+    check_listener(url)
     if not os.environ.get(TOKEN_ENV):  # a server started by hand wrote the token it generated
         u = urlparse(url.replace("sc://", "http://", 1))
         token = read_private(token_file(u.port or CONNECT_PORT))
@@ -393,6 +422,10 @@ def serve(host: str = "127.0.0.1", port: int = CONNECT_PORT, cfg: SparkConfig | 
     if _answers(url, timeout=0.5):
         raise ValueError(f"port {port} on {host} is already in use: allowed a free port (--port)")
     os.environ.pop("SIMJOIN_SPARK_REMOTE", None)
+    if not os.environ.get(AUTH_SECRET_ENV, "").strip():
+        # the warm driver's RPC and block manager, on loopback, take only its own executors: a
+        # secret of this process's own, in the JVM's 0600 properties file (never a --conf)
+        os.environ[AUTH_SECRET_ENV] = secrets.token_urlsafe(24)
     token = os.environ.get(TOKEN_ENV) or ""
     written = None
     if not token:  # generated: written for this user's clients, never logged

@@ -39,20 +39,42 @@ async def _user(request: Request, creds: HTTPAuthorizationCredentials | None = D
     return await get_user(request, None, creds)
 
 
+#: Who may read a table no simjoin pipeline owns (an input, the task-timing table): ``admin``
+#: (the default: users with Airflow's Admin role) or ``login`` (any logged-in user).
+UNOWNED_ENV = "SIMJOIN_UI_UNOWNED_TABLES"
+
+
 def _may_read(user: Any, pipeline: str | None) -> None:
     """Refuses (403) a user Airflow's auth manager does not let read the DAG of ``pipeline`` (its
-    runs and the tables it owns); a table no pipeline owns (an input) needs no more than a login."""
+    runs and the tables it owns, by the owner its table records). A table no pipeline owns (an
+    input, the task-timing table) is an admin's, unless ``SIMJOIN_UI_UNOWNED_TABLES=login``."""
+    from airflow.api_fastapi.app import get_auth_manager
+
     from simjoin.pipeline import specs
 
     if not pipeline or pipeline not in specs():
-        return
-    from airflow.api_fastapi.app import get_auth_manager
+        setting = os.environ.get(UNOWNED_ENV, "admin").strip().lower() or "admin"
+        if setting not in ("admin", "login"):
+            raise data.Refused(f"invalid {UNOWNED_ENV}={setting!r}: allowed admin or login", 500)
+        if setting == "login" or _is_admin(get_auth_manager(), user):
+            return
+        raise data.Refused("not allowed: a table no simjoin DAG owns (an input, the task timings) is shown to "
+                           f"admins only ({UNOWNED_ENV}=login shows it to every login)", 403)
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
     dag_id = f"simjoin_{pipeline}"
     if not get_auth_manager().is_authorized_dag(method="GET", user=user, access_entity=DagAccessEntity.RUN,
                                                  details=DagDetails(id=dag_id)):
         raise data.Refused(f"not allowed: your Airflow user may not read the DAG {dag_id} and its outputs", 403)
+
+
+def _is_admin(manager: Any, user: Any) -> bool:
+    """Airflow's Admin role: the simple auth manager's own test, else what only admins may do in
+    any auth manager (change the configuration)."""
+    test = getattr(manager, "_is_admin", None)
+    if callable(test):
+        return bool(test(user))
+    return bool(manager.is_authorized_configuration(method="PUT", user=user))
 
 
 app = FastAPI(title="simjoin", docs_url=None, redoc_url=None, openapi_url=None,
@@ -242,6 +264,10 @@ def run(dag_id: str, run_id: str, limit: str | None = None, user: Any = Depends(
     shown = []
     for rt in tables:
         rt.card = data.card(rt.path)
+        try:  # each table by its own owner: a conf may name another DAG's table, or an input
+            _may_read(user, rt.card.owner)
+        except data.Refused:
+            continue
         page = data.rows(rt.path, limit=min(n, data.MAX_PAGE_ROWS), versions=rt.versions) if rt.versions else None
         shown.append((rt, data.relative(rt.path, root), page))
     finished = end is not None

@@ -12,7 +12,9 @@ only: the watchdog runs it as a script (``python procs.py watchdog``) and import
 - **A watchdog** (``python procs.py watchdog <marker>``) reads the stack's end of a pipe on its
   stdin and the process groups the stack announces there; at end of file (the stack exited, was
   killed by SIGKILL or by the kernel's OOM killer) it ends them all.
-- **Who holds a port:** :func:`port_owner` names the process listening on a loopback port.
+- **Who holds a port:** :func:`listeners` gives the uid and pid behind a listening port, so a
+  client can check that it is the server it means before it sends a secret; :func:`port_owner`
+  names it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from collections.abc import Iterable
 
 MARK_ENV = "SIMJOIN_STACK"
 
-__all__ = ["MARK_ENV", "alive", "marked", "port_owner", "proc_start", "terminate", "describe"]
+__all__ = ["MARK_ENV", "alive", "marked", "marker_of", "listeners", "port_owner", "proc_start", "terminate",
+           "describe"]
 
 
 def proc_start(pid: int) -> int | None:
@@ -138,14 +141,16 @@ def describe(pid: int) -> str:
             argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
     except OSError:
         argv = []
-    words = " ".join(os.path.basename(argv[0]) if i == 0 else a for i, a in enumerate(argv[:4]))
+    words = " ".join(" ".join(os.path.basename(argv[0]) if i == 0 else a.split())[:60]
+                     for i, a in enumerate(argv[:4]))
     return f"pid {pid} ({words})" if words else f"pid {pid}"
 
 
-def port_owner(port: int) -> str | None:
-    """Who listens on TCP ``port``: ``pid 123 (python -m http.server)``, ``a process of another
-    user`` when this user cannot see its sockets, or None when nothing listens."""
-    inodes = set()
+def listeners(port: int) -> list[tuple[int, int | None]]:
+    """Every socket listening on TCP ``port`` (any address, IPv4 or IPv6): the uid that owns it
+    (``/proc/net/tcp`` shows every user's sockets) and the pid holding it (None when this user
+    cannot see that process's files)."""
+    found: dict[str, int] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as fh:
@@ -155,9 +160,10 @@ def port_owner(port: int) -> str | None:
         for row in rows:
             f = row.split()
             if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                inodes.add(f"socket:[{f[9]}]")
-    if not inodes:
-        return None
+                found[f"socket:[{f[9]}]"] = int(f[7])
+    if not found:
+        return []
+    pids: dict[str, int] = {}
     for pid in _pids():
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
@@ -165,9 +171,34 @@ def port_owner(port: int) -> str | None:
             continue
         for fd in fds:
             with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
-                    return describe(pid)
-    return "a process of another user"
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link in found:
+                    pids.setdefault(link, pid)
+    return [(uid, pids.get(inode)) for inode, uid in found.items()]
+
+
+def port_owner(port: int) -> str | None:
+    """Who listens on TCP ``port``: ``pid 123 (python -m http.server)``, ``a process of user 1001``
+    when this user cannot see it, or None when nothing listens."""
+    found = listeners(port)
+    if not found:
+        return None
+    uid, pid = found[0]
+    return describe(pid) if pid is not None else f"a process of user {uid}"
+
+
+def marker_of(pid: int) -> str | None:
+    """The ``SIMJOIN_STACK`` marker ``pid`` started with (None: none, or not this user's to read)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            env = fh.read()
+    except OSError:
+        return None
+    want = f"{MARK_ENV}=".encode()
+    for var in env.split(b"\0"):
+        if var.startswith(want):
+            return var[len(want):].decode(errors="replace")
+    return None
 
 
 def _watchdog(marker: str) -> None:
