@@ -288,3 +288,19 @@ def test_a_table_whose_log_names_a_file_outside_it_is_refused(wh, tmp_path, kind
             call()
         assert err.value.status == 403 and "\n" not in str(err.value)
     assert data.rows(t, version=0).table.column("left_id").to_pylist() == [1]  # before the planted commit
+
+
+def test_the_nav_page_reads_only_the_timing_rows_of_the_tables_it_shows(tmp_path):
+    """Issue 57: the nav page read the whole task-timing table on every view; now only the rows of
+    outputs that can hold the tables shown (a table's path, and its path up to each ``_`` or
+    ``/``), and the latest run of each."""
+    t0 = dt.datetime(2026, 12, 1, tzinfo=UTC)
+    rows = [("r1", "/w/a", t0), ("r2", "/w/a", t0 + dt.timedelta(hours=1)), ("r3", "/w/ab", t0),
+            ("r4", "/w/b", t0), ("r5", "/w/a/x", t0)]
+    timing = str(tmp_path / "timing")
+    write_deltalake(timing, pa.table({"run_id": [r[0] for r in rows], "output": [r[1] for r in rows],
+                                      "started_at": pa.array([r[2] for r in rows], pa.timestamp("us", tz="UTC"))}))
+    got = data.runs_of(["/w/a_quarantine", "/w/a/x/_stats"], timing=timing)
+    assert {o: r for o, (r, _) in got.items()} == {"/w/a": "r2", "/w/a/x": "r5"}
+    assert data.runs_of([], timing=timing) == {}
+    assert set(data.runs_of(None, timing=timing)) == {"/w/a", "/w/ab", "/w/b", "/w/a/x"}

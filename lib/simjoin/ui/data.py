@@ -512,16 +512,26 @@ def _recent(path: str, since_ms: float | None) -> list[dict[str, Any]]:
         n *= 2
 
 
-def runs_of(timing: str | None = None, limit: int = 2000) -> dict[str, tuple[str, dt.datetime]]:
-    """Output path -> (run id, start) of the latest run that wrote it (the task-timing table)."""
+def runs_of(tables: list[str] | None = None, timing: str | None = None,
+            limit: int = 2000) -> dict[str, tuple[str, dt.datetime]]:
+    """Output path -> (run id, start) of the latest run that wrote it (the task-timing table).
+    Given the ``tables`` a page shows, only the timing rows of outputs that can hold them are
+    read (a table's own path, and its path up to each ``_`` or ``/``), not the whole table."""
+    import pyarrow.compute as pc
+
     from simjoin.pipeline.timing import timing_path
 
     path = timing or timing_path(os.environ.get("SIMJOIN_WAREHOUSE") or None)
     if not _is_table(path):
         return {}
-    from deltalake import DeltaTable
-
-    t = DeltaTable(path).to_pyarrow_table(columns=["run_id", "output", "started_at"])
+    flt = None
+    if tables is not None:
+        wanted = {p[:i] for p in tables for i in range(1, len(p) + 1) if i == len(p) or p[i] in "_/"}
+        if not wanted:
+            return {}
+        flt = pc.field("output").isin(sorted(wanted))
+    ds, _ = _dataset(path, None, None)
+    t = _scan(path, lambda: ds.to_table(columns=["run_id", "output", "started_at"], filter=flt))
     out: dict[str, tuple[str, dt.datetime]] = {}
     for rid, o, s in zip(t.column("run_id").to_pylist(), t.column("output").to_pylist(),
                          t.column("started_at").to_pylist(), strict=True):

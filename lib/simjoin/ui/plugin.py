@@ -137,20 +137,20 @@ def index(user: Any = Depends(_user)) -> str:
     from simjoin.pipeline import specs
 
     root = data.warehouse_root()
-    last = data.runs_of()
     dag_of = {n: f"simjoin_{n}" for n in specs()}
-    groups: dict[str, list[Any]] = {}
+    shown: list[tuple[str, Any]] = []
     for p in data.find_tables(root):
         try:
             c = data.card(p)
-        except data.Refused:
-            continue
-        mine = [o for o in last if p == o or p.startswith(o.rstrip("/") + "_") or p.startswith(o.rstrip("/") + "/")]
-        run = last[max(mine, key=len)] if mine else None  # the output whose name is the table's longest prefix
-        try:
             _may_read(user, c.owner)
         except data.Refused:
-            continue  # a table of a DAG this user may not read is not listed
+            continue  # unreadable, or a table of a DAG this user may not read: not listed
+        shown.append((p, c))
+    last = data.runs_of([p for p, _ in shown])  # the timing rows of these tables' outputs only
+    groups: dict[str, list[Any]] = {}
+    for p, c in shown:
+        mine = [o for o in last if p == o or p.startswith(o.rstrip("/") + "_") or p.startswith(o.rstrip("/") + "/")]
+        run = last[max(mine, key=len)] if mine else None  # the output whose name is the table's longest prefix
         owner = c.owner or ("simjoin" if data.relative(p, root).startswith("_simjoin") else "other tables (inputs)")
         groups.setdefault(owner, []).append((c, data.relative(p, root), run))
     return pages.index_page(dict(sorted(groups.items())), root, dag_of)
