@@ -32,7 +32,7 @@ from jobs.ssj.common import SSJRun
 from simjoin.spark import delta, pins
 
 INCREMENTS_SCHEMA = ("run_id string, mode string, base_run string, reason string, params string, "
-                     "new_records long, pairs long, executor string, executor_reason string")
+                     "new_records long, pairs long, executor string, executor_reason string, published_at timestamp")
 #: The parameters the pairs depend on: a base run must have had the same.
 PAIR_PARAMS = ("threshold", "similarity", "tokenizer", "id_col", "text_col")
 
@@ -102,9 +102,13 @@ def choose(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]], versi
 
 def write(spark: SparkSession, job: SSJRun, inc: Increment, pairs: int | None = None) -> Increment:
     """This run's row of ``<output>_increments`` (its ``run_id`` partition, replaced); ``pairs`` is set
-    by the publish stage, which makes the run a base for later ones."""
+    by the publish stage, which makes the run a base for later ones, with ``published_at``: the time
+    of its last publish (a rerun's too), by which ssj's retention rule counts a run's age."""
+    import datetime as dt
+
+    at = dt.datetime.now(dt.UTC).replace(tzinfo=None) if pairs is not None else None
     row = (job.run_id, inc.mode, inc.base_run, inc.reason, params_key(job), inc.new_records, pairs, inc.executor,
-           inc.executor_reason)
+           inc.executor_reason, at)
     delta.overwrite_rows(spark, [row], INCREMENTS_SCHEMA, job.tables.increments, job.part, merge_schema=True)
     return job.keep("increment", inc)  # type: ignore[no-any-return]
 

@@ -1,7 +1,8 @@
 """ssj's retention rule: every run writes its own ``run_id`` partition of the pairs, tokens,
 lengths, plan and staging tables (a full copy of its pairs), so a schedule grows them without
 bound. Maintenance (``simjoin maintain``, the DAG's ``maintain`` task) keeps the partitions of the
-last ``SIMJOIN_SSJ_KEEP_RUNS`` published runs (default 10), of the latest published run of each
+last ``SIMJOIN_SSJ_KEEP_RUNS`` published runs (default 10; a run's age is the time of its last
+publish, ``_increments.published_at``, so a cleared and rerun old run counts as new), of the latest published run of each
 parameter set (the base an incremental run builds on, ``jobs.ssj.increment``), and of every run
 not published yet that is newer than the oldest one kept; the other runs' partitions go. The
 bookkeeping (``_runs``, ``_increments``, ``_stats``, ``_quarantine``) stays: it is small, and a
@@ -39,8 +40,13 @@ def kept_runs(pins: list[dict[str, Any]], increments: list[dict[str, Any]], keep
     published: dict[str, bool] = {}
     for r in pins:
         rid = str(r["run_id"])
-        when[rid] = max(when[rid], r["pinned_at"]) if rid in when else r["pinned_at"]
+        at = _utc(r["pinned_at"])
+        when[rid] = max(when[rid], at) if rid in when else at
         published[rid] = published.get(rid, True) and bool(r["published"])
+    for r in increments:  # a run's age is the time of its last publish: a rerun of an old run is new
+        rid, at = str(r["run_id"]), _utc(r.get("published_at"))
+        if rid in when and at is not None:
+            when[rid] = max(when[rid], at)
     done = sorted((rid for rid in when if published[rid]), key=lambda rid: when[rid], reverse=True)
     kept = set(done[:keep])
     params = {str(r["run_id"]): r.get("params") for r in increments}
@@ -53,6 +59,13 @@ def kept_runs(pins: list[dict[str, Any]], increments: list[dict[str, Any]], keep
     oldest = min((when[rid] for rid in kept), default=None)
     kept |= {rid for rid in when if not published[rid] and (oldest is None or when[rid] >= oldest)}
     return kept
+
+
+def _utc(t: Any) -> Any:
+    """A timestamp as an aware UTC datetime (Spark reads them naive, deltalake aware)."""
+    import datetime as dt
+
+    return t.replace(tzinfo=dt.UTC) if isinstance(t, dt.datetime) and t.tzinfo is None else t
 
 
 def prune(output: str, tables: Sequence[str]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any, TypeVar, get_type_hints
 import yaml
 
 __all__ = [
+    "real_path",
     "ConfigError",
     "check",
     "check_stream_paths",
@@ -341,7 +342,24 @@ def load_config(
             raise ConfigError(f"{section}.{k}", v, f"one of the keys {', '.join(names)}")
         if v is not None:
             values[k] = _coerce(section, k, v, hints[k])
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.metadata.get("io") and isinstance(values.get(f.name), str) and values[f.name]:
+            values[f.name] = real_path(values[f.name])
     return cls(**values)
+
+
+def real_path(path: str) -> str:
+    """A table path as the runtime keeps it: a local path absolute and real (``~``, ``..`` and
+    symlinks resolved; a ``file:`` URI becomes its path), so that what a run records names the
+    same table whichever folder a later run, ``simjoin maintain`` or the Airflow plugin starts
+    in. Other URIs (``s3://``, ...) stay as written."""
+    import os.path
+
+    scheme, sep, rest = path.partition("://")
+    if sep and scheme != "file":
+        return path
+    local = rest if sep else path
+    return os.path.realpath(os.path.abspath(os.path.expanduser(local)))
 
 
 def with_overrides(cfg: T, **kw: Any) -> T:

@@ -53,6 +53,11 @@ def _stream_output(root: Path, units: int = 12) -> Path:
     return out
 
 
+def _maintain(out: Path, retention: float, **kw):
+    """Maintenance as the pipeline runs it: with the state and work folders it declares."""
+    return maintenance.maintain_output(str(out), retention, internal=[f"{out}_state", f"{out}_work"], **kw)
+
+
 @pytest.fixture
 def no_floor(monkeypatch):
     monkeypatch.setenv("SIMJOIN_RETENTION_CHECK", "0")
@@ -61,7 +66,7 @@ def no_floor(monkeypatch):
 def test_maintain_compacts_keeps_rows_and_parts_and_cleans_up(tmp_path, no_floor):
     out = _stream_output(tmp_path)
     before = {p: DeltaTable(str(p)).to_pyarrow_table().sort_by("unit") for p in (out, tmp_path / "out_stats")}
-    res = maintenance.maintain_output(str(out), 0.0, by_part=["batches"])
+    res = _maintain(out, 0.0, by_part=["batches"])
     by = {Path(t.path).relative_to(tmp_path).as_posix(): t for t in res.tables}
     assert set(by) == {"out", "out_stats", "out_state/progress", "out_state/batches", "out_work/records"}
     # compacted to one file each, the same rows
@@ -91,7 +96,7 @@ def test_maintain_compacts_keeps_rows_and_parts_and_cleans_up(tmp_path, no_floor
 def test_retention_keeps_what_readers_of_older_versions_need(tmp_path, no_floor):
     out = _stream_output(tmp_path, units=10)
     v = DeltaTable(str(out)).version()
-    maintenance.maintain_output(str(out), 600.0)  # 10 minutes: every version is younger
+    _maintain(out, 600.0)  # 10 minutes: every version is younger
     assert DeltaTable(str(out), version=v - 3).to_pyarrow_table().num_rows == 3 * (10 - 3)  # time travel works
     assert DeltaTable(str(out)).to_pyarrow_table().num_rows == 30
 
@@ -104,7 +109,7 @@ def test_an_open_unit_keeps_its_work_tables_files(tmp_path, no_floor):
     _append(tmp_path / "out_work" / "records", 12, n=2)  # staged, not published
     _append(tmp_path / "out_work" / "records", 12, n=2)
     rec = tmp_path / "out_work" / "records"
-    res = maintenance.maintain_output(str(out), 7200.0, by_part=["batches"])
+    res = _maintain(out, 7200.0, by_part=["batches"])
     assert all(t.vacuumed == 0 for t in res.tables), "an open unit's readers keep their files"
     assert DeltaTable(str(rec)).to_pyarrow_table().num_rows == 6
 
@@ -121,7 +126,7 @@ def test_retention_floor_and_schedule(tmp_path, monkeypatch):
     assert maintenance.due(str(out), 9, 10) and not maintenance.due(str(out), 8, 10)
     assert not maintenance.due(str(out), 99, 0)  # 0: never
     monkeypatch.setenv("SIMJOIN_RETENTION_CHECK", "0")
-    maintenance.maintain_output(str(out), 0.0)
+    _maintain(out, 0.0)
     assert not maintenance.due(str(out), 12, 10) and maintenance.due(str(out), 21, 10)  # since unit 11
 
 

@@ -51,10 +51,26 @@ def _maintain(output: str, pipeline: str | PipelineSpec | None, retention: str |
             spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
         except (KeyError, ValueError):
             spec = None
+    declared, internal = declared_tables(spec, output)
     if spec is not None and spec.retain and not maintenance.unit_open(output):  # never under an open unit
-        resolve(spec.retain)(output, maintenance.tables_of(output))
+        resolve(spec.retain)(output, maintenance.tables_of(output, declared))
     return maintenance.maintain_output(output, retention, by_part=by_part(spec) if spec else (),
-                                       rules=rules(spec) if spec else None)
+                                       rules=rules(spec) if spec else None, declared=declared, internal=internal)
+
+
+def declared_tables(spec: PipelineSpec | None, output: str) -> tuple[list[str], list[str]]:
+    """The tables the pipeline names for ``output`` (its run class's ``tables_at``), and of them
+    the state and work folders: what maintenance may touch and how long it keeps it, from the
+    pipeline's declaration, never from a table's name."""
+    if spec is None:
+        return [], []
+    at = getattr(resolve(spec.run_class), "tables_at", None)
+    if at is None:
+        return [], []
+    t = at(output)
+    named = t.paths() if hasattr(t, "paths") else {**t.all(), "staging": t.staging}
+    internal = [named[k] for k in ("state", "work") if k in named]
+    return [str(p) for p in named.values()], [str(p) for p in internal]
 
 
 def maintain(output: str, retention: str | float | None = None, lock: bool = True,

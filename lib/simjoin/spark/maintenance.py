@@ -209,15 +209,13 @@ def maintain_table(path: str, role: str, retention_s: float, compact: bool = Tru
     if conf.get("delta.logRetentionDuration") != want or conf.get("delta.deletedFileRetentionDuration") != want:
         table.alter.set_table_properties({"delta.logRetentionDuration": want,
                                           "delta.deletedFileRetentionDuration": want}, raise_if_not_exists=False)
-    # vacuum counts whole hours: below one, the versions committed within the retention keep their files
-    hours = int(retention_s // 3600)
-    keep = None
-    if retention_s % 3600:
-        since = (time.time() - retention_s) * 1000
-        keep = [int(h["version"]) for h in table.history() if "version" in h and h.get("timestamp", 0) >= since]
+    # vacuum counts whole hours: rounded up, never down, so a file removed within the retention
+    # stays (90m keeps what was removed in the last 2 h), and so does every version current then
+    hours = math.ceil(retention_s / 3600)
     res.vacuumed = len(table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False,
-                                    full=True, keep_versions=keep or None))
+                                    full=True))
     table = DeltaTable(path)
+    _checkpoint_at_cutoff(path, table, retention_s)
     table.create_checkpoint()
     table.cleanup_metadata()
     res.files_after = len(table.file_uris())
@@ -227,14 +225,65 @@ def maintain_table(path: str, role: str, retention_s: float, compact: bool = Tru
     return res
 
 
+def _checkpoint_at_cutoff(path: str, table: Any, retention_s: float) -> None:
+    """A log checkpoint at the version that was current ``retention_s`` ago, before the log
+    cleanup drops commits older than that: the table as of any moment within the retention stays
+    readable, also when its last commit before that moment is much older (a table written hours
+    ago and replaced 70 minutes ago still reads as of 75 minutes ago under a 90-minute retention)."""
+    from deltalake import DeltaTable
+
+    cutoff = (time.time() - retention_s) * 1000
+    versions = [(int(h["version"]), h.get("timestamp", 0)) for h in table.history() if "version" in h]
+    before = [v for v, ts in versions if ts <= cutoff]
+    if not before or max(before) >= table.version():
+        return
+    v0 = max(before)
+    ck = os.path.join(path, "_delta_log", f"{v0:020d}.checkpoint.parquet")
+    if os.path.exists(ck):
+        os.utime(ck)  # the cleanup goes by a log file's age: this one is still needed
+    else:
+        DeltaTable(path, version=v0).create_checkpoint()
+
+
 def _identity(output: str) -> dict[str, Any] | None:
     for ck in (f"{output.rstrip('/')}_checkpoint", os.path.join(output, "_checkpoint")):
         f = os.path.join(ck, "simjoin.json")
         if os.path.isfile(f):
             with open(f) as fh:
                 got = json.load(fh)
-            return {**got, "_checkpoint": ck}
+            return {**got, "created": _absolute(got, ck), "_checkpoint": ck}
     return None
+
+
+def _absolute(ident: dict[str, Any], ck: str) -> list[str] | None:
+    """The identity's ``created`` paths as absolute real paths. An output created with a relative
+    ``--output`` (before paths were made absolute when a run starts) recorded them as typed,
+    relative to the folder it ran in: that folder is found from where its checkpoint really is
+    (the recorded checkpoint path is a relative path that ends there), never from this process's
+    folder, so a maintenance run from anywhere touches that output's tables and no others."""
+    created = ident.get("created")
+    if created is None:
+        return None
+    rel = [str(c) for c in created if "://" not in str(c) and not os.path.isabs(str(c))]
+    if not rel:
+        return [str(c) for c in created]
+    ck_real = os.path.realpath(ck)
+    typed_ck = next((c for c in rel if c.rstrip("/").endswith("_checkpoint") or c.endswith("/_checkpoint")), None)
+    base = None
+    if typed_ck is not None:
+        norm = os.path.normpath(typed_ck)
+        if ck_real.endswith(os.sep + norm):
+            base = ck_real[: -len(norm) - 1]
+    if base is None:  # a relative output whose checkpoint is not in the list: beside the output
+        out = os.path.normpath(str(ident.get("output") or ""))
+        for suffix in ("_checkpoint", os.sep + "_checkpoint"):
+            if out and not os.path.isabs(out) and ck_real.endswith(os.sep + out + suffix):
+                base = ck_real[: -len(out + suffix) - 1]
+    if base is None:
+        raise ValueError(f"the identity file in {ck} names its tables relative to a folder that cannot be told "
+                         f"({', '.join(rel[:2])}): allowed: run the pipeline once from that folder, which records "
+                         "them as absolute paths")
+    return [c if c not in rel else os.path.join(base, os.path.normpath(c)) for c in map(str, created)]
 
 
 def _owner(path: str) -> str | None:
@@ -249,11 +298,12 @@ def _owner(path: str) -> str | None:
     return owner_of(md.description, md.configuration)
 
 
-def _internal(path: str, output: str) -> bool:
-    """A state or work table (``<output>_state/...``, ``<output>_work/...``, or under a directory
-    output's ``_state``/``_work``)."""
-    rel = os.path.relpath(path, os.path.dirname(output.rstrip("/")))
-    return any(part.endswith(("_state", "_work")) for part in rel.split(os.sep)[:-1])
+def _internal(path: str, internal: Sequence[str]) -> bool:
+    """A state or work table: at or under one of the output's declared state and work folders
+    (``internal``, from the pipeline's tables), never told by a name: an output folder that happens
+    to be called ``x_work`` holds user tables."""
+    real = os.path.realpath(path)
+    return any(os.path.commonpath([real, r]) == r for r in map(os.path.realpath, internal))
 
 
 def _open_unit(tables: Sequence[str]) -> bool:
@@ -327,8 +377,12 @@ def _bookkeeping(ident: dict[str, Any], tables: Sequence[str]) -> int:
     return removed
 
 
-def _targets(output: str) -> tuple[str | None, list[str], dict[str, Any] | None]:
-    """(the pipeline, its Delta tables for ``output``, the stream's identity file or None)."""
+def _targets(output: str, declared: Sequence[str] = ()) -> tuple[str | None, list[str], dict[str, Any] | None]:
+    """(the pipeline, its Delta tables for ``output``, the stream's identity file or None). A
+    stream's tables are those its identity file says it created; a batch output's are the tables
+    its pipeline declares for that output (``declared``, e.g. ``<output>_runs``) that carry the
+    same owner mark. Never a scan for names that begin like the output's: ``out_x`` is another
+    output, not one of ``out``'s tables."""
     ident = _identity(output)
     if ident is not None:
         roots = [str(p) for p in ident.get("created") or []] or [output]
@@ -337,10 +391,8 @@ def _targets(output: str) -> tuple[str | None, list[str], dict[str, Any] | None]
     owner = _owner(output) if os.path.isdir(os.path.join(output, "_delta_log")) else None
     if owner is None:
         return None, [], None
-    parent, base = os.path.split(output.rstrip("/"))
-    siblings = [os.path.join(parent, n) for n in sorted(os.listdir(parent or "."))
-                if n.startswith(base + "_") and os.path.isdir(os.path.join(parent, n, "_delta_log"))]
-    return owner, [output] + [s for s in siblings if _owner(s) == owner], None
+    mine = [p for p in declared if os.path.abspath(p) != output and os.path.isdir(os.path.join(p, "_delta_log"))]
+    return owner, [output] + sorted(p for p in mine if _owner(p) == owner), None
 
 
 #: a ``"history"`` state table keeps the rows of this many units (``SIMJOIN_HISTORY_UNITS``)
@@ -394,9 +446,10 @@ def maintain_timing(path: str, keep: str | None = None, retention: str | float |
     return res
 
 
-def tables_of(output: str) -> list[str]:
-    """The paths of the Delta tables the pipeline that wrote ``output`` owns for it."""
-    return _targets(os.path.abspath(output))[1]
+def tables_of(output: str, declared: Sequence[str] = ()) -> list[str]:
+    """The paths of the Delta tables the pipeline that wrote ``output`` owns for it (``declared``:
+    the tables that pipeline names for this output, see :func:`_targets`)."""
+    return _targets(os.path.abspath(output), declared)[1]
 
 
 def pipeline_of(output: str) -> str | None:
@@ -405,16 +458,19 @@ def pipeline_of(output: str) -> str | None:
 
 
 def maintain_output(output: str, retention: str | float | None = None, by_part: Sequence[str] = (),
-                    rules: dict[str, str] | None = None) -> Result:
+                    rules: dict[str, str] | None = None, declared: Sequence[str] = (),
+                    internal: Sequence[str] = ()) -> Result:
     """Maintain every table the pipeline that wrote ``output`` owns for it (see the module);
     ``by_part``: the names of its state tables written one part per file (never compacted);
-    ``rules``: state table name -> retention rule (:func:`prune_state`), applied first.
+    ``rules``: state table name -> retention rule (:func:`prune_state`), applied first;
+    ``declared``: the tables the pipeline names for ``output`` (a batch output's, :func:`_targets`);
+    ``internal``: its state and work folders (kept only while a unit is open).
     The caller holds the output's lock. Raises ``ValueError`` (one line) when no pipeline's
     table is there."""
     t0 = time.perf_counter()
     output = os.path.abspath(output)
     retention_s = float(retention) if isinstance(retention, (int, float)) else parse_retention(retention)
-    pipeline, tables, ident = _targets(output)
+    pipeline, tables, ident = _targets(output, declared)
     if not tables:
         raise ValueError(f"--output {output}: no table a simjoin pipeline wrote is there: allowed the --output "
                          "of a pipeline run")
@@ -430,7 +486,7 @@ def maintain_output(output: str, retention: str | float | None = None, by_part: 
                     log.info("maintain %s: %d rows past its retention (%s) deleted", p, n, rule)
     internal_s = retention_s if _open_unit(tables) else 0.0
     for i, p in enumerate(tables, 1):
-        inner = _internal(p, output)
+        inner = _internal(p, internal)
         got = maintain_table(p, "internal" if inner else "output", internal_s if inner else retention_s,
                              compact=not (inner and os.path.basename(p) in parts))
         res.tables.append(got)

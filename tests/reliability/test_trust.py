@@ -1,0 +1,206 @@
+"""Issue 56's reproductions: ordinary operator actions that lost data or changed results with exit
+code 0, each on real Delta tables through the pipelines' own runs and `simjoin maintain`.
+
+1. Clearing and rerunning an older ssj run: its publish wrote its rows again, and the same DAG
+   run's ``maintain`` deleted them (a rerun kept its first ``pinned_at``). Now a run's age is the
+   time of its last publish.
+5. ``simjoin maintain --output out`` maintained another output ``out_x`` (found by its name's
+   prefix), even while ``out_x``'s lock was held. Now maintenance touches the tables the pipeline
+   declares for ``out`` and nothing else.
+6. A stream run started with a relative ``--output`` recorded its tables as typed; maintenance
+   from another folder then touched that folder's tables. Now paths are absolute real paths
+   from the start, and an identity file an earlier release wrote with relative paths is read
+   relative to where it really is.
+7. A retention that is not whole hours (``90m``) vacuumed at 1 h, and the log cleanup dropped the
+   version that was current 75 minutes ago. Now retention rounds up and the version current at the
+   cutoff keeps a checkpoint.
+4. An S2J output folder named ``*_work`` had its task tables taken for internal work tables
+   (retention 0). Now internal means: under the state or work folders the pipeline declares.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from tests.helpers import run_named
+
+BIN = Path(sys.executable).parent
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def _sets(path: Path, n: int = 40) -> None:
+    words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+    texts = [" ".join(words[(i + j) % 8] for j in range(4 + i % 3)) for i in range(n)]
+    write_deltalake(str(path), pa.table({"id": pa.array(range(n), pa.int64()), "text": texts}), mode="overwrite")
+
+
+def _ssj(spark, sets: Path, out: Path, run_id: str) -> None:
+    run_named(spark, "ssj", run_id=run_id, input=str(sets), output=str(out), threshold=0.5, executor="in_process")
+
+
+def _runs(out: Path) -> dict[str, int]:
+    t = DeltaTable(str(out)).to_pyarrow_table(columns=["run_id"]).column("run_id").to_pylist()
+    return {r: t.count(r) for r in sorted(set(t))}
+
+
+def _cli(*args: str, cwd: Path | None = None, ok: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run([str(BIN / "simjoin"), *args], capture_output=True, text=True, cwd=cwd, timeout=600,
+                       env={**os.environ, "SIMJOIN_RETENTION_CHECK": "0"})
+    if ok:
+        assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def test_a_rerun_of_an_older_ssj_run_keeps_its_output_through_maintenance(spark, tmp_path, monkeypatch):
+    from simjoin.pipeline.maintain import maintain
+
+    sets, out = tmp_path / "sets", tmp_path / "pairs"
+    _sets(sets)
+    _ssj(spark, sets, out, "A")
+    time.sleep(0.05)
+    _ssj(spark, sets, out, "B")
+    pairs = _runs(out)["A"]
+    assert pairs > 0 and _runs(out)["B"] == pairs
+    time.sleep(0.05)
+    _ssj(spark, sets, out, "A")  # A cleared and rerun: published again, now the newest
+    monkeypatch.setenv("SIMJOIN_SSJ_KEEP_RUNS", "1")
+    maintain(str(out))  # the same DAG run's maintain task
+    assert _runs(out) == {"A": pairs}, "the run just republished lost its rows"
+    inc = {r["run_id"]: r for r in DeltaTable(str(out) + "_increments").to_pyarrow_table().to_pylist()}
+    assert inc["A"]["published_at"] > inc["B"]["published_at"]
+
+
+def test_maintaining_an_output_never_touches_another_that_shares_its_name_prefix(spark, tmp_path):
+    from simjoin.pipeline.lock import output_lock
+
+    sets = tmp_path / "sets"
+    _sets(sets)
+    out, other = tmp_path / "out", tmp_path / "out_x"
+    _ssj(spark, sets, out, "cli")
+    _ssj(spark, sets, other, "cli")
+    theirs = sorted(p for p in tmp_path.iterdir() if p.name.startswith("out_x"))
+    before = {p.name: (DeltaTable(str(p)).version(), DeltaTable(str(p)).metadata().configuration) for p in theirs}
+    assert len(before) >= 5
+    with output_lock(str(other), "live-run", "a run of out_x"):  # a live run holds out_x
+        p = _cli("maintain", "--output", str(out), "--retention", "2h")
+    assert "maintain" in p.stdout + p.stderr
+    after = {p.name: (DeltaTable(str(p)).version(), DeltaTable(str(p)).metadata().configuration) for p in theirs}
+    assert after == before, "maintenance of out changed out_x's tables"
+    mine = DeltaTable(str(out) + "_runs").metadata().configuration
+    assert mine.get("delta.logRetentionDuration") == "interval 7200 seconds"
+
+
+def _stream_inputs(root: Path) -> None:
+    for name, ids, keys in (("l", [1, 2, 3], [7, 7, 8]), ("r", [101, 102], [7, 8])):
+        write_deltalake(str(root / name), pa.table({
+            "id": pa.array(ids, pa.int64()),
+            "ts": pa.array([T0 + dt.timedelta(seconds=s) for s in range(len(ids))], pa.timestamp("us", tz="UTC")),
+            "k": pa.array(keys, pa.int64())}))
+
+
+def test_an_output_named_relative_is_recorded_absolute_and_maintained_from_anywhere(tmp_path):
+    here, elsewhere = tmp_path / "a", tmp_path / "b"
+    here.mkdir()
+    elsewhere.mkdir()
+    _stream_inputs(here)
+    _cli("hypercube", "--left", "l", "--right", "r", "--output", "rel/hc2", "--key", "k", "--window", "10s",
+         "--workers", "2", cwd=here)
+    ck = here / "rel" / "hc2_checkpoint" / "simjoin.json"
+    ident = json.loads(ck.read_text())
+    real = os.path.realpath(here)
+    assert ident["output"] == f"{real}/rel/hc2"
+    assert all(os.path.isabs(p) and p.startswith(real) for p in ident["created"]), ident["created"]
+    # elsewhere holds tables at the same relative names, owned by the same pipeline
+    decoy = elsewhere / "rel" / "hc2_state" / "progress"
+    write_deltalake(str(decoy), pa.table({"unit": pa.array([0], pa.int64())}), description="simjoin.owner=hypercube")
+    for _ in range(3):
+        write_deltalake(str(decoy), pa.table({"unit": pa.array([1], pa.int64())}), mode="append")
+    v = DeltaTable(str(decoy)).version()
+    progress = here / "rel" / "hc2_state" / "progress"
+    _cli("maintain", "--output", str(here / "rel" / "hc2"), "--retention", "1h", cwd=elsewhere)
+    # an identity file an earlier release wrote, with the paths as they were typed
+    ident_old = {**ident, "output": "rel/hc2", "created": [os.path.relpath(p, real) for p in ident["created"]]}
+    ck.write_text(json.dumps(ident_old))
+    p = _cli("maintain", "--output", str(here / "rel" / "hc2"), "--retention", "2h", cwd=elsewhere)
+    assert DeltaTable(str(decoy)).version() == v and len(os.listdir(decoy / "_delta_log")) == v + 1, \
+        "maintenance touched another folder's tables"
+    assert f"{progress}:" in p.stderr and "7 tables" in p.stderr, p.stderr[-2000:]  # its own were maintained
+    stats = DeltaTable(str(here / "rel" / "hc2_stats")).metadata().configuration
+    assert stats["delta.logRetentionDuration"] == "interval 7200 seconds"
+
+
+def _age(table: Path, version: int, seconds_ago: float) -> None:
+    """Make commit ``version`` of ``table`` look ``seconds_ago`` old: its commit time, the removes it
+    made, and its log file's modification time (what the log cleanup goes by)."""
+    f = table / "_delta_log" / f"{version:020d}.json"
+    ms = int((time.time() - seconds_ago) * 1000)
+    lines = []
+    for line in f.read_text().splitlines():
+        a = json.loads(line)
+        if "commitInfo" in a:
+            a["commitInfo"]["timestamp"] = ms
+        if "remove" in a:
+            a["remove"]["deletionTimestamp"] = ms
+        if "add" in a:
+            a["add"]["modificationTime"] = ms
+        lines.append(json.dumps(a))
+    f.write_text("\n".join(lines) + "\n")
+    os.utime(f, (ms / 1000, ms / 1000))
+
+
+def test_a_retention_that_is_not_whole_hours_keeps_every_version_within_it(tmp_path, monkeypatch):
+    """Written 3 h ago, replaced 70 minutes ago; maintained with a 90-minute retention: the table as
+    of 75 minutes ago (version 0) still reads, with its file."""
+    from simjoin.spark import maintenance
+
+    monkeypatch.setenv("SIMJOIN_RETENTION_CHECK", "0")
+    t = tmp_path / "out"
+    write_deltalake(str(t), pa.table({"x": pa.array([1, 2, 3], pa.int64())}))
+    write_deltalake(str(t), pa.table({"x": pa.array([4], pa.int64())}), mode="overwrite")
+    _age(t, 0, 3 * 3600)
+    _age(t, 1, 70 * 60)
+    write_deltalake(str(t), pa.table({"x": pa.array([5], pa.int64())}), mode="append")  # a recent commit
+    res = maintenance.maintain_table(str(t), "output", 90 * 60.0)
+    assert res.vacuumed == 0
+    assert sorted(DeltaTable(str(t), version=0).to_pyarrow_table().column("x").to_pylist()) == [1, 2, 3]
+    assert sorted(DeltaTable(str(t), version=1).to_pyarrow_table().column("x").to_pylist()) == [4]
+    assert sorted(DeltaTable(str(t)).to_pyarrow_table().column("x").to_pylist()) == [4, 5]
+    # a second maintenance an hour later (the checkpoint of version 0 is older now) keeps it too
+    ck = t / "_delta_log" / f"{0:020d}.checkpoint.parquet"
+    os.utime(ck, (time.time() - 3600, time.time() - 3600))
+    maintenance.maintain_table(str(t), "output", 90 * 60.0)
+    assert DeltaTable(str(t), version=0).to_pyarrow_table().num_rows == 3
+
+
+def test_an_output_folder_named_like_a_work_folder_keeps_its_history(tmp_path, monkeypatch):
+    """An S2J-like directory output called ``jobs_work``: its task tables are user tables (kept for
+    the retention); only its declared ``_state``/``_work`` folders are internal."""
+    from simjoin.spark import maintenance
+
+    monkeypatch.setenv("SIMJOIN_RETENTION_CHECK", "0")
+    out = tmp_path / "jobs_work"
+    task, state = out / "gaps", out / "_state" / "progress"
+    for p in (task, state):
+        write_deltalake(str(p), pa.table({"unit": pa.array([0], pa.int64())}), description="simjoin.owner=s2j")
+        write_deltalake(str(p), pa.table({"unit": pa.array([1], pa.int64())}), mode="overwrite")
+    ck = out / "_checkpoint"
+    ck.mkdir()
+    (ck / "simjoin.json").write_text(json.dumps({"output": str(out), "pipeline": "s2j", "created": [str(out)]}))
+    from simjoin.pipeline.maintain import declared_tables
+    from simjoin.pipeline.registry import get_spec
+
+    declared, internal = declared_tables(get_spec("s2j"), str(out))
+    res = maintenance.maintain_output(str(out), 7200.0, declared=declared, internal=internal)
+    roles = {Path(r.path).relative_to(out).as_posix(): r.role for r in res.tables}
+    assert roles == {"gaps": "output", "_state/progress": "internal"}
+    assert DeltaTable(str(task), version=0).to_pyarrow_table().num_rows == 1  # time travel still reads
