@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from tests.helpers import run_named

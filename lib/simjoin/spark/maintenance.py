@@ -392,7 +392,7 @@ def _targets(output: str, declared: Sequence[str] = ()) -> tuple[str | None, lis
     if owner is None:
         return None, [], None
     mine = [p for p in declared if os.path.abspath(p) != output and os.path.isdir(os.path.join(p, "_delta_log"))]
-    return owner, [output] + sorted(p for p in mine if _owner(p) == owner), None
+    return owner, [output, *sorted(p for p in mine if _owner(p) == owner)], None
 
 
 #: a ``"history"`` state table keeps the rows of this many units (``SIMJOIN_HISTORY_UNITS``)
