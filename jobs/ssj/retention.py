@@ -3,10 +3,11 @@ lengths, plan and staging tables (a full copy of its pairs), so a schedule grows
 bound. Maintenance (``simjoin maintain``, the DAG's ``maintain`` task) keeps the partitions of the
 last ``SIMJOIN_SSJ_KEEP_RUNS`` published runs (default 10; a run's age is the time of its last
 publish, ``_increments.published_at``, so a cleared and rerun old run counts as new), of the
-latest published run of each parameter set (the base an incremental run builds on, ``jobs.ssj.increment``), and of every run
-not published yet that is newer than the oldest one kept; the other runs' partitions go. The
-bookkeeping (``_runs``, ``_increments``, ``_stats``, ``_quarantine``) stays: it is small, and a
-rerun of a dropped run joins in full again from its pinned input versions."""
+latest published run of each parameter set (the base an incremental run builds on,
+``jobs.ssj.increment``), and of every run not published yet that is newer than the oldest one
+kept; the other runs' partitions go. The bookkeeping (``_runs``, ``_increments``, ``_stats``,
+``_quarantine``) stays: it is small, and a rerun of a dropped run joins in full again from its
+pinned input versions."""
 
 from __future__ import annotations
 
