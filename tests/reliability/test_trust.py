@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from tests.helpers import run_named
@@ -203,3 +204,51 @@ def test_an_output_folder_named_like_a_work_folder_keeps_its_history(tmp_path, m
     roles = {Path(r.path).relative_to(out).as_posix(): r.role for r in res.tables}
     assert roles == {"gaps": "output", "_state/progress": "internal"}
     assert DeltaTable(str(task), version=0).to_pyarrow_table().num_rows == 1  # time travel still reads
+
+
+def _pairs_of(out: Path) -> list[tuple[int, int]]:
+    t = DeltaTable(str(out)).to_pyarrow_table(columns=["left_id", "right_id"])
+    return sorted(zip(t.column("left_id").to_pylist(), t.column("right_id").to_pylist(), strict=True))
+
+
+@pytest.mark.parametrize("follow", [False, True], ids=["backlog", "follow-catch-up"])
+def test_sigterm_stops_a_backlog_between_units_and_a_restart_resumes(tmp_path, follow):
+    """Issue 56 (8): with a backlog of 20 units, SIGTERM after the first unit still published all
+    20 before exiting. Now the unit in progress is published and the run stops (exit 0); a
+    restart publishes the rest, and the pairs equal an uninterrupted run's."""
+    import signal
+
+    for k in range(20):
+        for name, base in (("l", 0), ("r", 1000)):
+            write_deltalake(str(tmp_path / name), pa.table({
+                "id": pa.array([base + 2 * k, base + 2 * k + 1], pa.int64()),
+                "ts": pa.array([T0 + dt.timedelta(seconds=k), T0 + dt.timedelta(seconds=k, milliseconds=500)],
+                               pa.timestamp("us", tz="UTC")),
+                "k": pa.array([k % 3, (k + 1) % 3], pa.int64())}), mode="append")
+
+    def args(out: str) -> list[str]:
+        return [str(BIN / "simjoin"), "hypercube", "--left", str(tmp_path / "l"), "--right", str(tmp_path / "r"),
+                "--output", out, "--key", "k", "--window", "5s", "--workers", "2", "--max-records-per-unit", "4"]
+
+    out = str(tmp_path / "out")
+    p = subprocess.Popen(args(out) + (["--follow", "--trigger", "1s"] if follow else []), stderr=subprocess.PIPE,
+                         text=True)
+    seen = []
+    assert p.stderr is not None
+    for line in p.stderr:
+        seen.append(line)
+        if " unit 0 published" in line:
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            break
+    rest = p.stderr.read()
+    assert p.wait(120) == 0, "".join(seen)[-2000:] + rest[-2000:]
+    took = time.monotonic() - t0
+    published = DeltaTable(f"{out}_state/progress").to_pyarrow_table().num_rows
+    assert 1 <= published <= 2, f"{published} units published after SIGTERM at unit 0"
+    assert "stopping after the unit in progress" in rest and "stopped between units" in rest, rest[-2000:]
+    assert took < 60
+    _cli(*args(out)[1:])  # the restart: the rest of the backlog
+    _cli(*args(str(tmp_path / "ref"))[1:])
+    assert DeltaTable(f"{out}_state/progress").to_pyarrow_table().num_rows > published
+    assert _pairs_of(Path(out)) == _pairs_of(tmp_path / "ref") and _pairs_of(Path(out))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -305,11 +306,43 @@ def run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
     must pass before a publishing stage. A stream pipeline that resumed an open unit runs
     again, so that what arrived since is joined too, and again while a unit left input waiting
     (``--max-records-per-unit``). Holds the output's lock throughout."""
-    with output_lock(output_of(run), run.run_id, "the whole run"):
-        return _run_pipeline(spark, run)
+    with output_lock(output_of(run), run.run_id, "the whole run"), _stop_between_units(run) as stop:
+        return _run_pipeline(spark, run, stop)
 
 
-def _run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
+@contextmanager
+def _stop_between_units(run: Run) -> Iterator[threading.Event]:
+    """For a stream run in the main thread: SIGINT and SIGTERM stop it between units (the unit in
+    progress is published, the next is not started; a restart resumes), so a backlog of many units
+    stops within one unit's time. A second signal stops at once (a stop mid-unit loses nothing
+    either: the unit is staged again at the restart)."""
+    import signal
+
+    stop = threading.Event()
+    if run.spec.run_type != "stream" or threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous: dict[int, Any] = {}
+
+    def _on(sig: int, frame: Any) -> None:
+        if stop.is_set():  # the second signal: as if there were no handler
+            signal.signal(sig, previous.get(sig, signal.SIG_DFL))
+            os.kill(os.getpid(), sig)
+            return
+        log.info("%s: %s: stopping after the unit in progress (a restart resumes)", run.spec.name,
+                 signal.Signals(sig).name)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, _on)
+    try:
+        yield stop
+    finally:
+        for num, h in previous.items():
+            signal.signal(num, h)
+
+
+def _run_pipeline(spark: Any, run: Run, stop: threading.Event | None = None) -> dict[str, Any]:
     from simjoin.pipeline.timing import process_age
     from simjoin.spark.session import startup_seconds
 
@@ -332,6 +365,11 @@ def _run_pipeline(spark: Any, run: Run) -> dict[str, Any]:
         _maintain_after(run, done)
         first = done.get(spec.stages[0].name) or {}
         if not (isinstance(first, dict) and (first.get("resumed") or first.get("more"))):
+            break
+        if stop is not None and stop.is_set():
+            log.info("%s: stopped between units; %s (a restart resumes)", spec.name,
+                     "more input waits" if first.get("more") else "the next unit was not started")
+            results["stopped"] = True
             break
         if first.get("more"):
             log.info("%s: more input waits than one unit takes: the next unit", spec.name)
@@ -410,48 +448,40 @@ def follow_pipeline(spark: Any, run: Run, trigger_s: float, max_units: int | Non
     for an output whose ingest is ``direct``, a loop that reads the inputs' new versions every trigger.
     Each micro-batch becomes one unit and runs every later stage, gate and publish at once, on
     the warm JVM, with the batch mode's tables and exactly-once rules. SIGINT or SIGTERM (or
-    ``max_units`` units) stops it between units; a restart resumes where it stopped."""
-    import signal
-    import threading
-
+    ``max_units`` units) stops it between units, during the catch-up too; a second signal stops it
+    at once; a restart resumes where it stopped."""
     if run.spec.run_type != "stream":
         raise ValueError(f"--follow: {run.spec.name} is a batch pipeline: allowed only for stream pipelines")
     if trigger_s <= 0:
         raise ValueError(f"--trigger {trigger_s:g}s: allowed a duration > 0, e.g. 5s")
-    stop = threading.Event()
     units: list[dict[str, Any]] = []
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, lambda *_: stop.set())
     timed: list[Any] = []
     from simjoin.spark.delta_files import keeping
 
     state = getattr(getattr(run, "tables", None), "state_dir", None)
-    try:
-        # the state tables stay in memory between units (Delta is the savepoint, read again at a restart)
-        with output_lock(output_of(run), run.run_id, "follow mode"), keeping(*([state] if state else [])):
-            first = _run_pipeline(spark, run)
-            rest = run.spec.stages[1:]
+    # the state tables stay in memory between units (Delta is the savepoint, read again at a restart)
+    with output_lock(output_of(run), run.run_id, "follow mode"), keeping(*([state] if state else [])), \
+            _stop_between_units(run) as stop:
+        first = _run_pipeline(spark, run, stop)  # the catch-up stops between units too
+        if stop.is_set():
+            return {"catch_up": first, "units": units, "follow": {}}
+        rest = run.spec.stages[1:]
 
-            def after_unit(unit: int) -> dict[str, Any]:
-                done = _run_stages(spark, run, rest, timed)
-                units.append({"unit": unit, **{k: v for k, v in done.items() if isinstance(v, dict)}})
-                _maintain_after(run, done)
-                _record_cli(run, timed, None, _spark_kind(spark))
-                timed.clear()
-                if max_units is not None and len(units) >= max_units:
-                    stop.set()
-                return done
+        def after_unit(unit: int) -> dict[str, Any]:
+            done = _run_stages(spark, run, rest, timed)
+            units.append({"unit": unit, **{k: v for k, v in done.items() if isinstance(v, dict)}})
+            _maintain_after(run, done)
+            _record_cli(run, timed, None, _spark_kind(spark))
+            timed.clear()
+            if max_units is not None and len(units) >= max_units:
+                stop.set()
+            return done
 
-            run.follow = Follow(trigger_s, after_unit, stop)  # type: ignore[attr-defined]
-            try:
-                follow = _timed(run.spec, run.spec.stages[0].name, run.spec.stages[0].function(), spark, run, [])
-            finally:
-                run.follow = None  # type: ignore[attr-defined]
-    finally:
-        for sig, h in previous.items():
-            signal.signal(sig, h)
+        run.follow = Follow(trigger_s, after_unit, stop)  # type: ignore[attr-defined]
+        try:
+            follow = _timed(run.spec, run.spec.stages[0].name, run.spec.stages[0].function(), spark, run, [])
+        finally:
+            run.follow = None  # type: ignore[attr-defined]
     return {"catch_up": first, "units": units, "follow": follow}
 
 
