@@ -14,13 +14,12 @@ from pyspark.sql import DataFrame
 
 from simjoin.faults import maybe_fail
 from simjoin.quality.rows import aware, epoch_us
-from simjoin.spark import delta
+from simjoin.spark import delta, delta_source
 from simjoin.spark.engine.base import EngineBase
 from simjoin.spark.engine.units import (
     PROGRESS_SCHEMA,
     RECORDS_HOUSEKEEPING_EVERY,
     UTC,
-    WATERMARK_SKEW,
     Unit,
     local_path,
     log,
@@ -99,7 +98,8 @@ class Publisher(EngineBase):
         with ThreadPoolExecutor(max(1, min(8, len(pieces) + 1)), thread_name_prefix="publish") as pool:
             futures = [pool.submit(append, piece, df, path) for piece, df, path in pieces]
             # what the progress row needs is read beside the appends (the lock keeps it unchanged)
-            summary = pool.submit(records_summary, unit.records)
+            due = dt.datetime.now(UTC).replace(tzinfo=None)  # the unit's publish time
+            summary = pool.submit(records_summary, unit.records, due)
             prog = self.progress()
         for f in futures:
             f.result()
@@ -144,11 +144,12 @@ class Publisher(EngineBase):
 
     @staticmethod
     def _marks(got: list[dict[str, Any]], prog: Any) -> dict[int, dt.datetime]:
-        """Each stream's committed max ts after a unit whose records summarise to ``got``. A lone
-        outlier does not move the watermark: a stream's committed max ts advances to at most the
-        publish time + WATERMARK_SKEW (the outlier itself is joined and kept like any row)."""
-        cap = dt.datetime.now(UTC).replace(tzinfo=None) + WATERMARK_SKEW
-        marks = {int(r["side"]): min(naive_utc(r["m"]), cap) for r in got}
+        """Each stream's committed max ts (its mark) after a unit whose records summarise to
+        ``got`` (:func:`records_summary` with the unit's publish time). A row dated after the
+        publish time (inside ``--max-future``) is joined and kept like any row, but never advances
+        its stream's mark: no later row of any stream becomes late because of it, whether the data
+        runs at the wall clock or hours behind it."""
+        marks = {int(r["side"]): naive_utc(r["due"]) for r in got if r.get("due") is not None}
         for s, mt in prog.max_ts.items():
             marks[s] = max(marks[s], mt) if s in marks else mt
         return marks
@@ -158,7 +159,8 @@ class Publisher(EngineBase):
         clock can only raise it), or None while a stream has none: state of the windows that end at
         or before it (less the allowed lateness) is dropped right after that publish, so a unit
         need not write it at all (a backlog's closed windows were written, then deleted)."""
-        marks = self._marks(records_summary(unit.records), self.progress())
+        marks = self._marks(records_summary(unit.records, dt.datetime.now(UTC).replace(tzinfo=None)),
+                            self.progress())
         return min(marks.values()) if len(marks) == len(self.sources) else None
 
     def _catch_up_idle(self, marks: dict[int, Any], meta_all: dict[str, Any], before: dict[str, Any],
@@ -178,7 +180,8 @@ class Publisher(EngineBase):
             arrived[str(s)] = now
         started = float(before.get("started", now))
         meta_all["arrived"], meta_all["started"] = arrived, started
-        idle = [s for s in range(n) if now - arrived.get(str(s), started) > self.idle_timeout_s]
+        unread = self._unread_sides()
+        idle = [s for s in range(n) if now - arrived.get(str(s), started) > self.idle_timeout_s and s not in unread]
         active = [marks[s] for s in range(n) if s not in idle and s in marks]
         if not idle or not active:
             return
@@ -190,6 +193,21 @@ class Publisher(EngineBase):
                          self.pipeline, unit, s, now - arrived.get(str(s), started), self.idle_timeout_s,
                          marks.get(s), top)
                 marks[s] = top
+
+    def _unread_sides(self) -> set[int]:
+        """The streams whose input holds commits this output has not read yet (``direct`` ingest:
+        an input's latest version past the end of the last batch planned). Such a stream is not
+        idle, however long ago its last rows arrived: it was the pipeline that did not run (a stop,
+        a schedule), or a unit held the other stream only (Flink's rule for idleness)."""
+        if self.ingest_mode() != "direct" or self._direct_last("offsets") < 0:
+            return set()
+        out = set()
+        for k, (src, r) in enumerate(zip(self.sources, self._direct_ranges(self._direct_last("offsets")),
+                                         strict=True)):
+            loc = local_path(src)
+            if loc is not None and delta_source.latest_version(loc) > r.end:
+                out.add(k)
+        return out
 
     def delete(self, path: str, cond: str) -> None:
         delta.delete(self.spark, path, cond)

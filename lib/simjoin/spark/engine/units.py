@@ -70,10 +70,11 @@ class Progress:
         return None if self.watermark is None else self.watermark - self.lateness
 
 
-#: A row dated more than this past its unit's publish time never advances its stream's committed
-#: max ts beyond publish time + this skew, so a lone outlier (inside ``--max-future``) cannot make
-#: the next micro-batch's ordinary rows late (docs/operations.md, "Lateness").
-WATERMARK_SKEW = dt.timedelta(seconds=60)
+#: Kept for readers of the earlier rule (a stream's mark capped at publish time + this skew). The
+#: rule now: a row dated after its unit's publish time never advances its stream's mark at all, so
+#: a lone outlier (inside ``--max-future``) makes no later row late, whether the data runs at the
+#: wall clock or hours behind it (docs/operations.md, "Lateness").
+WATERMARK_SKEW = dt.timedelta(seconds=0)
 
 
 @dataclass(frozen=True)
@@ -86,21 +87,31 @@ class Unit:
     meta: str | None = None
 
 
-def records_summary(records: Any) -> list[dict[str, Any]]:
+def records_summary(records: Any, due: dt.datetime | None = None) -> list[dict[str, Any]]:
     """Per side of a unit's staged records (a DataFrame or a pyarrow Table): the largest ts ``m``,
-    the staged ``meta``, the last micro-batch ``b``, the smallest ts ``lo`` and the count ``n``."""
+    the largest ts at or before ``due`` (the unit's publish time, naive UTC) ``due`` (None when
+    every row is dated after it, or no ``due`` is given), the staged ``meta``, the last
+    micro-batch ``b``, the smallest ts ``lo`` and the count ``n``."""
     if not isinstance(records, pa.Table):
+        on_time = F.max(F.when(F.col("ts") <= F.lit(due), F.col("ts"))) if due is not None else F.lit(None)
         return [r.asDict() for r in records.groupBy("side").agg(
-            F.max("ts").alias("m"), F.first("meta").alias("meta"), F.max("batch_id").alias("b"),
-            F.min("ts").alias("lo"), F.count("*").alias("n")).collect()]
+            F.max("ts").alias("m"), on_time.alias("due"), F.first("meta").alias("meta"),
+            F.max("batch_id").alias("b"), F.min("ts").alias("lo"), F.count("*").alias("n")).collect()]
+
+    def naive(v: Any) -> Any:
+        return None if v is None else v.astimezone(UTC).replace(tzinfo=None)
 
     out = []
     sides = records.column("side")
     for s in pc.unique(sides).to_pylist():
         t = records.filter(pc.equal(sides, s))
         ts = t.column("ts").cast(pa.timestamp("us", tz="UTC"))
-        lo, hi = (v.as_py().astimezone(UTC).replace(tzinfo=None) for v in pc.min_max(ts).values())
-        out.append({"side": s, "m": hi, "meta": t.column("meta")[0].as_py(),
+        lo, hi = (naive(v.as_py()) for v in pc.min_max(ts).values())
+        on_time = None
+        if due is not None:
+            before = ts.filter(pc.less_equal(ts, pa.scalar(due.replace(tzinfo=UTC), pa.timestamp("us", tz="UTC"))))
+            on_time = naive(pc.max(before).as_py()) if len(before) else None
+        out.append({"side": s, "m": hi, "due": on_time, "meta": t.column("meta")[0].as_py(),
                     "b": pc.max(t.column("batch_id")).as_py(), "lo": lo, "n": t.num_rows})
     return out
 
