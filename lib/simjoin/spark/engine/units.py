@@ -107,11 +107,11 @@ def records_summary(records: Any, due: dt.datetime | None = None) -> list[dict[s
         t = records.filter(pc.equal(sides, s))
         ts = t.column("ts").cast(pa.timestamp("us", tz="UTC"))
         lo, hi = (naive(v.as_py()) for v in pc.min_max(ts).values())
-        on_time = None
+        due_ts: Any = None
         if due is not None:
             before = ts.filter(pc.less_equal(ts, pa.scalar(due.replace(tzinfo=UTC), pa.timestamp("us", tz="UTC"))))
-            on_time = naive(pc.max(before).as_py()) if len(before) else None
-        out.append({"side": s, "m": hi, "due": on_time, "meta": t.column("meta")[0].as_py(),
+            due_ts = naive(pc.max(before).as_py()) if len(before) else None
+        out.append({"side": s, "m": hi, "due": due_ts, "meta": t.column("meta")[0].as_py(),
                     "b": pc.max(t.column("batch_id")).as_py(), "lo": lo, "n": t.num_rows})
     return out
 
