@@ -35,7 +35,7 @@ from simjoin.core.s2j.operator import cut_blocks, expired
 from simjoin.log import get_logger
 from simjoin.quality.rows import epoch_us
 from simjoin.spark import delta
-from simjoin.spark.engine import WATERMARK_SKEW
+from simjoin.spark.engine import on_time_max
 from simjoin.spark.s2j import block_table, join, read_new
 
 log = get_logger("simjoin.s2j")
@@ -71,13 +71,14 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     input_scans = 1
     # dead blocks wait for the periodic delete; nothing reads them
     state, live_rows = _live_blocks(run_, u, prog.max_ts)
-    # each stream's newest committed ts once this unit is in (at most: publish caps a new max ts at
-    # its time + WATERMARK_SKEW, later than now): blocks below it by W + L are dropped at publish
+    # each stream's newest committed ts once this unit is in, by the engine's rule (a row dated after
+    # the publish time never advances a mark; it is not yet, so these marks are at most the ones
+    # publish commits): blocks below them by W + L are dropped at publish
     marks = {s: epoch_us(m) for s, m in prog.max_ts.items()}
-    cap = epoch_us(dt.datetime.now(dt.UTC) + WATERMARK_SKEW)
+    due = epoch_us(dt.datetime.now(dt.UTC))
     for s, t in new.items():
-        if len(t):
-            top = min(int(t.ts.max()), cap)
+        top = on_time_max(t.ts, due)
+        if top is not None:
             marks[s] = max(marks.get(s, top), top)
     gone = [int(r["block_id"]) for r in live_rows
             if expired(int(r["side"]), int(r["ts_max"]), marks, p.window_us, p.self_join, p.lateness_us)]

@@ -68,8 +68,8 @@ def _cat(*streams):
 def test_a_lone_outlier_does_not_make_the_next_runs_rows_late(spark, tmp_path):
     """Run 1: normal rows and ONE row 50 minutes ahead of them (inside the default --max-future 1h).
     Run 2: 100 normal rows later than run 1's: none quarantined, every pair published. The outlier
-    is dated after the wall clock, so a stream's committed max ts stops at publish time + 60 s
-    (``engine.WATERMARK_SKEW``); run 2's rows are dated 2-4 minutes after run 1 ended, as the next
+    is dated after the wall clock, so it never advances its stream's committed max ts (issue 56's
+    rule; a cap at publish time + 60 s was the one before); run 2's rows are dated 2-4 minutes after run 1 ended, as the next
     micro-batch's ordinary rows are (real micro-batches are minutes apart)."""
     t0 = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(minutes=10)
     rng = np.random.default_rng(37)

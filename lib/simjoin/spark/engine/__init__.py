@@ -30,7 +30,8 @@ holds ``simjoin.json`` with a random id that every progress row records. A delet
 checkpoint, or a config whose fingerprint differs from the state's, is refused with one line
 naming ``--reset``, which clears the output, its state, work, stats, quarantine and checkpoint
 together. **Watermark.** The minimum over the stream's sides of the largest committed ``ts``;
-quarantined rows (e.g. future ones) never move it.
+quarantined rows (e.g. future ones) never move it, nor do rows dated after their unit's publish
+time (joined, but no mark's: docs/operations.md, "Lateness").
 
 **Layout**, one concern per module; :class:`MicroBatchEngine` composes them:
 
@@ -53,13 +54,13 @@ from simjoin.spark.engine.rules import INTEGRAL, NUMERIC, stream_schema_check
 from simjoin.spark.engine.sources import Sources
 from simjoin.spark.engine.units import (
     QUARANTINE_SCHEMA,
-    WATERMARK_SKEW,
     BatchInfo,
     CheckpointMismatch,
     Progress,
     StaleUnit,
     Unit,
     local_path,
+    on_time_max,
 )
 from simjoin.spark.tables import StreamTables
 
@@ -78,8 +79,8 @@ __all__ = [
     "local_path",
     "INTEGRAL",
     "NUMERIC",
-    "WATERMARK_SKEW",
     "spark_ts_string",
+    "on_time_max",
 ]
 
 

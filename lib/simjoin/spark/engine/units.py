@@ -70,11 +70,17 @@ class Progress:
         return None if self.watermark is None else self.watermark - self.lateness
 
 
-#: Kept for readers of the earlier rule (a stream's mark capped at publish time + this skew). The
-#: rule now: a row dated after its unit's publish time never advances its stream's mark at all, so
-#: a lone outlier (inside ``--max-future``) makes no later row late, whether the data runs at the
-#: wall clock or hours behind it (docs/operations.md, "Lateness").
-WATERMARK_SKEW = dt.timedelta(seconds=0)
+
+
+def on_time_max(ts_us: Any, due_us: int) -> int | None:
+    """The largest of the epoch-microsecond ``ts_us`` at or before ``due_us`` (a unit's publish
+    time), None when there is none: what a unit's rows of one stream move its mark to (rows dated
+    later are joined but never move a mark; docs/operations.md, "Lateness")."""
+    import numpy as np
+
+    ts = np.asarray(ts_us)
+    ts = ts[ts <= due_us]
+    return int(ts.max()) if len(ts) else None
 
 
 @dataclass(frozen=True)
