@@ -1,6 +1,8 @@
 """S2J's query processor (Section 3.1): ``simjoin s2j query`` (one-time) and ``simjoin s2j follow``
-(continuous) over a task's snapshots. Both read the Delta log directly (``deltalake``), with no
-Spark: a snapshot is a commit of the task's table tagged ``{"snapshot": N, "unit": U}``.
+(continuous) over a task's snapshots. Both read with ``deltalake``, with no Spark: a snapshot is a
+commit of the task's table tagged ``{"snapshot": N, "unit": U}``, indexed as data in
+``DIR/_snapshots`` (snapshot, unit, task, version), so the index outlives the log cleanup of
+maintenance; a snapshot whose version is older than the retention is refused in one line.
 
 * ``query --output DIR --task NAME [--from T1] [--to T2] [--snapshot N]``: the pairs with
   ``T1 <= ts < T2`` as of snapshot N (time travel to its version; default: the latest).
@@ -47,9 +49,21 @@ def _open(output: str, task: str) -> Any:
     return DeltaTable(path)
 
 
-def snapshots(table: Any) -> list[tuple[int, int, int]]:
-    """(snapshot, unit, version) of every snapshot commit of a task table, oldest first."""
-    out = []
+def snapshots(table: Any, output: str | None = None, task: str | None = None) -> list[tuple[int, int, int]]:
+    """(snapshot, unit, version) of every snapshot of a task table, oldest first: from the
+    output's snapshot index (``DIR/_snapshots``, kept as data: it outlives the log cleanup) and
+    from the commits still in the table's log (a snapshot whose index row a crash lost)."""
+    found: dict[int, tuple[int, int, int]] = {}
+    if output is not None and task is not None:
+        from deltalake import DeltaTable
+
+        from simjoin.spark.tables import DirTables
+
+        index = DirTables(os.path.abspath(output)).snapshots
+        if DeltaTable.is_deltatable(index):
+            for r in DeltaTable(index).to_pyarrow_table().to_pylist():
+                if r["task"] == task:
+                    found[int(r["snapshot"])] = (int(r["snapshot"]), int(r["unit"]), int(r["version"]))
     for h in table.history():
         meta = h.get("userMetadata")
         if not meta:
@@ -59,8 +73,15 @@ def snapshots(table: Any) -> list[tuple[int, int, int]]:
         except ValueError:
             continue
         if isinstance(tag, dict) and "snapshot" in tag:
-            out.append((int(tag["snapshot"]), int(tag.get("unit", -1)), int(h["version"])))
-    return sorted(out)
+            sid = int(tag["snapshot"])
+            found.setdefault(sid, (sid, int(tag.get("unit", -1)), int(h["version"])))
+    return sorted(found.values())
+
+
+def _retention(table: Any) -> str:
+    conf = table.metadata().configuration or {}
+    raw = conf.get("delta.logRetentionDuration") or "interval 30 days (Delta's default)"
+    return raw.removeprefix("interval ")
 
 
 def _ts(text: str | None, flag: str) -> dt.datetime | None:
@@ -112,7 +133,7 @@ def query(output: str, task: str, t1: str | None, t2: str | None, snapshot: int 
     if start is not None and end is not None and end <= start:
         _fail(f"invalid --to {t2!r}: allowed a time after --from {t1!r}")
     table = _open(output, task)
-    snaps = snapshots(table)
+    snaps = snapshots(table, output, task)
     if not snaps:
         _fail(f"task {task!r} at {_table_path(output, task)} has no snapshot yet")
     if snapshot is None:
@@ -122,7 +143,15 @@ def query(output: str, task: str, t1: str | None, t2: str | None, snapshot: int 
         if not hit:
             _fail(f"invalid --snapshot {snapshot}: allowed {snaps[0][0]}..{snaps[-1][0]} (the snapshots of {task})")
         sid, _, version = hit[0]
-    table.load_as_version(version)
+    # the task tables are append-only and only a snapshot appends to them: the latest snapshot is
+    # the table as it is (maintenance's later commits compact and vacuum, the rows stay)
+    if sid != snaps[-1][0] and version != table.version():
+        retention = _retention(table)
+        try:
+            table.load_as_version(version)
+        except Exception:  # its log (and files) went with the maintenance's retention
+            _fail(f"snapshot {sid} of task {task} (version {version}) is older than the table's retention "
+                  f"({retention}): allowed a snapshot within it, such as the latest, {snaps[-1][0]}")
     t = query_pairs(table, start, end)
     click.echo("left_id,right_id,ts")
     _print_rows(t, limit)
@@ -157,12 +186,12 @@ def follow(output: str, task: str, interval: float, from_start: bool, max_snapsh
         if stop["now"]:
             raise KeyboardInterrupt
         table = DeltaTable(path)
-        done = -1 if from_start else max((v for _, _, v in snapshots(table)), default=-1)
+        done = -1 if from_start else max((v for _, _, v in snapshots(table, output, task)), default=-1)
         click.echo(f"following task {task} at {path} (from {'the start' if from_start else f'version {done + 1}'})")
         sys.stdout.flush()
         while not stop["now"]:
             table.update_incremental()
-            for sid, unit, version in snapshots(table):
+            for sid, unit, version in snapshots(table, output, task):
                 if version <= done:
                     continue
                 before = set(DeltaTable(path, version=version - 1).file_uris()) if version > 0 else set()

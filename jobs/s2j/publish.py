@@ -39,6 +39,41 @@ def snapshot_due(u: Any, run: S2JRun, meta: dict[str, Any]) -> bool:
     return False
 
 
+SNAPSHOT_INDEX_SCHEMA = "snapshot long, unit long, task string, version long"
+
+
+def snapshot_versions(path: str, tag: dict[str, int]) -> int | None:
+    """The version of the task table at ``path`` whose commit carries the snapshot ``tag``."""
+    from deltalake import DeltaTable
+
+    for h in DeltaTable(path).history(64):
+        try:
+            got = json.loads(h.get("userMetadata") or "null")
+        except ValueError:
+            continue
+        if got == tag:
+            return int(h["version"])
+    return None
+
+
+def index_snapshot(spark: Any, run_: S2JRun, u: Any, snap: int) -> None:
+    """The snapshot as data: one row per task (snapshot, unit, task, the version its commit made) in
+    ``DIR/_snapshots``, so ``simjoin s2j query`` finds every snapshot after the commits' log is
+    cleaned up, and tells one older than the retention from one that never was. Once per unit (its
+    ``txn``): a retried publish writes it once; one lost to a crash right after the publish is
+    still in the log, which the query reads too."""
+    tag = {"snapshot": snap, "unit": int(u.id)}
+    rows = []
+    for t in run_.tasks:
+        v = snapshot_versions(run_.task_table(t.name), tag)
+        if v is not None:
+            rows.append((snap, int(u.id), t.name, v))
+    if rows:
+        u.engine.own([run_.tables.snapshots])  # recorded before it is created: --reset removes it
+        delta.append_rows(spark, rows, SNAPSHOT_INDEX_SCHEMA, run_.tables.snapshots,
+                          u.engine.write_id("snapshots", u.unit.checkpoint_id), int(u.id))
+
+
 def _task_pairs(found: pa.Table, task: int) -> pa.Table:
     return rows_where(found, "task", task, ["left_id", "right_id", "ts"]).combine_chunks()
 
@@ -77,6 +112,8 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
                 "next_block": int(dec["next_block"]), "snapshots": snaps + (1 if due else 0),
                 "last_snapshot_unit": u.id if due else last}
     res = u.engine.publish(u.unit, pieces, meta=new_meta, options=options)
+    if due:
+        index_snapshot(spark, run_, u, snaps)
     # blocks no tuple that can still arrive reaches: readers skip them at once, and a DELETE
     # (a second or two) drops them every few units
     if u.id % EXPIRE_EVERY == EXPIRE_EVERY - 1:

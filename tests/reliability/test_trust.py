@@ -252,3 +252,65 @@ def test_sigterm_stops_a_backlog_between_units_and_a_restart_resumes(tmp_path, f
     _cli(*args(str(tmp_path / "ref"))[1:])
     assert DeltaTable(f"{out}_state/progress").to_pyarrow_table().num_rows > published
     assert _pairs_of(Path(out)) == _pairs_of(tmp_path / "ref") and _pairs_of(Path(out))
+
+
+def _s2j_piece(root: Path, k: int) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(k)
+    for name, base in (("left", 0), ("right", 10_000)):
+        n = 30
+        write_deltalake(str(root / name), pa.table({
+            "id": pa.array(base + k * 100 + np.arange(n), pa.int64()),
+            "ts": pa.array([T0 + dt.timedelta(minutes=10 * k, seconds=int(s)) for s in rng.integers(0, 300, n)],
+                           pa.timestamp("us", tz="UTC")),
+            "pm25": rng.uniform(0, 150, n)}), mode="append")
+
+
+def _age_log(table: Path, hours: float) -> None:
+    """Every commit file of ``table`` looks ``hours`` old to the log cleanup (its file time)."""
+    old = time.time() - hours * 3600
+    for f in (table / "_delta_log").iterdir():
+        if f.suffix == ".json":
+            os.utime(f, (old, old))
+
+
+def test_s2j_snapshots_outlive_the_log_cleanup_and_an_output_named_work_keeps_them(tmp_path):
+    """Issue 56 (4): an S2J output folder named ``*_work`` lost its tasks' history at maintenance
+    (taken for internal tables, retention 0): ``s2j query`` then said "no snapshot yet". And
+    snapshots lived only in commit metadata: once the log was older than the retention, even the
+    latest query failed while the table held its rows. Now the snapshot index is data
+    (``DIR/_snapshots``): the latest snapshot reads after any cleanup, an older one within the
+    retention reads, and one older than the retention is refused in one line naming it."""
+    out = tmp_path / "jobs_work"
+    for k in range(3):
+        _s2j_piece(tmp_path, k)
+        _cli("s2j", "run", "--left", str(tmp_path / "left"), "--right", str(tmp_path / "right"), "--output",
+             str(out), "--window", "20m", "--workers", "2", "--task", "gap: abs(l.pm25 - r.pm25) > 40")
+    index = sorted(DeltaTable(str(out / "_snapshots")).to_pyarrow_table().to_pylist(), key=lambda r: r["snapshot"])
+    assert sorted((r["snapshot"], r["task"]) for r in index) == [(0, "gap"), (1, "gap"), (2, "gap")]
+    rows = DeltaTable(str(out / "gap")).to_pyarrow_table().num_rows
+    first = DeltaTable(str(out / "gap"), version=index[0]["version"]).to_pyarrow_table().num_rows
+    assert 0 < first < rows
+
+    def query(*extra: str) -> subprocess.CompletedProcess:
+        return _cli("s2j", "query", "--output", str(out), "--task", "gap", "--limit", "0", *extra, ok=False)
+
+    _cli("maintain", "--output", str(out), "--retention", "2h")
+    q = query("--snapshot", "0")
+    assert q.returncode == 0 and q.stdout.strip().splitlines()[-1].startswith(f"s2j query: {first} pairs"), q.stderr
+    # three hours later: the tasks' early log is past the retention and cleaned up
+    for t in (out / "gap", out / "_snapshots"):
+        _age_log(t, 3)
+    _cli("maintain", "--output", str(out), "--retention", "2h")
+    q = query()
+    assert q.returncode == 0 and q.stdout.strip().splitlines()[-1].startswith(f"s2j query: {rows} pairs"), \
+        q.stdout[-500:] + q.stderr[-1500:]
+    q = query("--snapshot", "0")
+    assert q.returncode == 2 and "\n" not in q.stderr.strip(), q.stderr
+    assert "older than the table's retention (7200 seconds)" in q.stderr and "the latest, 2" in q.stderr
+    # --reset clears the index with the tables it indexes: the next snapshot 0 is the only one
+    _cli("s2j", "run", "--left", str(tmp_path / "left"), "--right", str(tmp_path / "right"), "--output",
+         str(out), "--window", "20m", "--workers", "2", "--task", "gap: abs(l.pm25 - r.pm25) > 40", "--reset")
+    index = DeltaTable(str(out / "_snapshots")).to_pyarrow_table().to_pylist()
+    assert [(r["snapshot"], r["unit"]) for r in index] == [(0, 0)]

@@ -132,6 +132,11 @@ class DirTables(StreamTables):
     def shed(self) -> str:
         return self._under("shed")
 
+    @property
+    def snapshots(self) -> str:
+        """The snapshot index: per snapshot and task, the unit and the task table's version."""
+        return self._under("snapshots")
+
     def task(self, name: str) -> str:
         return f"{self.output.rstrip('/')}/{name}"
 
@@ -139,4 +144,4 @@ class DirTables(StreamTables):
         return f"{self.output.rstrip('/')}/_{name}"
 
     def paths(self) -> dict[str, str]:
-        return {**super().paths(), "shed": self.shed}
+        return {**super().paths(), "shed": self.shed, "snapshots": self.snapshots}
