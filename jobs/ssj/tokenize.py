@@ -86,29 +86,65 @@ def check_input(spark: Any, path: str, id_col: str, text_col: str) -> None:
 
 def choose(job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int]) -> PathChoice:
     """Where this run's stages run (``simjoin.core.setsim.path``): from the inputs' Delta logs
-    (records and Parquet bytes at the pinned versions), this machine's memory and Spark's master."""
-    import os
-
+    (records and Parquet bytes at the pinned versions), their text's decoded size (a sample), the
+    memory available to this process now (``simjoin.memory``: MemAvailable, the cgroup's limit,
+    other in-process runs' reservations) and Spark's master. An in-process choice reserves its
+    estimate until this process ends."""
     from simjoin.config import SparkConfig, load_config
+    from simjoin.memory import available_memory, reserve
 
     local = all(delta._local_dir(p) is not None for p in [*(p for _, p in sides), job.output])
-    records = size = 0
+    records = size = decoded = 0
     if local:
         from deltalake import DeltaTable
 
         for s, p in sides:
             try:
-                acts = DeltaTable(str(delta._local_dir(p)), version=versions[s]).get_add_actions(flatten=True)
+                table = DeltaTable(str(delta._local_dir(p)), version=versions[s])
+                acts = table.get_add_actions(flatten=True)
                 n = np.asarray(acts.column("num_records").to_pylist(), dtype=float)
                 size += int(np.nansum(np.asarray(acts.column("size_bytes").to_pylist(), dtype=float)))
                 records += int(np.nansum(n))  # a file without statistics counts its bytes only
+                decoded += decoded_text_bytes(table, job.cfg.text_col, int(np.nansum(n)))
             except Exception as e:  # a feature deltalake lacks: Spark reads the input
                 log.info("ssj tokenize: deltalake cannot read %s (%s)", p, e)
                 local = False
     master = load_config(SparkConfig, "spark").master
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return choose_path(records, size, memory, local_tables=local, cluster=not master.startswith("local"),
-                       requested=job.cfg.executor)
+    room = available_memory()
+    where = choose_path(records, size, room.bytes, local_tables=local, cluster=not master.startswith("local"),
+                        requested=job.cfg.executor, decoded_bytes=decoded, memory_source=room.source)
+    if where.in_process:  # concurrent runs plan around it until this process ends
+        reserve(where.estimated_bytes, f"ssj {job.output} run {job.run_id}")
+    return where
+
+
+#: Rows read per sampled data file to measure the decoded text per record.
+SAMPLE_ROWS = 2048
+
+
+def decoded_text_bytes(table: Any, text_col: str, records: int, files: int = 3) -> int:
+    """The text column's decoded size at ``records`` records, from a sample: the first
+    :data:`SAMPLE_ROWS` rows of up to ``files`` data files spread over the table (Parquet's
+    sizes say nothing of it: dictionary-encoded, compressed text decodes to many times its size)."""
+    from urllib.parse import unquote
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    uris = table.file_uris()
+    if not uris or records <= 0:
+        return 0
+    picks = sorted({0, len(uris) // 2, len(uris) - 1})[:files]
+    seen = rows = 0
+    for i in picks:
+        try:
+            batch = next(pq.ParquetFile(unquote(uris[i])).iter_batches(batch_size=SAMPLE_ROWS, columns=[text_col]))
+        except (StopIteration, OSError, KeyError, ValueError):
+            continue
+        col = batch.column(0)
+        seen += int(pc.sum(pc.binary_length(col)).as_py() or 0) + 4 * len(col)  # Arrow's offsets
+        rows += len(col)
+    return 0 if rows == 0 else int(seen / rows * records)
 
 
 def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:

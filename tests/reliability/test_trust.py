@@ -314,3 +314,47 @@ def test_s2j_snapshots_outlive_the_log_cleanup_and_an_output_named_work_keeps_th
          str(out), "--window", "20m", "--workers", "2", "--task", "gap: abs(l.pm25 - r.pm25) > 40", "--reset")
     index = DeltaTable(str(out / "_snapshots")).to_pyarrow_table().to_pylist()
     assert [(r["snapshot"], r["unit"]) for r in index] == [(0, 0)]
+
+
+def test_the_in_process_estimate_counts_decoded_text_and_the_memory_really_available(tmp_path, monkeypatch):
+    """Issue 56 (9): 200k records of compressible text (1.1 MiB of Parquet) were estimated at
+    128 MiB while the decoded text alone was 472 MiB, and the physical RAM was assumed free (no
+    container limit, no concurrent run). Here at a tenth of the size: the estimate covers the
+    decoded text; a cgroup limit below it, or other runs' reservations, send the join to Spark,
+    and the reason says so."""
+    from jobs.ssj.tokenize import choose
+    from simjoin import memory
+    from simjoin.core.setsim.path import in_process_bytes
+    from simjoin.pipeline import get_spec
+
+    n = 20_000
+    base = " ".join(f"w{i}" for i in range(400))  # 2 KiB of text, the same in every row
+    texts = [f"{base} x{i % 7}" for i in range(n)]
+    decoded = sum(len(t) for t in texts)
+    src = tmp_path / "sets"
+    write_deltalake(str(src), pa.table({"id": pa.array(range(n), pa.int64()), "text": texts}))
+    parquet = sum(f.stat().st_size for f in src.glob("*.parquet"))
+    assert parquet * 20 < decoded  # compressible: the old estimate (12 x Parquet) misses it
+    assert in_process_bytes(n, parquet) < decoded
+
+    monkeypatch.setenv("SIMJOIN_MEMORY_LEDGER", str(tmp_path / "ledger"))
+    job = get_spec("ssj").make_run({"input": str(src), "output": str(tmp_path / "out"), "threshold": 0.8})
+    where = choose(job, [(0, str(src))], {0: 0})
+    assert where.in_process and where.estimated_bytes >= 12 * decoded * 0.95, where
+    assert "MiB of text decoded" in where.reason and "available" in where.reason
+    # this process reserved it: another process planning now sees it (its own reservation is not counted)
+    others = subprocess.run([sys.executable, "-c", "from simjoin.memory import reserved_by_others as r; print(r())"],
+                            capture_output=True, text=True, env={**os.environ}, check=True)
+    assert int(others.stdout) == where.estimated_bytes
+    # a container limit below the estimate: Spark, and the reason names the cgroup
+    root = tmp_path / "root"
+    (root / "proc").mkdir(parents=True)
+    (root / "proc" / "meminfo").write_text("MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n")
+    (root / "sys" / "fs" / "cgroup").mkdir(parents=True)
+    (root / "sys" / "fs" / "cgroup" / "memory.max").write_text(str(512 * 2**20))
+    (root / "sys" / "fs" / "cgroup" / "memory.current").write_text(str(100 * 2**20))
+    room = memory.available_memory(str(root), ledger=str(tmp_path / "empty"))
+    assert room.bytes == 412 * 2**20 and "cgroup limit 0.5 GiB" in room.source
+    monkeypatch.setattr(memory, "available_memory", lambda *a, **k: room)
+    where = choose(job, [(0, str(src))], {0: 0})
+    assert where.executor == "spark" and "cgroup limit 0.5 GiB" in where.reason, where

@@ -114,7 +114,8 @@ def test_auto_chooses_in_process_for_local_tables_and_says_so(spark, tmp_path, c
     assert res["rounds"][-1]["tokenize"]["executor"] == "in_process"
     plan = delta.read_arrow_any(spark, str(tmp_path / "out") + "_plan")
     assert set(plan.column("executor").to_pylist()) == {"in_process"}
-    assert "within 60% of this machine's" in plan.column("executor_reason")[0].as_py()
+    reason = plan.column("executor_reason")[0].as_py()
+    assert "within 60% of the" in reason and "GiB available" in reason
     inc = delta.read_arrow_any(spark, str(tmp_path / "out") + "_increments")
     assert inc.column("executor").to_pylist() == ["in_process"]
     from jobs.ssj.spec import summary

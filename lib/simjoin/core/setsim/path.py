@@ -41,23 +41,29 @@ class PathChoice:
         return self.executor == "in_process"
 
 
-def in_process_bytes(records: int, input_bytes: int) -> int:
+def in_process_bytes(records: int, input_bytes: int, decoded_bytes: int = 0) -> int:
     """The in-process path's estimated peak memory for ``records`` records in ``input_bytes``
-    bytes of Parquet."""
-    return int(BYTES_PER_INPUT_BYTE * input_bytes + BYTES_PER_RECORD * records)
+    bytes of Parquet whose text decodes to ``decoded_bytes`` (compressible text decodes to many
+    times its Parquet size: 200k records in 1.1 MiB held 472 MiB of text)."""
+    return int(BYTES_PER_INPUT_BYTE * max(input_bytes, decoded_bytes) + BYTES_PER_RECORD * records)
 
 
 def choose_path(records: int, input_bytes: int, memory_bytes: int, *, local_tables: bool, cluster: bool,
-                requested: str = "auto") -> PathChoice:
-    """The executor of a join of ``records`` input rows in ``input_bytes`` bytes of Parquet on a
-    machine with ``memory_bytes`` of memory. ``local_tables``: every table is a local Delta table
-    ``deltalake`` reads and writes; ``cluster``: Spark's master is a cluster, not ``local``.
-    ``requested``: the user's ``--executor``; ``in_process`` where it cannot run is refused."""
+                requested: str = "auto", decoded_bytes: int = 0, memory_source: str = "") -> PathChoice:
+    """The executor of a join of ``records`` input rows in ``input_bytes`` bytes of Parquet
+    (``decoded_bytes`` of text once decoded) with ``memory_bytes`` of memory available to it
+    (``memory_source`` says where that number comes from). ``local_tables``: every table is a
+    local Delta table ``deltalake`` reads and writes; ``cluster``: Spark's master is a cluster,
+    not ``local``. ``requested``: the user's ``--executor``; ``in_process`` where it cannot run is
+    refused."""
     if requested not in EXECUTORS:
         raise ValueError(f"--executor {requested!r}: allowed {', '.join(EXECUTORS)}")
-    need = in_process_bytes(records, input_bytes)
+    need = in_process_bytes(records, input_bytes, decoded_bytes)
     budget = int(MEMORY_SHARE * memory_bytes)
-    est = f"{records:,} records, {input_bytes / 2**20:,.0f} MiB of Parquet: about {need / 2**30:.1f} GiB in process"
+    decoded = f" ({decoded_bytes / 2**20:,.0f} MiB of text decoded)" if decoded_bytes > input_bytes else ""
+    est = (f"{records:,} records, {input_bytes / 2**20:,.0f} MiB of Parquet{decoded}: about "
+           f"{need / 2**30:.1f} GiB in process")
+    where = f" ({memory_source})" if memory_source else ""
     if requested == "spark":
         return PathChoice("spark", "set by the user: --executor spark", need)
     if requested == "in_process":
@@ -68,9 +74,9 @@ def choose_path(records: int, input_bytes: int, memory_bytes: int, *, local_tabl
     if not local_tables:
         return PathChoice("spark", "a table is not local (deltalake cannot reach it)", need)
     if need > budget:
-        return PathChoice("spark", f"{est}, over {MEMORY_SHARE:.0%} of this machine's "
-                          f"{memory_bytes / 2**30:.1f} GiB", need)
+        return PathChoice("spark", f"{est}, over {MEMORY_SHARE:.0%} of the "
+                          f"{memory_bytes / 2**30:.1f} GiB available{where}", need)
     if cluster and records > CLUSTER_IN_PROCESS_RECORDS:
         return PathChoice("spark", f"{est}; a cluster takes more than {CLUSTER_IN_PROCESS_RECORDS:,} records", need)
-    return PathChoice("in_process", f"{est}, within {MEMORY_SHARE:.0%} of this machine's "
-                      f"{memory_bytes / 2**30:.1f} GiB", need)
+    return PathChoice("in_process", f"{est}, within {MEMORY_SHARE:.0%} of the "
+                      f"{memory_bytes / 2**30:.1f} GiB available{where}", need)
