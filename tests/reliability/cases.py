@@ -221,9 +221,11 @@ CASES: dict[str, Case] = {
 #: or that are folders of tables listed by their own key.
 _NOT_TABLES = ("work", "checkpoint", "state")
 
-#: Columns that differ between two identical runs, whatever the table.
+#: Columns that differ between two identical runs, whatever the table (``executor_reason`` names the
+#: memory available at that moment).
 _VOLATILE = re.compile(r"(^|_)(seconds|secs|latency|elapsed|wall|duration)(_|$)|_s$|_ms$|(^|_)p(50|99)(_|$)"
-                       r"|^(pinned_at|created|created_at|updated_at|started|finished|checkpoint_id|commit_ts)$")
+                       r"|^(pinned_at|published_at|created|created_at|updated_at|started|finished|checkpoint_id"
+                       r"|commit_ts|executor_reason)$")
 
 
 def volatile(column: str) -> bool:
