@@ -7,7 +7,7 @@
 - **Any port.** The execution API URL the task runners call is derived from
   ``AIRFLOW__API__HOST`` and ``AIRFLOW__API__PORT``, so moving the port moves everything.
 - **Lives and dies as one.** Ctrl-C, SIGTERM and SIGHUP (the terminal closed) stop Airflow and the
-  warm Spark together within 3 s (SIGTERM, then SIGKILL after 2 s). Every process the stack starts
+  warm Spark together within 3 s (SIGTERM, then SIGKILL after 1.5 s). Every process the stack starts
   carries a marker in its environment, and a watchdog in its own session ends them all when the
   stack process ends in any other way (SIGKILL, the OOM killer). The stack records what it started
   in ``AIRFLOW_HOME/simjoin-stack.json``; the next start stops what an earlier stack of that home
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 STATE_FILE = "simjoin-stack.json"
 
-__all__ = ["Stack", "free_port", "stack_env", "main"]
+__all__ = ["Stack", "free_port", "healthy", "stack_env", "main"]
 
 
 def free_port() -> int:
@@ -53,6 +53,15 @@ def _answers(port: int, host: str = "127.0.0.1") -> bool:
         with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
+        return False
+
+
+def healthy(url: str) -> bool:
+    """Whether Airflow's API at ``url`` answers its health check."""
+    try:
+        with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=2) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
         return False
 
 
@@ -260,13 +269,9 @@ class Stack:
         return any(pid is not None and procs.marker_of(pid) == self.marker for _, pid in procs.listeners(port))
 
     def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=2) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+        return healthy(self.url)
 
-    def stop(self, grace_s: float = 2.0) -> None:
+    def stop(self, grace_s: float = 1.5) -> None:
         """End every process this stack started, Airflow and the warm Spark at once: SIGTERM, and
         SIGKILL for what runs after ``grace_s`` (bounded: 3 s in all on this machine), then the
         watchdog and the state file."""

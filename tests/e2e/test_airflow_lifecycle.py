@@ -14,13 +14,11 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from jobs.tools.airflow_stack import STATE_FILE, free_port
+from jobs.tools.airflow_stack import STATE_FILE, free_port, healthy
 from simjoin import procs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,11 +43,7 @@ class MakeAirflow:
         return self.log.read_text(errors="replace")
 
     def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.api_port}/api/v2/monitor/health", timeout=2) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+        return healthy(f"http://127.0.0.1:{self.api_port}")
 
     def wait_ready(self, timeout: float = 300) -> dict:
         deadline = time.monotonic() + timeout
@@ -106,26 +100,20 @@ def test_make_airflow_lives_and_dies_as_one(tmp_path):
     assert len(_left(home)) >= 4  # standalone, its scheduler, dag-processor, api-server, the warm Spark...
     _private(home)
     os.killpg(m.proc.pid, signal.SIGHUP)
-    took = _gone_within(home, ports, 10, time.monotonic(), int(state['pid']))
+    took = _gone_within(home, ports, 10, time.monotonic(), int(state["pid"]))
     m.proc.wait(10)
     assert not (home / STATE_FILE).exists()
     print(f"SIGHUP: all gone in {took:.1f}s")
 
     # 2. kill -9 of the stack process: its watchdog ends everything it started
-    m, state = start(2)
-    t0 = time.monotonic()
-    os.kill(int(state["pid"]), signal.SIGKILL)
-    took = _gone_within(home, ports, 10, t0, int(state['pid']))
-    m.proc.wait(10)
-    print(f"SIGKILL: all gone in {took:.1f}s")
-
     # 3. a supervisor's SIGTERM to the stack process: a bounded stop
-    m, state = start(3)
-    t0 = time.monotonic()
-    os.kill(int(state["pid"]), signal.SIGTERM)
-    took = _gone_within(home, ports, 10, t0, int(state['pid']))
-    m.proc.wait(10)
-    print(f"SIGTERM: all gone in {took:.1f}s")
+    for n, sig in ((2, signal.SIGKILL), (3, signal.SIGTERM)):
+        m, state = start(n)
+        t0 = time.monotonic()
+        os.kill(int(state["pid"]), sig)
+        took = _gone_within(home, ports, 10, t0, int(state["pid"]))
+        m.proc.wait(10)
+        print(f"{sig.name}: all gone in {took:.1f}s")
     assert took < 3.0, f"SIGTERM took {took:.1f}s to stop the stack (allowed 3 s)"
 
     # 4. the stack and its watchdog both killed: the leftovers keep the ports, and the next start
@@ -147,7 +135,7 @@ def test_make_airflow_lives_and_dies_as_one(tmp_path):
     assert m.healthy()
 
     os.killpg(m.proc.pid, signal.SIGINT)  # Ctrl-C
-    _gone_within(home, ports, 10, time.monotonic(), int(state['pid']))
+    _gone_within(home, ports, 10, time.monotonic(), int(state["pid"]))
     m.proc.wait(10)
 
     # 5. a foreign process on the API port: refused in one line naming it, nothing started
