@@ -349,17 +349,19 @@ def load_config(
 
 
 def real_path(path: str) -> str:
-    """A table path as the runtime keeps it: a local path absolute and real (``~``, ``..`` and
-    symlinks resolved; a ``file:`` URI becomes its path), so that what a run records names the
-    same table whichever folder a later run, ``simjoin maintain`` or the Airflow plugin starts
-    in. Other URIs (``s3://``, ...) stay as written."""
+    """A table path as the runtime keeps it: a local path absolute and normalised (``~`` and
+    ``..`` resolved; a ``file:`` URI becomes its path), so that what a run records names the same
+    table whichever folder a later run, ``simjoin maintain`` or the Airflow plugin starts in.
+    Symlinks stay as typed, so an error names the path the user gave (and says what it resolves
+    to); where two paths must be one table (the lock, the warehouse check, ownership) they are
+    compared resolved. Other URIs (``s3://``, ...) stay as written."""
     import os.path
 
     scheme, sep, rest = path.partition("://")
     if sep and scheme != "file":
         return path
     local = rest if sep else path
-    return os.path.realpath(os.path.abspath(os.path.expanduser(local)))
+    return os.path.normpath(os.path.abspath(os.path.expanduser(local)))
 
 
 def with_overrides(cfg: T, **kw: Any) -> T:
