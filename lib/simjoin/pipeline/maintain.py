@@ -68,7 +68,12 @@ def declared_tables(spec: PipelineSpec | None, output: str) -> tuple[list[str], 
     if at is None:
         return [], []
     t = at(output)
-    named = t.paths() if hasattr(t, "paths") else {**t.all(), "staging": t.staging}
+    if hasattr(t, "paths"):
+        named = t.paths()
+    elif hasattr(t, "all"):
+        named = {**t.all(), **({"staging": t.staging} if hasattr(t, "staging") else {})}
+    else:  # a pipeline that names no tables beyond its output (the base Run)
+        return [], []
     internal = [named[k] for k in ("state", "work") if k in named]
     return [str(p) for p in named.values()], [str(p) for p in internal]
 
