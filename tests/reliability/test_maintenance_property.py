@@ -1,12 +1,16 @@
 """Maintenance's promise as a property (issue 56): over random sequences of appends, replacing
-writes, maintenance with random retentions (whole hours and not: 60-200 minutes) and clock
-advances, on two stream-like outputs whose names share a prefix (``out`` and ``out_x``):
+writes, maintenance with random retentions (whole hours and not: 60-200 minutes), ``--reset``s and
+clock advances, on three stream-like outputs: two whose names share a prefix (``out`` and
+``out_x``) and one an earlier release recorded with relative paths, maintained from a folder that
+holds tables at the same relative names:
 
-- every version of ``out``'s user tables current at some moment within the retention still reads,
-  with exactly the rows it had (within the shortest window so far: a later, longer retention cannot
-  bring back what an earlier, shorter one let go);
+- every version of an output's user tables current at some moment within the retention still
+  reads, with exactly the rows it had (within the shortest window so far: a later, longer retention
+  cannot bring back what an earlier, shorter one let go, also by Delta's own log cleanup between
+  maintenance runs);
 - its current rows never change;
-- maintaining ``out`` never changes anything of ``out_x`` (its versions, rows and files).
+- maintaining or resetting one output never changes anything of another (its versions, rows and
+  files), nor the tables at the same relative names in the folder maintenance runs from.
 
 The clock advances by ageing every commit (its ``commitInfo`` time, the removes' deletion times,
 the log files' modification times: what vacuum and the log cleanup go by). Real Delta tables
@@ -26,7 +30,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from simjoin.spark import maintenance
+from simjoin.spark import maintenance, manifest
+from simjoin.spark.tables import StreamTables
 
 HOUR = 3600.0
 
@@ -55,21 +60,31 @@ def _rows(t: DeltaTable) -> list[int]:
 
 
 class Output:
-    """A stream-like output: the pairs and ``_stats`` (user tables), a state table, an identity file."""
+    """A stream-like output: the pairs and ``_stats`` (user tables), a state table, and its output
+    manifest as a stream run writes it (``legacy_relative``: instead, an output of an earlier
+    release, made from ``root`` with a relative ``--output``: an identity file naming its tables
+    relative to that folder, no manifest)."""
 
-    def __init__(self, root: Path, name: str) -> None:
+    def __init__(self, root: Path, name: str, legacy_relative: bool = False) -> None:
+        self.root = root
         self.out = root / name
         self.user = [self.out, root / f"{name}_stats"]
         self.state = root / f"{name}_state" / "progress"
         ck = root / f"{name}_checkpoint"
         ck.mkdir(parents=True)
-        (ck / "simjoin.json").write_text(json.dumps({
-            "output": str(self.out), "pipeline": "ineq",
-            "created": [str(self.out), str(root / f"{name}_stats"), str(root / f"{name}_state"), str(ck)]}))
+        owned = [str(self.out), str(root / f"{name}_stats"), str(root / f"{name}_state"), str(ck)]
+        if legacy_relative:
+            (ck / "simjoin.json").write_text(json.dumps({
+                "output": name, "pipeline": "ineq", "created": [os.path.relpath(p, root) for p in owned]}))
+        else:
+            (ck / "simjoin.json").write_text(json.dumps({"output": str(self.out), "pipeline": "ineq"}))
+            manifest.write(manifest.create("ineq", str(self.out), StreamTables(str(self.out)).layout(), owned))
         self.next = 0
         #: the earliest moment every maintenance so far promised to keep (a later, longer retention
         #: cannot bring back what an earlier, shorter one let go)
         self.cut = float("-inf")
+        #: the retention the last maintenance set (the tables' log and file retention properties)
+        self.retention: float | None = None
         #: per user table: (commit time in seconds since the epoch, rows) of every version so far
         self.versions: dict[Path, list[tuple[float, list[int]]]] = {t: [] for t in self.user}
         for t in [*self.user, self.state]:
@@ -97,12 +112,25 @@ class Output:
         for t in self.user:
             self.versions[t] = [(ts - seconds, rows) for ts, rows in self.versions[t]]
         self.cut -= seconds
+        if self.retention is not None:  # between maintenance runs, Delta's own log cleanup (a writer's
+            # checkpoint) keeps the last retention set, counted from now
+            self.cut = max(self.cut, time.time() - self.retention)
 
     def maintain(self, retention_s: float) -> None:
         self.cut = max(self.cut, time.time() - retention_s)
-        maintenance.maintain_output(str(self.out), retention_s, internal=[f"{self.out}_state"])
+        self.retention = retention_s
+        maintenance.maintain_output(str(self.out), retention_s)
         for t in self.user:
             self.record(t)
+
+    def reset(self) -> list[str]:
+        """``--reset`` as a stream run does it (the engine's, from the manifest); then written again."""
+        from simjoin.spark.engine.base import EngineBase
+
+        removed = EngineBase(None, "ineq", StreamTables(str(self.out)), [], "").reset()  # type: ignore[arg-type]
+        assert not any(os.path.exists(p) for p in [*self.user, self.state]), "reset left a table"
+        self.__init__(self.root, self.out.name)  # type: ignore[misc]
+        return removed
 
     def check(self) -> None:
         """Every version current at some moment since the cut (the last retention, or an earlier
@@ -126,28 +154,46 @@ def _fingerprint(o: Output) -> dict[str, object]:
 
 
 def _walk(root: Path, seed: int, steps: int) -> None:
+    """Random appends, replacing writes, clock advances, maintenance with random retentions and
+    ``--reset``s over three outputs: ``out``, ``out_x`` (a name sharing ``out``'s prefix) and
+    ``rel/out``, an earlier release's output recorded with relative paths, maintained from another
+    folder that holds a ``rel/out`` of its own (the decoy)."""
     rng = random.Random(seed)
-    mine, other = Output(root, "out"), Output(root, "out_x")
-    retention = HOUR
-    for _ in range(steps):
-        op = rng.choice(["append", "append", "overwrite", "advance", "advance", "maintain", "state"])
-        if op in ("append", "overwrite"):
-            mine.write(rng.choice(mine.user), op)
-        elif op == "state":
-            mine.write(mine.state, "overwrite")
-        elif op == "advance":
-            minutes = rng.choice([5, 20, 45, 70, 130])
-            mine.age(minutes * 60)
-            other.age(minutes * 60)
-        else:
-            retention = rng.choice([60, 75, 90, 120, 150, 200]) * 60.0
-            before = _fingerprint(other)
-            mine.maintain(retention)
-            assert _fingerprint(other) == before, "maintaining out changed out_x"
-            mine.check()
-    retention = rng.choice([60, 90, 150]) * 60.0
-    mine.maintain(retention)
-    mine.check()
+    (root / "a").mkdir()
+    (root / "elsewhere").mkdir()
+    outs = [Output(root, "out"), Output(root, "out_x"), Output(root / "a", "rel_out", legacy_relative=True)]
+    decoy = Output(root / "elsewhere", "rel_out", legacy_relative=True)
+    cwd = os.getcwd()
+    os.chdir(root / "elsewhere")
+    try:
+        for _ in range(steps):
+            op = rng.choice(["append", "append", "overwrite", "advance", "advance", "maintain", "maintain", "state",
+                             "reset"])
+            mine = rng.choice(outs)
+            others = [o for o in [*outs, decoy] if o is not mine]
+            if op in ("append", "overwrite"):
+                mine.write(rng.choice(mine.user), op)
+            elif op == "state":
+                mine.write(mine.state, "overwrite")
+            elif op == "advance":
+                minutes = rng.choice([5, 20, 45, 70, 130])
+                for o in [*outs, decoy]:
+                    o.age(minutes * 60)
+            elif op == "reset":
+                before = [_fingerprint(o) for o in others]
+                mine.reset()
+                assert [_fingerprint(o) for o in others] == before, f"resetting {mine.out.name} changed another output"
+            else:
+                retention = rng.choice([60, 75, 90, 120, 150, 200]) * 60.0
+                before = [_fingerprint(o) for o in others]
+                mine.maintain(retention)
+                assert [_fingerprint(o) for o in others] == before, f"maintaining {mine.out} changed another output"
+                mine.check()
+        for o in outs:
+            o.maintain(rng.choice([60, 90, 150]) * 60.0)
+            o.check()
+    finally:
+        os.chdir(cwd)
 
 
 #: make test: four walks of 40 steps, seeds on which the earlier rules (vacuum rounded down to whole

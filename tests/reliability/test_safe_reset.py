@@ -75,14 +75,14 @@ def test_reset_removes_exactly_what_the_pipeline_created(spark, tmp_path):
     assert code == 0, line
     first = _pairs(spark, out)
     assert first
-    with open(out + "_checkpoint/simjoin.json") as fh:
-        created = json.load(fh)["created"]
+    with open(out + "_manifest.json") as fh:  # the output's manifest: what the pipeline created
+        created = json.load(fh)["owned"]
     assert sorted(created) == sorted(out + s for s in ("", "_stats", "_quarantine", "_state", "_work",
                                                        "_checkpoint"))
     there = sorted(p for p in created if os.path.exists(p))  # a clean run wrote no quarantine
     _, res = run_named(spark, "s3j", reset=True, left=src, output=out, threshold=0.2, metric="euclidean",
                        window="10s", workers=2)
-    assert sorted(res["reset"]) == there and out in there and out + "_checkpoint" in there
+    assert sorted(res["reset"]) == sorted([*there, out + "_manifest.json"]) and out in there and out + "_checkpoint" in there
     assert os.path.isdir(out + "_report") and open(out + "_notes.txt").read() == "mine"
     assert _pairs(spark, out) == first  # joined again from the start: the same pairs
 
@@ -102,10 +102,10 @@ def test_s2j_reset_keeps_the_shared_directory(spark, tmp_path):
     assert code == 0, line
     before = {t: _pairs(spark, os.path.join(out, t)) for t in ("gap", "eq")}
     assert any(before.values())
-    with open(os.path.join(out, "_checkpoint", "simjoin.json")) as fh:
-        ident = json.load(fh)
-    assert out not in ident["created"] and ident["created_dirs"] == []
-    assert {os.path.join(out, "gap"), os.path.join(out, "eq"), os.path.join(out, "_state")} <= set(ident["created"])
+    with open(os.path.join(out, "_manifest.json")) as fh:
+        man = json.load(fh)
+    assert out not in man["owned"] and man["dirs"] == []
+    assert {os.path.join(out, "gap"), os.path.join(out, "eq"), os.path.join(out, "_state")} <= set(man["owned"])
     code, line = _cli(*args, "--reset")
     assert code == 0, line
     assert (shared / "notes.txt").read_text() == "mine" and (shared / "mine").is_dir()

@@ -119,7 +119,10 @@ def test_an_output_named_relative_is_recorded_absolute_and_maintained_from_anywh
     ident = json.loads(ck.read_text())
     real = os.path.realpath(here)
     assert ident["output"] == f"{real}/rel/hc2"
-    assert all(os.path.isabs(p) and p.startswith(real) for p in ident["created"]), ident["created"]
+    man = json.loads((here / "rel" / "hc2_manifest.json").read_text())  # the output's manifest
+    assert man["output"] == f"{real}/rel/hc2" and man["pipeline"] == "hypercube"
+    assert all(os.path.isabs(p) and p.startswith(real) for p in man["owned"]), man["owned"]
+    assert man["layout"]["state"] == f"{real}/rel/hc2_state"
     # elsewhere holds tables at the same relative names, owned by the same pipeline
     decoy = elsewhere / "rel" / "hc2_state" / "progress"
     write_deltalake(str(decoy), pa.table({"unit": pa.array([0], pa.int64())}), description="simjoin.owner=hypercube")
@@ -128,15 +131,19 @@ def test_an_output_named_relative_is_recorded_absolute_and_maintained_from_anywh
     v = DeltaTable(str(decoy)).version()
     progress = here / "rel" / "hc2_state" / "progress"
     _cli("maintain", "--output", str(here / "rel" / "hc2"), "--retention", "1h", cwd=elsewhere)
-    # an identity file an earlier release wrote, with the paths as they were typed
-    ident_old = {**ident, "output": "rel/hc2", "created": [os.path.relpath(p, real) for p in ident["created"]]}
+    # an output of an earlier release: no manifest, an identity file with the paths as they were typed
+    ident_old = {**ident, "output": "rel/hc2", "created": [os.path.relpath(p, real) for p in man["owned"]]}
     ck.write_text(json.dumps(ident_old))
+    (here / "rel" / "hc2_manifest.json").unlink()
     p = _cli("maintain", "--output", str(here / "rel" / "hc2"), "--retention", "2h", cwd=elsewhere)
     assert DeltaTable(str(decoy)).version() == v and len(os.listdir(decoy / "_delta_log")) == v + 1, \
         "maintenance touched another folder's tables"
     assert f"{progress}:" in p.stderr and "7 tables" in p.stderr, p.stderr[-2000:]  # its own were maintained
     stats = DeltaTable(str(here / "rel" / "hc2_stats")).metadata().configuration
     assert stats["delta.logRetentionDuration"] == "interval 7200 seconds"
+    # ... and it was migrated: its manifest again, with the same absolute paths
+    again = json.loads((here / "rel" / "hc2_manifest.json").read_text())
+    assert again["origin"] == "migrated" and sorted(again["owned"]) == sorted(man["owned"])
 
 
 def _age(table: Path, version: int, seconds_ago: float) -> None:
@@ -196,11 +203,10 @@ def test_an_output_folder_named_like_a_work_folder_keeps_its_history(tmp_path, m
     ck = out / "_checkpoint"
     ck.mkdir()
     (ck / "simjoin.json").write_text(json.dumps({"output": str(out), "pipeline": "s2j", "created": [str(out)]}))
-    from simjoin.pipeline.maintain import declared_tables
+    from simjoin.pipeline.maintain import layout_of
     from simjoin.pipeline.registry import get_spec
 
-    declared, internal = declared_tables(get_spec("s2j"), str(out))
-    res = maintenance.maintain_output(str(out), 7200.0, declared=declared, internal=internal)
+    res = maintenance.maintain_output(str(out), 7200.0, layout=layout_of(get_spec("s2j"), str(out)))
     roles = {Path(r.path).relative_to(out).as_posix(): r.role for r in res.tables}
     assert roles == {"gaps": "output", "_state/progress": "internal"}
     assert DeltaTable(str(task), version=0).to_pyarrow_table().num_rows == 1  # time travel still reads

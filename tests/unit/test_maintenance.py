@@ -54,8 +54,9 @@ def _stream_output(root: Path, units: int = 12) -> Path:
 
 
 def _maintain(out: Path, retention: float, **kw):
-    """Maintenance as the pipeline runs it: with the state and work folders it declares."""
-    return maintenance.maintain_output(str(out), retention, internal=[f"{out}_state", f"{out}_work"], **kw)
+    """Maintenance as the pipeline runs it: the output of an earlier release (an identity file,
+    no manifest) gets its manifest, and the state and work folders it names are internal."""
+    return maintenance.maintain_output(str(out), retention, **kw)
 
 
 @pytest.fixture
@@ -104,8 +105,7 @@ def test_retention_keeps_what_readers_of_older_versions_need(tmp_path, no_floor)
 def test_an_open_unit_keeps_its_work_tables_files(tmp_path, no_floor):
     out = _stream_output(tmp_path)
     _append(tmp_path / "out_work" / "records", 11, n=2)  # a published unit's rows: not open
-    assert not maintenance._open_unit([*maintenance.delta_tables(str(tmp_path / "out_work")),
-                                       str(tmp_path / "out_state" / "progress")])
+    assert not maintenance.unit_open(str(out))
     _append(tmp_path / "out_work" / "records", 12, n=2)  # staged, not published
     _append(tmp_path / "out_work" / "records", 12, n=2)
     rec = tmp_path / "out_work" / "records"

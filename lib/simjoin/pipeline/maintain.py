@@ -13,7 +13,7 @@ from simjoin.pipeline.lock import output_lock, output_of
 from simjoin.pipeline.registry import get_spec
 from simjoin.pipeline.spec import PipelineSpec, Run, resolve
 
-__all__ = ["MAINTAIN_TASK", "by_part", "rules", "maintain", "after_unit", "run_maintain_task"]
+__all__ = ["MAINTAIN_TASK", "by_part", "rules", "maintain", "after_unit", "run_maintain_task", "layout_of"]
 
 log = get_logger("simjoin.maintain")
 
@@ -51,31 +51,23 @@ def _maintain(output: str, pipeline: str | PipelineSpec | None, retention: str |
             spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
         except (KeyError, ValueError):
             spec = None
-    declared, internal = declared_tables(spec, output)
+    layout = layout_of(spec, output)
     if spec is not None and spec.retain and not maintenance.unit_open(output):  # never under an open unit
-        resolve(spec.retain)(output, maintenance.tables_of(output, declared))
+        resolve(spec.retain)(output, maintenance.tables_of(output, layout))
     return maintenance.maintain_output(output, retention, by_part=by_part(spec) if spec else (),
-                                       rules=rules(spec) if spec else None, declared=declared, internal=internal)
+                                       rules=rules(spec) if spec else None, layout=layout)
 
 
-def declared_tables(spec: PipelineSpec | None, output: str) -> tuple[list[str], list[str]]:
-    """The tables the pipeline names for ``output`` (its run class's ``tables_at``), and of them
-    the state and work folders: what maintenance may touch and how long it keeps it, from the
-    pipeline's declaration, never from a table's name."""
+def layout_of(spec: PipelineSpec | None, output: str) -> dict[str, str] | None:
+    """Role -> path of every part the pipeline writes for ``output`` (its run class's
+    ``tables_at(output).layout()``; None: it names none beyond its output): what an output
+    manifest records (``simjoin.spark.manifest``), and what an output of an earlier release
+    is migrated with."""
     if spec is None:
-        return [], []
+        return None
     at = getattr(resolve(spec.run_class), "tables_at", None)
-    if at is None:
-        return [], []
-    t = at(output)
-    if hasattr(t, "paths"):
-        named = t.paths()
-    elif hasattr(t, "all"):
-        named = {**t.all(), **({"staging": t.staging} if hasattr(t, "staging") else {})}
-    else:  # a pipeline that names no tables beyond its output (the base Run)
-        return [], []
-    internal = [named[k] for k in ("state", "work") if k in named]
-    return [str(p) for p in named.values()], [str(p) for p in internal]
+    t = at(output) if at is not None else None
+    return dict(t.layout()) if t is not None and hasattr(t, "layout") else None
 
 
 def maintain(output: str, retention: str | float | None = None, lock: bool = True,

@@ -74,6 +74,42 @@ def guard_outputs(spark: Any, run: Run) -> None:
                                  f"simjoin {run.pipeline}")
 
 
+def claim_output(run: Run) -> Any:
+    """The output's manifest (``simjoin.spark.manifest``), checked before anything is written: an
+    output moved or copied, or one another pipeline wrote, is refused in one line; an output of an
+    earlier release gets its manifest now. A batch pipeline's manifest is written here, at its first
+    run, with every part of its layout that is not there yet or carries its owner mark; a part that
+    holds anything else is refused (simjoin never takes over a foreign file). A stream's is
+    written by its engine when it creates the output's checkpoint, after the same checks."""
+    from simjoin.pipeline.maintain import layout_of
+    from simjoin.spark import manifest
+
+    out = output_of(run)
+    if out is None or "://" in out:
+        return None
+    layout = layout_of(run.spec, out)
+    m = manifest.of(out, layout, save=True)
+    if m is not None:
+        if m.pipeline and m.pipeline != run.spec.name:
+            raise ValueError(f"--output {out} belongs to simjoin {m.pipeline} (its manifest {m.path}): allowed: "
+                             f"a new --output for {run.spec.name}")
+        return m
+    if run.spec.run_type == "stream" or layout is None:
+        return None
+    owned = []
+    for role, p in layout.items():
+        if role == "manifest":
+            continue
+        if os.path.isdir(os.path.join(p, "_delta_log")) and manifest._owner(p) == run.spec.name:
+            owned.append(p)
+        elif os.path.exists(p) and not (os.path.isdir(p) and not os.listdir(p)):
+            raise ValueError(f"{p} already exists and was not written by simjoin {run.spec.name} for {out}: "
+                             "allowed: a new --output, or move it away yourself")
+        else:
+            owned.append(p)
+    return manifest.write(manifest.create(run.spec.name, out, layout, owned))
+
+
 def _norm(p: str) -> str:
     return p if "://" in p else os.path.normpath(os.path.abspath(p.rstrip("/")))
 
@@ -108,6 +144,7 @@ def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], 
         with lock, current_stage(f"{spec.name}.{st.name}"):
             if spec.stages[0].name == st.name:
                 guard_outputs(spark, run)
+                claim_output(run)
             jobs0 = jobs_started(spark)
             with log_stage(f"{spec.name} {st.name}", log):
                 out = st.function()(spark, run) or {}
@@ -353,6 +390,7 @@ def _run_pipeline(spark: Any, run: Run, stop: threading.Event | None = None) -> 
     kind = _spark_kind(spark)
     run.in_process = True
     guard_outputs(spark, run)
+    claim_output(run)
     if run.reset:
         reset = getattr(run, "reset_tables", None)
         if reset is None:

@@ -35,16 +35,17 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from simjoin.log import get_logger
+from simjoin.spark import manifest
 
 __all__ = ["DEFAULT_RETENTION", "DEFAULT_EVERY", "TableResult", "Result", "parse_retention", "maintain_output",
            "maintain_table", "due", "every_units", "delta_tables", "pipeline_of", "last_unit",
            "maintain_timing", "prune_state", "HISTORY_UNITS", "disk_usage", "unit_open",
-           "tables_of"]
+           "tables_of", "tables_in"]
 
 log = get_logger("simjoin.maintain")
 
@@ -107,19 +108,20 @@ def due(output: str, unit: int | None, every: int) -> bool:
     units or more since the unit the last maintenance followed (recorded in the checkpoint)."""
     if unit is None or every <= 0:
         return False
-    ident = _identity(os.path.abspath(output))
+    m = manifest.of(output)
+    ck = m.at("checkpoint") if m is not None else None
     last = -1
-    if ident is not None:
+    if ck is not None:
         try:
-            with open(os.path.join(ident["_checkpoint"], RECORD)) as fh:
+            with open(os.path.join(ck, RECORD)) as fh:
                 last = int(json.load(fh).get("unit", -1))
         except (OSError, ValueError):
             last = -1
     return unit - last >= every
 
 
-def _record(ident: dict[str, Any], unit: int | None, res: Result) -> None:
-    path = os.path.join(ident["_checkpoint"], RECORD)
+def _record(ck: str, unit: int | None, res: Result) -> None:
+    path = os.path.join(ck, RECORD)
     with open(path + ".tmp", "w") as fh:
         json.dump({"unit": -1 if unit is None else unit, "at": time.time(), "seconds": res.seconds,
                    "files_after": sum(t.files_after for t in res.tables)}, fh)
@@ -196,6 +198,9 @@ def maintain_table(path: str, role: str, retention_s: float, compact: bool = Tru
     t0 = time.perf_counter()
     res = TableResult(path, role)
     table = DeltaTable(path)
+    # the version current at the cutoff keeps a log checkpoint before anything commits: every
+    # commit below (compaction, the retention properties, vacuum) may run Delta's own log cleanup
+    _checkpoint_at_cutoff(path, table, retention_s)
     sizes = table.get_add_actions(flatten=True).column("size_bytes").to_pylist()
     res.files_before = len(sizes)
     small = sum(1 for s in sizes if s < TARGET_FILE_BYTES)
@@ -215,7 +220,6 @@ def maintain_table(path: str, role: str, retention_s: float, compact: bool = Tru
     res.vacuumed = len(table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False,
                                     full=True))
     table = DeltaTable(path)
-    _checkpoint_at_cutoff(path, table, retention_s)
     table.create_checkpoint()
     table.cleanup_metadata()
     res.files_after = len(table.file_uris())
@@ -233,11 +237,9 @@ def _checkpoint_at_cutoff(path: str, table: Any, retention_s: float) -> None:
     from deltalake import DeltaTable
 
     cutoff = (time.time() - retention_s) * 1000
-    versions = [(int(h["version"]), h.get("timestamp", 0)) for h in table.history() if "version" in h]
-    before = [v for v, ts in versions if ts <= cutoff]
-    if not before or max(before) >= table.version():
+    v0 = _version_at(path, cutoff)
+    if v0 is None:  # (also when it is the current version: maintenance's own commits follow)
         return
-    v0 = max(before)
     ck = os.path.join(path, "_delta_log", f"{v0:020d}.checkpoint.parquet")
     if os.path.exists(ck):
         os.utime(ck)  # the cleanup goes by a log file's age: this one is still needed
@@ -245,114 +247,87 @@ def _checkpoint_at_cutoff(path: str, table: Any, retention_s: float) -> None:
         DeltaTable(path, version=v0).create_checkpoint()
 
 
-def _identity(output: str) -> dict[str, Any] | None:
-    for ck in (f"{output.rstrip('/')}_checkpoint", os.path.join(output, "_checkpoint")):
-        f = os.path.join(ck, "simjoin.json")
-        if os.path.isfile(f):
+def _version_at(path: str, at_ms: float) -> int | None:
+    """The table's version current at ``at_ms`` (milliseconds since the epoch): the newest commit in
+    its ``_delta_log`` dated at or before it (its ``commitInfo`` time, else the file's modification
+    time). Read from the log folder, not ``DeltaTable.history()``, which lists only the commits
+    after the last checkpoint: a commit before it may be the one current at the cutoff."""
+    log_dir = os.path.join(path, "_delta_log")
+    versions = sorted((int(n[:20]) for n in os.listdir(log_dir) if n.endswith(".json") and n[:20].isdigit()),
+                      reverse=True)
+    for v in versions:
+        f = os.path.join(log_dir, f"{v:020d}.json")
+        ts = None
+        try:
             with open(f) as fh:
-                got = json.load(fh)
-            return {**got, "created": _absolute(got, ck), "_checkpoint": ck}
+                for line in fh:
+                    info = json.loads(line).get("commitInfo") if line.strip() else None
+                    if isinstance(info, dict) and info.get("timestamp") is not None:
+                        ts = float(info["timestamp"])
+                        break
+            if ts is None:
+                ts = os.path.getmtime(f) * 1000
+        except (OSError, ValueError):
+            continue
+        if ts <= at_ms:
+            return v
     return None
 
 
-def _absolute(ident: dict[str, Any], ck: str) -> list[str] | None:
-    """The identity's ``created`` paths as absolute real paths. An output created with a relative
-    ``--output`` (before paths were made absolute when a run starts) recorded them as typed,
-    relative to the folder it ran in: that folder is found from where its checkpoint really is
-    (the recorded checkpoint path is a relative path that ends there), never from this process's
-    folder, so a maintenance run from anywhere touches that output's tables and no others."""
-    created = ident.get("created")
-    if created is None:
-        return None
-    rel = [str(c) for c in created if "://" not in str(c) and not os.path.isabs(str(c))]
-    if not rel:
-        return [str(c) for c in created]
-    ck_real = os.path.realpath(ck)
-    typed_ck = next((c for c in rel if c.rstrip("/").endswith("_checkpoint") or c.endswith("/_checkpoint")), None)
-    base = None
-    if typed_ck is not None:
-        norm = os.path.normpath(typed_ck)
-        if ck_real.endswith(os.sep + norm):
-            base = ck_real[: -len(norm) - 1]
-    if base is None:  # a relative output whose checkpoint is not in the list: beside the output
-        out = os.path.normpath(str(ident.get("output") or ""))
-        for suffix in ("_checkpoint", os.sep + "_checkpoint"):
-            if out and not os.path.isabs(out) and ck_real.endswith(os.sep + out + suffix):
-                base = ck_real[: -len(out + suffix) - 1]
-    if base is None:
-        raise ValueError(f"the identity file in {ck} names its tables relative to a folder that cannot be told "
-                         f"({', '.join(rel[:2])}): allowed: run the pipeline once from that folder, which records "
-                         "them as absolute paths")
-    return [c if c not in rel else os.path.join(base, os.path.normpath(c)) for c in map(str, created)]
+def tables_in(m: manifest.Manifest) -> list[str]:
+    """The Delta tables at or under the paths the manifest says the output owns, sorted."""
+    return sorted({t for r in m.owned for t in delta_tables(r)})
 
 
-def _owner(path: str) -> str | None:
+def _open_unit(m: manifest.Manifest) -> bool:
+    """Whether a unit is staged and not yet published: the records table (the manifest's
+    ``records``) holds rows of a unit after the last published one (committed units' rows wait
+    there for a periodic DELETE)."""
     from deltalake import DeltaTable
 
-    from simjoin.contracts import owner_of
-
+    p = m.at("records")
+    if p is None or not os.path.isdir(os.path.join(p, "_delta_log")):
+        return False
+    last = _last_unit(m)
     try:
-        md = DeltaTable(path).metadata()
+        acts = DeltaTable(p).get_add_actions(flatten=True)
+        n = acts.column("num_records").to_pylist()
+        top = acts.column("max.unit").to_pylist() if "max.unit" in acts.column_names else [None] * len(n)
     except Exception:
-        return None
-    return owner_of(md.description, md.configuration)
-
-
-def _internal(path: str, internal: Sequence[str]) -> bool:
-    """A state or work table: at or under one of the output's declared state and work folders
-    (``internal``, from the pipeline's tables), never told by a name: an output folder that happens
-    to be called ``x_work`` holds user tables."""
-    real = os.path.realpath(path)
-    return any(os.path.commonpath([real, r]) == r for r in map(os.path.realpath, internal))
-
-
-def _open_unit(tables: Sequence[str]) -> bool:
-    """Whether a unit is staged and not yet published: its records table holds rows of a unit
-    after the last published one (committed units' rows wait there for a periodic DELETE)."""
-    from deltalake import DeltaTable
-
-    last = _last_unit(tables)
-    for p in tables:
-        if os.path.basename(p) == "records" and os.path.basename(os.path.dirname(p)).endswith("_work"):
-            try:
-                acts = DeltaTable(p).get_add_actions(flatten=True)
-                n = acts.column("num_records").to_pylist()
-                top = acts.column("max.unit").to_pylist() if "max.unit" in acts.column_names else [None] * len(n)
-            except Exception:
-                return True  # unknown: keep what an open unit's readers may need
-            if any((k is None or k > 0) and (u is None or last is None or u > last) for k, u in zip(n, top)):
-                return True
-    return False
+        return True  # unknown: keep what an open unit's readers may need
+    return any((k is None or k > 0) and (u is None or last is None or u > last) for k, u in zip(n, top))
 
 
 def unit_open(output: str) -> bool:
     """Whether a stream's unit is staged and not yet published (see :func:`_open_unit`)."""
-    _, tables, ident = _targets(os.path.abspath(output))
-    return ident is not None and _open_unit(tables)
+    m = manifest.of(output)
+    return m is not None and _open_unit(m)
 
 
-def _last_unit(tables: Sequence[str]) -> int | None:
+def _last_unit(m: manifest.Manifest) -> int | None:
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    for p in tables:
-        if os.path.basename(p) == "progress":
-            units = DeltaTable(p).to_pyarrow_table(columns=["unit"]).column("unit")
-            return None if len(units) == 0 else int(pc.max(units).as_py())
-    return None
+    p = m.at("progress")
+    if p is None or not os.path.isdir(os.path.join(p, "_delta_log")):
+        return None
+    units = DeltaTable(p).to_pyarrow_table(columns=["unit"]).column("unit")
+    return None if len(units) == 0 else int(pc.max(units).as_py())
 
 
 def last_unit(output: str) -> int | None:
     """The last unit a stream published to ``output`` (None: none, or not a stream)."""
-    _, tables, ident = _targets(os.path.abspath(output))
-    return _last_unit(tables) if ident is not None else None
+    m = manifest.of(output)
+    return _last_unit(m) if m is not None else None
 
 
-def _bookkeeping(ident: dict[str, Any], tables: Sequence[str]) -> int:
+def _bookkeeping(m: manifest.Manifest) -> int:
     """Remove the checkpoint offsets and commits of all but the last :data:`KEEP_BATCHES`
     committed micro-batches, and the publish markers of published units; how many files."""
     removed = 0
-    ck = ident["_checkpoint"]
+    ck = m.at("checkpoint")
+    if ck is None:
+        return 0
     commits = os.path.join(ck, "commits")
     done = max((int(n) for n in os.listdir(commits) if n.isdigit()), default=-1) if os.path.isdir(commits) else -1
     for kind in ("offsets", "commits"):
@@ -364,35 +339,15 @@ def _bookkeeping(ident: dict[str, Any], tables: Sequence[str]) -> int:
             if b.isdigit() and int(b) <= done - KEEP_BATCHES:
                 os.remove(os.path.join(d, n))
                 removed += 1
-    last = _last_unit(tables)
-    if last is not None:
-        for p in tables:
-            if os.path.basename(p) == "records":
-                marks = os.path.join(os.path.dirname(p), "_publishing")
-                for n in os.listdir(marks) if os.path.isdir(marks) else []:
-                    u = n.rsplit("-", 1)[-1]
-                    if u.isdigit() and int(u) <= last:
-                        os.remove(os.path.join(marks, n))
-                        removed += 1
+    last = _last_unit(m)
+    marks = m.at("markers")
+    if last is not None and marks is not None and os.path.isdir(marks):
+        for n in os.listdir(marks):
+            u = n.rsplit("-", 1)[-1]
+            if u.isdigit() and int(u) <= last:
+                os.remove(os.path.join(marks, n))
+                removed += 1
     return removed
-
-
-def _targets(output: str, declared: Sequence[str] = ()) -> tuple[str | None, list[str], dict[str, Any] | None]:
-    """(the pipeline, its Delta tables for ``output``, the stream's identity file or None). A
-    stream's tables are those its identity file says it created; a batch output's are the tables
-    its pipeline declares for that output (``declared``, e.g. ``<output>_runs``) that carry the
-    same owner mark. Never a scan for names that begin like the output's: ``out_x`` is another
-    output, not one of ``out``'s tables."""
-    ident = _identity(output)
-    if ident is not None:
-        roots = [str(p) for p in ident.get("created") or []] or [output]
-        found = sorted({t for r in roots for t in delta_tables(r)})
-        return str(ident.get("pipeline") or "") or None, found, ident
-    owner = _owner(output) if os.path.isdir(os.path.join(output, "_delta_log")) else None
-    if owner is None:
-        return None, [], None
-    mine = [p for p in declared if os.path.abspath(p) != output and os.path.isdir(os.path.join(p, "_delta_log"))]
-    return owner, [output, *sorted(p for p in mine if _owner(p) == owner)], None
 
 
 #: a ``"history"`` state table keeps the rows of this many units (``SIMJOIN_HISTORY_UNITS``)
@@ -446,59 +401,62 @@ def maintain_timing(path: str, keep: str | None = None, retention: str | float |
     return res
 
 
-def tables_of(output: str, declared: Sequence[str] = ()) -> list[str]:
-    """The paths of the Delta tables the pipeline that wrote ``output`` owns for it (``declared``:
-    the tables that pipeline names for this output, see :func:`_targets`)."""
-    return _targets(os.path.abspath(output), declared)[1]
+def tables_of(output: str, layout: Mapping[str, str] | None = None) -> list[str]:
+    """The paths of the Delta tables the output's manifest says it owns (``layout``: the
+    pipeline's, to migrate an output of an earlier release, :func:`simjoin.spark.manifest.legacy`)."""
+    m = manifest.of(output, layout)
+    return [] if m is None else tables_in(m)
 
 
 def pipeline_of(output: str) -> str | None:
-    """The pipeline that wrote ``output`` (its identity file, else its tables' owner mark)."""
-    return _targets(os.path.abspath(output))[0]
+    """The pipeline that wrote ``output`` (its manifest; an earlier release's output: its
+    identity file, else its table's owner mark)."""
+    m = manifest.of(output)
+    return None if m is None else (m.pipeline or None)
 
 
 def maintain_output(output: str, retention: str | float | None = None, by_part: Sequence[str] = (),
-                    rules: dict[str, str] | None = None, declared: Sequence[str] = (),
-                    internal: Sequence[str] = ()) -> Result:
-    """Maintain every table the pipeline that wrote ``output`` owns for it (see the module);
-    ``by_part``: the names of its state tables written one part per file (never compacted);
-    ``rules``: state table name -> retention rule (:func:`prune_state`), applied first;
-    ``declared``: the tables the pipeline names for ``output`` (a batch output's, :func:`_targets`);
-    ``internal``: its state and work folders (kept only while a unit is open).
-    The caller holds the output's lock. Raises ``ValueError`` (one line) when no pipeline's
-    table is there."""
+                    rules: dict[str, str] | None = None, layout: Mapping[str, str] | None = None) -> Result:
+    """Maintain every table the output's manifest says it owns (see the module); ``by_part``: the
+    names of its state tables written one part per file (never compacted); ``rules``: state table
+    name -> retention rule (:func:`prune_state`), applied first; ``layout``: the pipeline's (an
+    output of an earlier release gets its manifest from it, written now). A table's retention
+    class is its role's in the manifest: ``internal`` tables (state, work) keep only what an open
+    unit needs. The caller holds the output's lock. Raises ``ValueError`` (one line) when no
+    pipeline's table is there, :class:`simjoin.spark.manifest.Moved` for a moved or copied output."""
     t0 = time.perf_counter()
     output = os.path.abspath(output)
     retention_s = float(retention) if isinstance(retention, (int, float)) else parse_retention(retention)
-    pipeline, tables, ident = _targets(output, declared)
-    if not tables:
+    m = manifest.of(output, layout, save=True)
+    tables = tables_in(m) if m is not None else []
+    if m is None or not tables:
         raise ValueError(f"--output {output}: no table a simjoin pipeline wrote is there: allowed the --output "
                          "of a pipeline run")
-    res = Result(output, pipeline, retention_s)
+    res = Result(output, m.pipeline or None, retention_s)
     parts = set(by_part)
     if rules:
-        last = _last_unit(tables)
+        last = _last_unit(m)
         for p in tables:
             rule = rules.get(os.path.basename(p))
             if rule:
                 n = prune_state(p, rule, last)
                 if n:
                     log.info("maintain %s: %d rows past its retention (%s) deleted", p, n, rule)
-    internal_s = retention_s if _open_unit(tables) else 0.0
+    internal_s = retention_s if _open_unit(m) else 0.0
     for i, p in enumerate(tables, 1):
-        inner = _internal(p, internal)
+        inner = m.keep(p) == "internal"
         got = maintain_table(p, "internal" if inner else "output", internal_s if inner else retention_s,
                              compact=not (inner and os.path.basename(p) in parts))
         res.tables.append(got)
-        log.info("maintain %d/%d %s: %d -> %d data files, %d vacuumed, %d log entries, %.1f MB (%.2fs)%s",
-                 i, len(tables), p, got.files_before, got.files_after, got.vacuumed, got.log_files,
-                 got.bytes / 1e6, got.seconds, f"; {got.note}" if got.note else "")
-    if ident is not None:
-        res.bookkeeping_removed = _bookkeeping(ident, tables)
+        log.info("maintain %d/%d %s (%s): %d -> %d data files, %d vacuumed, %d log entries, %.1f MB (%.2fs)%s",
+                 i, len(tables), p, m.role(p) or "output", got.files_before, got.files_after, got.vacuumed,
+                 got.log_files, got.bytes / 1e6, got.seconds, f"; {got.note}" if got.note else "")
+    res.bookkeeping_removed = _bookkeeping(m)
     _forget_open_tables(tables)
     res.seconds = time.perf_counter() - t0
-    if ident is not None:
-        _record(ident, _last_unit(tables), res)
+    ck = m.at("checkpoint")
+    if ck is not None and os.path.isdir(ck):
+        _record(ck, _last_unit(m), res)
     log.info("%s", res.summary())
     return res
 

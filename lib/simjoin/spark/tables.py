@@ -51,6 +51,13 @@ class SSJTables:
         """Per run: full or incremental, the published run it built on, and its published pair count."""
         return self._side("increments")
 
+    def layout(self) -> dict[str, str]:
+        """Role -> path of every part of the output (``simjoin.spark.manifest``)."""
+        return {"output": self.output, "tokens": self.tokens, "lengths": self.lengths, "plan": self.plan,
+                "stats": self.stats, "quarantine": self.quarantine, "runs": self.runs,
+                "increments": self.increments, "staging": self.staging,
+                "manifest": f"{self.output.rstrip('/')}_manifest.json"}
+
     def all(self) -> dict[str, str]:
         return {"pairs": self.output, "tokens": self.tokens, "lengths": self.lengths, "plan": self.plan,
                 "stats": self.stats, "quarantine": self.quarantine, "runs": self.runs,
@@ -101,6 +108,17 @@ class StreamTables:
         return {"output": self.output, "stats": self.stats, "quarantine": self.quarantine,
                 "state": self.state_dir, "work": self.work_dir, "checkpoint": self.checkpoint}
 
+    @property
+    def manifest(self) -> str:
+        """The output manifest (``simjoin.spark.manifest``), beside the output."""
+        return f"{self.output.rstrip('/')}_manifest.json"
+
+    def layout(self) -> dict[str, str]:
+        """Role -> path of every part of the output (``simjoin.spark.manifest``): its tables, the
+        records and progress tables, the publish markers' folder and the manifest itself."""
+        return {**self.paths(), "records": self.records, "progress": self.progress,
+                "markers": f"{self.work_dir}/_publishing", "manifest": self.manifest}
+
 
 @dataclass(frozen=True)
 class DirTables(StreamTables):
@@ -136,6 +154,10 @@ class DirTables(StreamTables):
     def snapshots(self) -> str:
         """The snapshot index: per snapshot and task, the unit and the task table's version."""
         return self._under("snapshots")
+
+    @property
+    def manifest(self) -> str:
+        return self._under("manifest.json")
 
     def task(self, name: str) -> str:
         return f"{self.output.rstrip('/')}/{name}"

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from simjoin.spark import delta, delta_source
+from simjoin.spark import delta, delta_source, manifest
 from simjoin.spark.engine.units import (
     IDENTITY_FILE,
     UTC,
@@ -133,10 +133,18 @@ class EngineBase:
         dirs = [self.tables.output] if is_dir_tables(self.tables) and out and not os.path.exists(out) else []
         os.makedirs(p, exist_ok=True)
         ident = uuid.uuid4().hex
+        # the manifest first: a crash between the two leaves a manifest (what --reset removes) and
+        # no identity, which the next run creates again over the same tables
+        manifest.write(manifest.create(self.pipeline, self.tables.output, self.tables.layout(), created, dirs))
         self._write_identity({"id": ident, "output": self.tables.output, "pipeline": self.pipeline,
-                              "ingest": mode, "inputs": self._input_ids(), "created": created,
-                              "created_dirs": dirs})
+                              "ingest": mode, "inputs": self._input_ids()})
         return ident
+
+    def output_manifest(self) -> manifest.Manifest | None:
+        """The output's manifest (``simjoin.spark.manifest``); an output of an earlier release gets
+        one from its identity file (written: the run holds the output's lock). None: not created yet."""
+        out = local_path(self.tables.output)
+        return None if out is None else manifest.of(out, self.tables.layout(), save=True)
 
     def _identity(self) -> dict[str, Any] | None:
         """The checkpoint's identity file (None when there is none)."""
@@ -242,10 +250,9 @@ class EngineBase:
         created for the output; without one (``legacy``, or an output created before they were
         recorded), the tables the engine names beside the output (for a directory output, its
         ``_`` tables and the run's tables in it, never the directory)."""
-        ident = None if legacy else self._identity()
-        if ident is not None and ident.get("created") is not None and same_path(str(ident.get("output")),
-                                                                            self.tables.output):
-            return [str(t) for t in ident["created"]]
+        m = None if legacy else self.output_manifest()
+        if m is not None:
+            return list(m.owned)
         dir_out = is_dir_tables(self.tables)
         base = [p for k, p in self.tables.paths().items() if not (dir_out and k == "output")]
         extra = [p for p in self.owned if p not in base and not any(path_inside(p, b) for b in base)
@@ -264,14 +271,12 @@ class EngineBase:
     def own(self, paths: Sequence[str]) -> None:
         """Record in the identity file the tables this pipeline is about to create (``--reset``
         removes exactly what is recorded)."""
-        ident = self._identity()
-        if ident is None or ident.get("created") is None:
+        m = self.output_manifest()
+        if m is None:
             return
-        have = list(ident["created"])
-        new = [p for p in paths if p not in have and not any(path_inside(p, h) for h in have)
-               and (loc := local_path(p)) is not None and not os.path.exists(loc)]
+        new = [p for p in paths if not m.owns(p) and (loc := local_path(p)) is not None and not os.path.exists(loc)]
         if new:
-            self._write_identity({**ident, "created": have + new})
+            manifest.write(m.with_owned(new))
 
     def _reset_hint(self) -> str:
         return (f"run again with --reset to clear {self.tables.output} with its state, work, stats, "
@@ -368,7 +373,7 @@ class EngineBase:
         input is one of them or lives under one."""
         removed = []
         self._progress = None
-        ident = self._identity() or {}
+        m = self.output_manifest()
         targets = self._reset_targets()
         for p in targets:
             if local_path(p) is None:
@@ -385,7 +390,10 @@ class EngineBase:
             elif os.path.exists(loc):
                 os.remove(loc)
                 removed.append(p)
-        for d in ident.get("created_dirs") or []:
+        if m is not None:  # the manifest last: a reset that fails half-way is done again from it
+            manifest.remove(m)
+            removed.append(m.path)
+        for d in m.dirs if m is not None else []:
             loc = local_path(str(d))
             if loc is not None and os.path.isdir(loc) and not os.listdir(loc):
                 os.rmdir(loc)
