@@ -102,7 +102,7 @@ def show(path: str, limit: int, version: int | None, master: str | None) -> None
         _fail(f"cannot read {path}" + (f" at version {version}" if version is not None else "") + f": {one_line(e)}")
     df.show(limit, truncate=80)  # type: ignore[possibly-undefined]
     v = version if version is not None else latest  # type: ignore[possibly-undefined]
-    _summary(f"show {path}: {n} rows at version {v}, columns {', '.join(df.columns)}")  # type: ignore
+    _summary(f"show {path}: {n} rows at version {v}, columns {', '.join(df.columns)}{_owned_by(path)}")  # type: ignore
 
 
 @app.command("history")
@@ -120,7 +120,18 @@ def history(path: str, master: str | None) -> None:
     rows = h.orderBy("version").collect()  # type: ignore[possibly-undefined]
     for r in rows:
         click.echo(f"v{r['version']:<4} {r['timestamp']}  {r['operation']:<12} {dict(r['operationParameters'] or {})}")
-    _summary(f"history {path}: {len(rows)} versions, latest {rows[-1]['version'] if rows else '-'}")
+    _summary(f"history {path}: {len(rows)} versions, latest {rows[-1]['version'] if rows else '-'}{_owned_by(path)}")
+
+
+def _owned_by(path: str) -> str:
+    """``; the <role> of simjoin <pipeline>'s output <output>``, from the manifest that owns the
+    table (``simjoin.spark.manifest``); empty for a table no output owns."""
+    from simjoin.spark.manifest import find_for
+
+    if "://" in path:
+        return ""
+    m = find_for(path)
+    return "" if m is None else f"; the {m.role(path) or 'output'} table of simjoin {m.pipeline}'s output {m.output}"
 
 
 @app.command("report")

@@ -28,6 +28,7 @@ maintenance (:func:`legacy`), with nothing lost. Pure Python: ``deltalake`` only
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -37,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["Manifest", "Moved", "KEEP", "FORMAT", "locate", "read", "write", "create", "legacy", "of",
-           "remove", "inside"]
+           "remove", "inside", "load", "find_for"]
 
 FORMAT = 1
 #: the manifest beside a table output, and inside a directory output
@@ -119,24 +120,29 @@ def locate(output: str) -> str | None:
     return next((f for f in _candidates(output) if os.path.isfile(f)), None)
 
 
+def load(f: str) -> Manifest:
+    """The manifest in the file ``f`` (``ValueError``, one line, when it cannot be read)."""
+    try:
+        with open(f) as fh:
+            d = json.load(fh)
+        fmt = int(d.pop("format", 0))
+        if fmt > FORMAT:
+            raise ValueError(f"{f}: output manifest format {fmt}, newer than this simjoin reads ({FORMAT}): "
+                             "allowed: the simjoin release that wrote it or a newer one")
+        return Manifest(path=f, **{k: d[k] for k in ("pipeline", "output", "layout", "owned", "dirs", "id",
+                                                      "created_at", "origin") if k in d})
+    except (OSError, TypeError, KeyError, json.JSONDecodeError) as e:
+        raise ValueError(f"{f}: the output manifest cannot be read ({type(e).__name__}: {e}): allowed: restore it "
+                         "from a backup, or remove the output with its tables and run again") from None
+
+
 def read(output: str) -> Manifest | None:
     """The manifest of the output at ``output`` (None: there is none). Raises :class:`Moved` (one
     line) when it was written for another path, ``ValueError`` when it cannot be read."""
     f = locate(output)
     if f is None:
         return None
-    try:
-        with open(f) as fh:
-            d = json.load(fh)
-        fmt = int(d.pop("format", 0))
-    except (OSError, ValueError, TypeError) as e:
-        raise ValueError(f"{f}: the output manifest cannot be read ({e}): allowed: restore it from a backup, or "
-                         "remove the output with its tables and run again") from None
-    if fmt > FORMAT:
-        raise ValueError(f"{f}: output manifest format {fmt}, newer than this simjoin reads ({FORMAT}): allowed: "
-                         "the simjoin release that wrote it or a newer one")
-    m = Manifest(path=f, **{k: d[k] for k in ("pipeline", "output", "layout", "owned", "dirs", "id", "created_at",
-                                               "origin") if k in d})
+    m = load(f)
     if _real(m.output) != _real(output):
         raise Moved(f"{output}: its manifest {f} was written for {m.output}: the output was moved or copied, and "
                     f"its state and tables name {m.output}: allowed: move it back to {m.output}, or start a new "
@@ -164,6 +170,40 @@ def create(pipeline: str, output: str, layout: Mapping[str, str], owned: Sequenc
     where = layout.get("manifest") or _candidates(output)[0]
     return Manifest(path=os.path.abspath(where), pipeline=pipeline, output=_real(output), layout=lay,
                     owned=[os.path.abspath(p) for p in owned], dirs=[os.path.abspath(d) for d in dirs], origin=origin)
+
+
+def find_for(path: str, levels: int = 4) -> Manifest | None:
+    """The manifest of the output that owns the table or folder at ``path`` (None: no output's):
+    the manifests in ``path``'s folder and the ``levels`` folders above it, the owner of the deepest
+    owned path holding it. What the Airflow plugin and ``show``/``history`` say a table belongs to."""
+    best: tuple[int, Manifest] | None = None
+    d = os.path.abspath(path)
+    for _ in range(levels + 1):
+        parent = os.path.dirname(d)
+        try:
+            names = os.listdir(d) if os.path.isdir(d) else []
+            names_up = os.listdir(parent) if parent != d else []
+        except OSError:
+            names, names_up = [], []
+        files = [os.path.join(d, INSIDE)] if INSIDE in names else []
+        files += [os.path.join(parent, n) for n in names_up if n.endswith(BESIDE) and n != INSIDE]
+        for f in files:
+            try:
+                m = _cached(f, os.stat(f).st_mtime_ns)
+            except (OSError, ValueError):
+                continue
+            for o in m.owned:
+                if inside(path, o) and (best is None or len(o) > best[0]):
+                    best = (len(o), m)
+        if parent == d:
+            break
+        d = parent
+    return None if best is None else best[1]
+
+
+@functools.lru_cache(maxsize=256)
+def _cached(f: str, mtime_ns: int) -> Manifest:
+    return load(f)
 
 
 def remove(m: Manifest) -> None:

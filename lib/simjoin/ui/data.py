@@ -131,6 +131,9 @@ class TableCard:
     schema: list[tuple[str, str]]
     partition_columns: list[str]
     updated: dt.datetime | None = None
+    #: the output whose manifest owns the table, and the table's role there (None: no output's)
+    output: str | None = None
+    role: str | None = None
 
 
 def card(path: str, version: int | None = None) -> TableCard:
@@ -147,8 +150,12 @@ def card(path: str, version: int | None = None) -> TableCard:
     schema = [(f.name, str(f.type)) for f in _arrow_schema(t)]
     h = t.history(1)
     when = dt.datetime.fromtimestamp(h[0]["timestamp"] / 1000, dt.UTC) if h and "timestamp" in h[0] else None
-    return TableCard(path, t.version(), latest, rows, adds.num_rows, size, owner_of(md.description, md.configuration),
-                     schema, list(md.partition_columns), when)
+    from simjoin.spark.manifest import find_for
+
+    m = find_for(path)  # the owner is the pipeline whose output's manifest owns the table, else its mark
+    owner = m.pipeline if m is not None and m.pipeline else owner_of(md.description, md.configuration)
+    return TableCard(path, t.version(), latest, rows, adds.num_rows, size, owner, schema, list(md.partition_columns),
+                     when, m.output if m is not None else None, m.role(path) if m is not None else None)
 
 
 def _arrow_schema(t: Any) -> Any:
@@ -483,8 +490,11 @@ def run_tables(pipeline: str, params: dict[str, Any], run_id: str, start: dt.dat
     output = str(getattr(run.cfg, "output", None) or paths.get("output") or paths.get("pairs") or "")
     roles = {os.path.realpath(p): k for k, p in paths.items()}
     if output:
-        for p in tables_of(output):
-            roles.setdefault(os.path.realpath(p), os.path.basename(p.rstrip("/")).lstrip("_"))
+        from simjoin.spark.manifest import of
+
+        m = of(output)
+        for p in tables_of(output):  # what the output's manifest owns, by its role there
+            roles.setdefault(os.path.realpath(p), (m.role(p) if m is not None else None) or "output")
     lo = (start - dt.timedelta(seconds=1)).timestamp() * 1000 if start else None
     hi = (end + dt.timedelta(seconds=1)).timestamp() * 1000 if end else None
     out = []

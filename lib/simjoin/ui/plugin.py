@@ -146,11 +146,11 @@ def index(user: Any = Depends(_user)) -> str:
         except data.Refused:
             continue  # unreadable, or a table of a DAG this user may not read: not listed
         shown.append((p, c))
-    last = data.runs_of([p for p, _ in shown])  # the timing rows of these tables' outputs only
+    last = data.runs_of(sorted({c.output or p for p, c in shown}))  # the timing rows of these outputs only
     groups: dict[str, list[Any]] = {}
     for p, c in shown:
-        mine = [o for o in last if p == o or p.startswith(o.rstrip("/") + "_") or p.startswith(o.rstrip("/") + "/")]
-        run = last[max(mine, key=len)] if mine else None  # the output whose name is the table's longest prefix
+        # the last run of the output whose manifest owns the table (never told by the table's name)
+        run = last.get(os.path.realpath(c.output)) if c.output else None
         owner = c.owner or ("simjoin" if data.relative(p, root).startswith("_simjoin") else "other tables (inputs)")
         groups.setdefault(owner, []).append((c, data.relative(p, root), run))
     return pages.index_page(dict(sorted(groups.items())), root, dag_of)
