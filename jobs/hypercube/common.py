@@ -44,11 +44,6 @@ class HyperCubeRun(StreamRun):
         return round(self.window_s * 1e6)
 
     @property
-    def lateness_us(self) -> int:
-        """``--allowed-lateness`` L: a row up to L behind its side's committed max ts is joined."""
-        return round(self.cfg.allowed_lateness_s * 1e6)
-
-    @property
     def p(self) -> int:
         return int(self.cfg.workers)
 
@@ -71,24 +66,20 @@ def dispatcher_of(run: HyperCubeRun, meta: dict[str, Any]) -> Any:
     return run.fresh_dispatcher()
 
 
-def expired_condition(run: HyperCubeRun, max_ts: dict[int, dt.datetime]) -> str | None:
+def expired_condition(run: HyperCubeRun, time: Any) -> str | None:
     """A DELETE's condition on the held tuples no future tuple can meet (None: with no window,
-    every tuple stays live). A future tuple of the other side may be up to the allowed lateness L
-    behind that side's committed max ts, so a tuple is held W + L behind it. Written as deltalake
-    (DataFusion) and Spark both read it."""
-    marks = _marks(run, max_ts)
-    parts = [f"(side = {s} AND ts <= '{_iso(mk)}')" for s, mk in marks.items()]
+    every tuple stays live): at or before the event time's expiry bound of their side (``time``:
+    ``EventTime``; the other stream's mark less W + L). Written as deltalake (DataFusion) and Spark
+    both read it."""
+    parts = [f"(side = {s} AND ts <= '{_iso(mk)}')" for s, mk in _marks(run, time).items()]
     return " OR ".join(parts) or None
 
 
-def _marks(run: HyperCubeRun, max_ts: dict[int, dt.datetime]) -> dict[int, int]:
-    from simjoin.core.hypercube.stream import expiry_marks
-    from simjoin.quality.rows import epoch_us
-
+def _marks(run: HyperCubeRun, time: Any) -> dict[int, int]:
+    """Per side, the expiry bound of held tuples (``EventTime.expiry_bounds_us``; two streams)."""
     if run.window_us <= 0:
         return {}
-    return expiry_marks({s: epoch_us(m) for s, m in max_ts.items()}, run.window_us,  # type: ignore[no-any-return]
-                        run.lateness_us)
+    return time.expiry_bounds_us(run.window_us, self_join=False)  # type: ignore[no-any-return]
 
 
 def _iso(us: int) -> str:
@@ -96,14 +87,14 @@ def _iso(us: int) -> str:
     return (dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(us))).isoformat()
 
 
-def live_mask(run: HyperCubeRun, max_ts: dict[int, dt.datetime], t: Any) -> Any:
+def live_mask(run: HyperCubeRun, time: Any, t: Any) -> Any:
     """Which rows of a pyarrow Table (``side``, ``ts``) a future tuple can still meet (not
     :func:`expired_condition`): a boolean numpy mask."""
     import numpy as np
     import pyarrow as pa
 
     keep = np.ones(t.num_rows, bool)
-    marks = _marks(run, max_ts)
+    marks = _marks(run, time)
     if not marks or not t.num_rows:
         return keep
     side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
@@ -114,7 +105,7 @@ def live_mask(run: HyperCubeRun, max_ts: dict[int, dt.datetime], t: Any) -> Any:
     return keep
 
 
-def held(read: Any, run: HyperCubeRun, unit: int, max_ts: dict[int, dt.datetime]) -> Any:
+def held(read: Any, run: HyperCubeRun, unit: int, time: Any) -> Any:
     """The tuples (side, id, ts, k) held before ``unit`` that a future tuple can still meet, as a
     pyarrow Table, or None. ``read``: the state reader (``OpenUnit.read_state``, or
     ``delta.read_arrow_any`` bound to a session)."""
@@ -123,12 +114,12 @@ def held(read: Any, run: HyperCubeRun, unit: int, max_ts: dict[int, dt.datetime]
     t = read(run.state("tuples"), [("unit", "<", int(unit))], ["side", "id", "ts", "k"])
     if t is None:
         return None
-    return t.filter(pa.array(live_mask(run, max_ts, t)))
+    return t.filter(pa.array(live_mask(run, time, t)))
 
 
 def held_of(run: HyperCubeRun, u: Any) -> Any:
     """:func:`held` for the open unit, read once and kept for its later stages in this process."""
     key = f"hypercube_held_{u.id}"
     if key not in run.frames:
-        run.keep(key, held(u.read_state, run, u.id, u.engine.progress().max_ts))
+        run.keep(key, held(u.read_state, run, u.id, u.time))
     return run.frames[key]

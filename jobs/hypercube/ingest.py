@@ -38,7 +38,7 @@ def live_ids(spark: Any, run: HyperCubeRun) -> Any:
     """(side, id) of the held tuples a new one can still meet (``held``), read with deltalake, or
     by Spark when the state is not local."""
     def live(info: BatchInfo) -> Any:
-        got = held(functools.partial(delta.read_arrow_any, spark), run, info.unit, info.progress.max_ts)
+        got = held(functools.partial(delta.read_arrow_any, spark), run, info.unit, info.progress.time())
         run.keep(f"hypercube_held_{info.unit}", got)  # the unit's later stages in this process (``held_of``)
         return None if got is None else got.select(["side", "id"])
 

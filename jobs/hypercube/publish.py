@@ -17,23 +17,22 @@ from jobs.hypercube.common import HyperCubeRun, expired_condition
 from jobs.hypercube.dispatch import dispatch_row
 from jobs.hypercube.gate import staged_output
 from jobs.hypercube.stats import held_meta
-from simjoin.quality.rows import epoch_us
 
 #: Whole history: older running summaries are dropped every this many units (a few hundred rows each).
 SKETCH_COMPACT_EVERY = 16
 
 
 def _housekeeping(u: Any, run: HyperCubeRun) -> None:
-    prog = u.engine.progress()
+    time = u.time  # after publish: the marks it committed
     if run.window_us <= 0:
         if u.id % SKETCH_COMPACT_EVERY == SKETCH_COMPACT_EVERY - 1:  # readers take the last unit's summary
             u.engine.delete(run.state("sketch"), f"unit < {u.id}")
         return
-    drop = expired_condition(run, prog.max_ts)
+    drop = expired_condition(run, time)
     if drop:
         u.engine.delete(run.state("tuples"), drop)
-    if prog.max_ts:
-        now = max(epoch_us(m) for m in prog.max_ts.values())
+    if time.marks:
+        now = max(time.marks_us.values())
         u.engine.delete(run.state("sketch"), f"ts_max <= {now - run.window_us}")
 
 

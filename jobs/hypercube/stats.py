@@ -8,6 +8,7 @@ key - its grid p_R x p_S and the copies its migration moved. To
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,9 @@ from jobs.hypercube.dispatch import dispatch_row, dispatcher
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.hypercube.stream import optimal_bound
 from simjoin.core.unique import unique
+from simjoin.quality.rows import epoch_us
 from simjoin.spark import delta
-from simjoin.spark.engine.units import naive_utc as naive
+from simjoin.spark.engine.units import on_time_max
 from simjoin.spark.hypercube import loads
 
 STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, tuples_in long, received long, "
@@ -53,14 +55,12 @@ def _held_measures(run_: HyperCubeRun, u: Any, disp: Any, recs: pa.Table, cols: 
     """(loads, PHJ loads, tuples held, join size) over every tuple held after the unit."""
     h = held_of(run_, u)
     now = recs if h is None else pa.concat_tables([h.select(cols).cast(recs.schema), recs])
-    if run_.window_us > 0:  # the tuples still live after this unit
-        marks = dict(u.engine.progress().max_ts)
-        ts = recs.column("ts").cast(pa.timestamp("us", tz="UTC"))
+    if run_.window_us > 0:  # the tuples still live after this unit: the event time its publish commits
+        ts = recs.column("ts").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False)
         side = np.asarray(recs.column("side").to_numpy(zero_copy_only=False), np.int64)
-        for s in unique(side).tolist():
-            m = pc.max(ts.filter(pa.array(side == s))).as_py().replace(tzinfo=None)
-            marks[s] = max(naive(marks[s]), m) if s in marks else m
-        now = now.filter(pa.array(live_mask(run_, marks, now)))
+        due = epoch_us(dt.datetime.now(dt.UTC))
+        after = u.time.projected({int(s): on_time_max(ts[side == s], due) for s in unique(side).tolist()})
+        now = now.filter(pa.array(live_mask(run_, after, now)))
     ours, phj = loads(now, disp)
     k = np.asarray(now.column("k").to_numpy(zero_copy_only=False), np.int64)
     side = np.asarray(now.column("side").to_numpy(zero_copy_only=False), np.int64)

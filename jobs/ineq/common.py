@@ -68,14 +68,18 @@ def new_tuples(spark: Any, run: IneqRun, u: Any) -> Any:
 def _bound(p: Any, prog: Any, side: int) -> int | None:
     """The live bound of stored tuples: a stored tuple of ``side`` is live iff its ts (time window) is above
     it, or its seq (count window) at or above it; None: every tuple is live."""
-    if p.window.time_us is not None:
-        mark = prog.max_ts.get(side if p.self_join else 1 - side)
-        if mark is None:
-            return None
-        from simjoin.quality.rows import epoch_us
-
-        return epoch_us(mark) - int(p.window.time_us) - int(p.lateness_us)
+    if p.window.time_us is not None:  # the event time's expiry bound (the partner's mark less W + L)
+        return prog.time().expiry_bound_us(side, int(p.window.time_us), p.self_join)  # type: ignore[no-any-return]
     return counts(prog.meta).get(side, 0) - int(p.window.count)
+
+
+def batch_expired(p: Any, prog: Any, side: int, ts_max: int, seq_max: int) -> bool:
+    """Whether stored tuples of ``side`` with these maxima can meet no future tuple: at or before
+    the event time's expiry bound (time window), or below the live count (count window)."""
+    bound = _bound(p, prog, side)
+    if bound is None:
+        return False
+    return ts_max <= bound if p.window.time_us is not None else seq_max < bound
 
 
 def tuple_live(p: Any, prog: Any, side: int, t: Any) -> Any:

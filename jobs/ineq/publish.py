@@ -14,24 +14,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.ineq.common import IneqRun, counts
+from jobs.ineq.common import IneqRun, batch_expired, counts
 from jobs.ineq.gate import staged_pairs
 from jobs.ineq.probe import probed_state
 from simjoin.core.inequality.spo import BATCH, MUTABLE
-from simjoin.quality.rows import epoch_us
 
 
 def _expire(u: Any, run: IneqRun) -> list[int]:
-    """Drop the batches no future tuple can meet (``simjoin.core.inequality.spo.expired``, read
-    from the batches' metadata), and with them the superseded mutable parts. Nothing is deleted
+    """Drop the batches no future tuple can meet (``batch_expired``: the event time's
+    expiry bound, read from the batches' metadata), and with them the superseded mutable parts. Nothing is deleted
     until a batch expires (about once a slide): readers take each side's latest mutable part, and
     ingest's duplicate check applies the exact bound itself. Each batch and mutable part is a file
     of its own (``OpenUnit.write_parts``), so the DELETE drops files and rewrites none."""
-    from simjoin.core.inequality.spo import expired
-
     p = run.params()
     prog = u.engine.progress()
-    n = counts(prog.meta)
     cols = ["kind", "batch_id", "side", "ts_max", "seq_max"]
     probed = probed_state(run, u)
     if probed is not None:  # every batch committed before this unit, as the probe read them, and the unit's own
@@ -39,10 +35,8 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
     else:
         t = u.read_state(run.batches, None, cols)
     meta = [] if t is None else t.filter(pc.equal(t.column("kind").cast(pa.string()), BATCH)).to_pylist()
-    marks = {s: epoch_us(m) for s, m in prog.max_ts.items()}
-    gone = [int(r["batch_id"]) for r in meta if expired(
-        p.window, int(r["ts_max"]), int(r["seq_max"]), marks.get(int(r["side"]) if p.self_join else 1 - int(r["side"])),
-        n.get(int(r["side"]), 0), p.lateness_us)]
+    gone = [int(r["batch_id"]) for r in meta
+            if batch_expired(p, prog, int(r["side"]), int(r["ts_max"]), int(r["seq_max"]))]
     if not gone:
         return []
     u.engine.delete_ids(run.batches, "batch_id", gone, also=f"kind = '{MUTABLE}' AND unit < {u.id}")

@@ -97,39 +97,26 @@ class S2JRun(StreamRun):
         return max(c.min_workers, min(c.max_workers, 2))
 
 
-def bound_micros(mark: Any, window_us: int) -> int:
-    """The newest ``ts`` (microseconds) a stored tuple may have and still be unreachable."""
-    from simjoin.quality.rows import epoch_us
-
-    return epoch_us(mark) - int(window_us)
-
-
 #: Dead blocks are physically deleted every this many units (readers skip them before that).
 EXPIRE_EVERY = 4
 
 
-def dead_blocks(p: Any, marks: dict[int, Any]) -> str | None:
+def dead_blocks(p: Any, time: Any) -> str | None:
     """SQL condition on ``blocks`` rows no tuple can reach any more: a block whose newest tuple
-    is at least W + L older than what the other role's stream has committed (``marks``: the
-    engine's ``max_ts``; L the allowed lateness: rows of a stream further behind are quarantined
-    as late). None when nothing can be dead."""
-    conds = []
-    for s in p.sides:
-        mark = marks.get(s if p.self_join else 1 - s)
-        if mark is not None:
-            conds.append(f"(side = {s} AND ts_max <= {bound_micros(mark, p.window_us + p.lateness_us)})")
-    return " OR ".join(conds) or None
+    is at or before the event time's expiry bound of its side (``time``: ``EventTime``; the other
+    role's stream's mark less W + L: rows further behind are quarantined as late). None when
+    nothing can be dead."""
+    bounds = time.expiry_bounds_us(p.window_us, p.self_join, p.sides)
+    return " OR ".join(f"(side = {s} AND ts_max <= {b})" for s, b in bounds.items()) or None
 
 
-def dead_mask(p: Any, marks: dict[int, Any], t: Any) -> Any:
+def dead_mask(p: Any, time: Any, t: Any) -> Any:
     """:func:`dead_blocks` on a pyarrow Table of blocks (``side``, ``ts_max``): a boolean numpy mask."""
     import numpy as np
 
     side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)
     ts_max = np.asarray(t.column("ts_max").to_numpy(zero_copy_only=False), np.int64)
     dead = np.zeros(t.num_rows, bool)
-    for s in p.sides:
-        mark = marks.get(s if p.self_join else 1 - s)
-        if mark is not None:
-            dead |= (side == s) & (ts_max <= bound_micros(mark, p.window_us + p.lateness_us))
+    for s, b in time.expiry_bounds_us(p.window_us, p.self_join, p.sides).items():
+        dead |= (side == s) & (ts_max <= b)
     return dead

@@ -60,7 +60,7 @@ def live_ids(spark: Any, run: S2JRun) -> Any:
         t = delta.read_arrow_any(spark, run.blocks, [("unit", "<", int(info.unit))], ["side", "ids", "ts_max"])
         if t is None or not t.num_rows:
             return None
-        t = t.filter(pa.array(~dead_mask(p, info.progress.max_ts, t)))
+        t = t.filter(pa.array(~dead_mask(p, info.progress.time(), t)))
         ids = t.column("ids").combine_chunks()
         rows = pc.list_parent_indices(ids)
         return pa.table({"side": pc.take(t.column("side"), rows), "id": pc.list_flatten(ids)})

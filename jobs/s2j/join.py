@@ -31,7 +31,7 @@ from jobs.s2j.common import S2JRun, dead_mask
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.s2j.adapt import assign_blocks, decide, shed_mask, window_load
 from simjoin.core.s2j.join import Block
-from simjoin.core.s2j.operator import cut_blocks, expired
+from simjoin.core.s2j.operator import cut_blocks
 from simjoin.log import get_logger
 from simjoin.quality.rows import epoch_us
 from simjoin.spark import delta
@@ -47,7 +47,7 @@ DECISION_SCHEMA = "workers int, high int, low int, next_block long, shed long"
 SHED_SCHEMA = "side byte, id long, ts timestamp, tau double, shed_ratio double"
 
 
-def _live_blocks(run_: S2JRun, u: Any, max_ts: Any) -> tuple[Any, list[dict[str, Any]]]:
+def _live_blocks(run_: S2JRun, u: Any, time: Any) -> tuple[Any, list[dict[str, Any]]]:
     """The live blocks (a pyarrow Table in ``block_id`` order; None when there are none) and their
     rows (block_id, side, worker, n, ts_min, ts_max)."""
     p = run_.params()
@@ -55,7 +55,7 @@ def _live_blocks(run_: S2JRun, u: Any, max_ts: Any) -> tuple[Any, list[dict[str,
     t = u.read_state(run_.blocks, [("unit", "<", int(u.id))])
     if t is None or not t.num_rows:
         return None, []
-    t = t.filter(pa.array(~dead_mask(p, max_ts, t))).sort_by("block_id")
+    t = t.filter(pa.array(~dead_mask(p, time, t))).sort_by("block_id")
     return (t if t.num_rows else None), t.select(cols).to_pylist()
 
 
@@ -65,23 +65,19 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
         return {"unit": None}
     t0 = time.perf_counter()
     p, cfg = run_.params(), run_.cfg
-    prog = u.engine.progress()
-    meta = prog.meta
+    meta = u.engine.progress().meta
     new = read_new(u.records, p)  # the one scan of the micro-batch, shared by every task
     input_scans = 1
     # dead blocks wait for the periodic delete; nothing reads them
-    state, live_rows = _live_blocks(run_, u, prog.max_ts)
-    # each stream's newest committed ts once this unit is in, by the engine's rule (a row dated after
-    # the publish time never advances a mark; it is not yet, so these marks are at most the ones
-    # publish commits): blocks below them by W + L are dropped at publish
-    marks = {s: epoch_us(m) for s, m in prog.max_ts.items()}
+    state, live_rows = _live_blocks(run_, u, u.time)
+    # the event time once this unit is in, by the engine's rule (a row dated after the publish time
+    # never advances a mark; it is not yet, so these marks are at most the ones publish commits):
+    # blocks at or before its expiry bounds are dropped at publish
     due = epoch_us(dt.datetime.now(dt.UTC))
-    for s, t in new.items():
-        top = on_time_max(t.ts, due)
-        if top is not None:
-            marks[s] = max(marks.get(s, top), top)
+    bounds = u.time.projected({s: on_time_max(t.ts, due) for s, t in new.items()}).expiry_bounds_us(
+        p.window_us, p.self_join, p.sides)
     gone = [int(r["block_id"]) for r in live_rows
-            if expired(int(r["side"]), int(r["ts_max"]), marks, p.window_us, p.self_join, p.lateness_us)]
+            if int(r["side"]) in bounds and int(r["ts_max"]) <= bounds[int(r["side"])]]
     live = sum(int(r["n"]) for r in live_rows)
     incoming = sum(len(t) for t in new.values())
     workers = int(meta.get("workers") or run_.initial_workers())
@@ -119,7 +115,7 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     # blocks -> workers (existing, then the new ones); a new block the other stream already left behind is not kept
     next_block = int(meta.get("next_block", 0))
     fresh = [(s, Block(t).index(p.index_columns(s))) for s in sides for t in cut_blocks(kept[s], d.block_size)]
-    fresh = [(s, b) for s, b in fresh if not expired(s, b.ts_max, marks, p.window_us, p.self_join, p.lateness_us)]
+    fresh = [(s, b) for s, b in fresh if not (s in bounds and b.ts_max <= bounds[s])]
     sizes = [int(r["n"]) for r in live_rows] + [len(b) for _, b in fresh]
     current = [int(r["worker"]) for r in live_rows] + [-1] * len(fresh)
     assign = assign_blocks(sizes, current, d.workers, d.block_size)

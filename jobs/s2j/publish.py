@@ -117,7 +117,7 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     # blocks no tuple that can still arrive reaches: readers skip them at once, and a DELETE
     # (a second or two) drops them every few units
     if u.id % EXPIRE_EVERY == EXPIRE_EVERY - 1:
-        dead = dead_blocks(run_.params(), u.engine.progress().max_ts)
+        dead = dead_blocks(run_.params(), u.time)
         if dead:
             u.engine.delete(run_.blocks, dead)
     if due and delta.table_exists(spark, run_.buffer):

@@ -53,9 +53,7 @@ def expire_state(eng: Any, run: S3JRun, published: dict[str, Any]) -> None:
     that ended at or before the watermark less the allowed lateness (``Progress.closed_watermark``):
     ingest quarantines their rows as late from now on; a later window keeps its state, so a late
     row that comes for it meets every record it holds (docs/operations.md, "Lateness")."""
-    import datetime as dt
-
-    lag = dt.timedelta(seconds=float(eng.allowed_lateness_s))
+    lag = eng.progress().time().lateness  # the runtime's event time: the allowed lateness
     wm, prev = published["watermark_ts"], published["previous_watermark_ts"]
     eng.expire(run.join_state, None if wm is None else wm - lag, previous=None if prev is None else prev - lag,
                windows=(run.window_s, run.slide_s or run.window_s))

@@ -87,7 +87,7 @@ def _open_windows(run_: S3JRun, u: Any, state: pa.Table) -> pa.Table:
     wm = u.engine.closing_watermark(u.unit)
     if wm is None or not state.num_rows:
         return state
-    cut = (wm.replace(tzinfo=None) - dt.timedelta(seconds=float(u.engine.allowed_lateness_s))
+    cut = (wm.replace(tzinfo=None) - u.time.lateness
            - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
     ends = pc.cast(pc.cast(state.column("window_end"), pa.timestamp("us")), pa.int64())
     return state.filter(pc.greater(ends, cut))

@@ -4,6 +4,7 @@ pairs go to the staging table, one stats row per unit to the stats table. An inc
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -75,6 +76,8 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     plan = load_plan(spark, job)
     inc = increment.load(spark, job)
     if inc.in_process:
+        inc = _still_in_process(spark, job, inc)
+    if inc.in_process:
         stat_rows, pairs = _run_in_process(spark, job, plan, inc)
         return summarize(stat_rows, inc, pairs.num_rows)
     records = job.frame("records", lambda: delta.read_table(spark, job.tables.tokens)
@@ -106,6 +109,27 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
         spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", prev)
     n_pairs = job.frames["pairs"].count() if inc.incremental and not job.rs else None
     return summarize(stat_rows, inc, n_pairs)
+
+
+def _still_in_process(spark: Any, job: SSJRun, inc: increment.Increment) -> increment.Increment:
+    """The increment this join runs under: in process, with this process marked as running it
+    (``simjoin.memory.hold``); or, when this run's in-process join was killed before it ended (out
+    of memory, or by a signal: an Airflow retry of this task), on Spark from here on, the reason
+    recorded in ``<output>_increments`` (the gate and publish then take the Spark path too; both
+    paths write the same tables)."""
+    from jobs.ssj.tokenize import memory_key
+    from simjoin.memory import died, hold
+
+    key = memory_key(job)
+    gone = died(key)
+    if gone is None:
+        hold(key, f"ssj {job.output} run {job.run_id}")
+        return inc
+    why = (f"the in-process join of this run ({gone['what']}, pid {gone['pid']}) was killed before it ended, "
+           f"out of memory or by a signal: the join, gate and publish run on Spark (tokenize had chosen in process: "
+           f"{inc.executor_reason})")
+    log.warning("ssj join: %s", why)
+    return increment.write(spark, job, replace(inc, executor="spark", executor_reason=why))
 
 
 def summarize(stat_rows: list[tuple[Any, ...]], inc: increment.Increment, n_pairs: int | None) -> dict[str, Any]:

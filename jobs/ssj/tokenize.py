@@ -9,7 +9,9 @@ An incremental run (``jobs.ssj.increment``) tags the rows appended since its bas
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -91,7 +93,7 @@ def choose(job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int]) 
     other in-process runs' reservations) and Spark's master. An in-process choice reserves its
     estimate until this process ends."""
     from simjoin.config import SparkConfig, load_config
-    from simjoin.memory import available_memory, reserve
+    from simjoin.memory import available_memory, died, reserve
 
     local = all(delta._local_dir(p) is not None for p in [*(p for _, p in sides), job.output])
     records = size = decoded = 0
@@ -110,12 +112,26 @@ def choose(job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int]) 
                 log.info("ssj tokenize: deltalake cannot read %s (%s)", p, e)
                 local = False
     master = load_config(SparkConfig, "spark").master
+    key = memory_key(job)
+    gone = died(key)  # the last in-process run of this output was killed (out of memory?) before it ended
     room = available_memory()
     where = choose_path(records, size, room.bytes, local_tables=local, cluster=not master.startswith("local"),
                         requested=job.cfg.executor, decoded_bytes=decoded, memory_source=room.source)
+    if gone is not None and where.in_process and job.cfg.executor == "auto":
+        when = dt.datetime.fromtimestamp(float(gone["at"]), dt.UTC).strftime("%Y-%m-%d %H:%M UTC")  # type: ignore[arg-type]
+        where = PathChoice("spark", f"the in-process run before this one ({gone['what']}, pid {gone['pid']}, "
+                           f"{int(gone['bytes']) / 2**30:.1f} GiB planned; {when}) was killed before it ended, "  # type: ignore[call-overload]
+                           f"out of memory or by a signal: this run takes Spark (it would have run in process: "
+                           f"{where.reason})", where.estimated_bytes)
+        log.warning("ssj tokenize: %s", where.reason)
     if where.in_process:  # concurrent runs plan around it until this process ends
-        reserve(where.estimated_bytes, f"ssj {job.output} run {job.run_id}")
+        reserve(where.estimated_bytes, f"ssj {job.output} run {job.run_id}", key=key)
     return where
+
+
+def memory_key(job: SSJRun) -> str:
+    """What an in-process run's memory reservation names: the output (``simjoin.memory.died``)."""
+    return f"ssj:{os.path.realpath(job.output)}"
 
 
 #: Rows read per sampled data file to measure the decoded text per record.

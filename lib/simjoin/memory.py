@@ -8,6 +8,13 @@ have reserved and not released. Standard library only.
 ``SIMJOIN_MEMORY_LEDGER``), removed when the process exits. A concurrent run subtracts the live
 reservations (a file whose process is gone counts for nothing and is removed), so four ssj DAG
 runs no longer each plan for 60 % of the same memory.
+
+**A run that died.** A reservation is removed when its process exits, also on an exception. A
+file whose process is gone was left by a process that was killed (the kernel's OOM killer, a
+container's limit, SIGKILL): it is kept as ``died-<pid>-<start>.json`` when it names the output
+it was for (``key``), and the next run of that output finds it (:func:`died`) and takes the Spark
+path, with the reason recorded (``jobs.ssj.tokenize.choose``). Such records go after
+:data:`DIED_KEEP_S`.
 """
 
 from __future__ import annotations
@@ -18,7 +25,10 @@ import json
 import os
 from dataclasses import dataclass
 
-__all__ = ["Available", "available_memory", "reserve", "reserved_by_others", "ledger_dir"]
+__all__ = ["Available", "available_memory", "reserve", "reserved_by_others", "ledger_dir", "died", "hold"]
+
+#: how long the record of a killed in-process run waits for the next run of its output
+DIED_KEEP_S = 30 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -88,25 +98,82 @@ def reserved_by_others(ledger: str | None = None) -> int:
         if not pid_s.isdigit() or int(pid_s) == os.getpid():
             continue
         if _start(int(pid_s)) != start:
-            with contextlib.suppress(OSError):
-                os.remove(os.path.join(d, name))
+            _bury(d, name)
             continue
         with contextlib.suppress(OSError, ValueError):
             total += int(json.loads(_read(os.path.join(d, name)) or "{}").get("bytes", 0))
     return total
 
 
-def reserve(nbytes: int, what: str, ledger: str | None = None) -> str:
-    """Reserve ``nbytes`` for this process until it exits (or a later call replaces it)."""
+def _bury(d: str, name: str) -> None:
+    """The reservation file ``name`` of a process that is gone: kept as ``died-...`` when it names
+    an output (its process was killed before it could remove it), else removed."""
+    path = os.path.join(d, name)
+    try:
+        key = json.loads(_read(path) or "{}").get("key")
+    except ValueError:
+        key = None
+    with contextlib.suppress(OSError):
+        if key:
+            os.replace(path, os.path.join(d, "died-" + name))
+        else:
+            os.remove(path)
+
+
+def died(key: str, ledger: str | None = None) -> dict[str, object] | None:
+    """The reservation of an earlier process for ``key`` (an output) that was killed before it
+    ended (see the module), consumed: ``{"pid", "bytes", "what", "at"}``; None when there is none.
+    Records older than :data:`DIED_KEEP_S` are removed."""
+    import time
+
+    d = ledger or ledger_dir()
+    reserved_by_others(d)  # a file of a process gone since is kept as died-... first
+    found = None
+    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if not (name.startswith("died-") and name.endswith(".json")):
+            continue
+        path = os.path.join(d, name)
+        try:
+            at = os.path.getmtime(path)
+            got = json.loads(_read(path) or "{}")
+        except (OSError, ValueError):
+            continue
+        if time.time() - at > DIED_KEEP_S:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        elif got.get("key") == key:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            found = {"pid": int(name[5:].partition("-")[0]), "bytes": int(got.get("bytes", 0)),
+                     "what": str(got.get("what", "")), "at": at}
+    return found
+
+
+def reserve(nbytes: int, what: str, ledger: str | None = None, key: str | None = None) -> str:
+    """Reserve ``nbytes`` for this process until it exits (or a later call replaces it); ``key``:
+    the output it is for (a killed process's reservation is then kept for :func:`died`)."""
     d = ledger or ledger_dir()
     os.makedirs(d, mode=0o700, exist_ok=True)
     path = os.path.join(d, f"{os.getpid()}-{_start(os.getpid())}.json")
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
-        json.dump({"bytes": int(nbytes), "what": what}, fh)
+        json.dump({"bytes": int(nbytes), "what": what, **({"key": key} if key else {})}, fh)
     os.replace(tmp, path)
     atexit.register(_release, path)
     return path
+
+
+def hold(key: str, what: str, ledger: str | None = None) -> str:
+    """Mark this process as running ``what`` in process for ``key`` (an output), so that if it is
+    killed the next attempt finds it (:func:`died`); a reservation this process already holds (its
+    estimate, :func:`reserve`) is kept, with the key."""
+    d = ledger or ledger_dir()
+    path = os.path.join(d, f"{os.getpid()}-{_start(os.getpid())}.json")
+    try:
+        have = json.loads(_read(path) or "{}")
+    except ValueError:
+        have = {}
+    return reserve(int(have.get("bytes", 0)), str(have.get("what") or what), ledger, key)
 
 
 def _release(path: str) -> None:

@@ -88,7 +88,8 @@ def test_maintaining_an_output_never_touches_another_that_shares_its_name_prefix
     out, other = tmp_path / "out", tmp_path / "out_x"
     _ssj(spark, sets, out, "cli")
     _ssj(spark, sets, other, "cli")
-    theirs = sorted(p for p in tmp_path.iterdir() if p.name.startswith("out_x"))
+    theirs = sorted(p for p in tmp_path.iterdir() if p.name.startswith("out_x") and (p / "_delta_log").is_dir())
+    man = (tmp_path / "out_x_manifest.json").read_text()
     before = {p.name: (DeltaTable(str(p)).version(), DeltaTable(str(p)).metadata().configuration) for p in theirs}
     assert len(before) >= 5
     with output_lock(str(other), "live-run", "a run of out_x"):  # a live run holds out_x
@@ -96,6 +97,7 @@ def test_maintaining_an_output_never_touches_another_that_shares_its_name_prefix
     assert "maintain" in p.stdout + p.stderr
     after = {p.name: (DeltaTable(str(p)).version(), DeltaTable(str(p)).metadata().configuration) for p in theirs}
     assert after == before, "maintenance of out changed out_x's tables"
+    assert (tmp_path / "out_x_manifest.json").read_text() == man
     mine = DeltaTable(str(out) + "_runs").metadata().configuration
     assert mine.get("delta.logRetentionDuration") == "interval 7200 seconds"
 
@@ -364,3 +366,53 @@ def test_the_in_process_estimate_counts_decoded_text_and_the_memory_really_avail
     monkeypatch.setattr(memory, "available_memory", lambda *a, **k: room)
     where = choose(job, [(0, str(src))], {0: 0})
     assert where.executor == "spark" and "cgroup limit 0.5 GiB" in where.reason, where
+
+
+def _killed_in_process(key: str, ledger: Path) -> int:
+    """A process that runs a join in process for ``key`` and is killed (SIGKILL, as the kernel's
+    OOM killer does): what it leaves in the memory ledger is all a later attempt can know."""
+    code = ("import os, signal; from simjoin.memory import hold; "
+            f"hold({key!r}, 'ssj join'); os.kill(os.getpid(), signal.SIGKILL)")
+    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "SIMJOIN_MEMORY_LEDGER": str(ledger)})
+    assert p.returncode == -9
+    return 0
+
+
+def test_an_in_process_run_killed_for_memory_is_retried_on_spark(spark, tmp_path, monkeypatch):
+    """Issue 56 (6): a run killed while it ran in process (out of memory) is retried on the Spark
+    path, and the reason is recorded: the next run of the output chooses Spark; an Airflow retry of
+    the killed join task runs the join, gate and publish on Spark, with the same pairs."""
+    from jobs.ssj import increment
+    from jobs.ssj.tokenize import choose, memory_key
+    from simjoin.pipeline import get_spec
+    from simjoin.pipeline.runner import run_stage
+
+    ledger = tmp_path / "ledger"
+    monkeypatch.setenv("SIMJOIN_MEMORY_LEDGER", str(ledger))
+    sets = tmp_path / "sets"
+    _sets(sets)
+    ref = tmp_path / "ref"
+    _ssj(spark, sets, ref, "R")  # uninterrupted, in process
+    # 1. the next run of an output whose last in-process run was killed takes Spark
+    out = tmp_path / "out"
+    params = {"input": str(sets), "output": str(out), "threshold": 0.5}
+    job = get_spec("ssj").make_run(params)
+    _killed_in_process(memory_key(job), ledger)
+    where = choose(job, [(0, str(sets))], {0: 0})
+    assert where.executor == "spark" and "was killed before it ended" in where.reason, where
+    assert choose(job, [(0, str(sets))], {0: 0}).in_process  # the record was the last run's: consumed
+    # 2. an Airflow-like run, one stage per process attempt: tokenize in process, the join killed
+    # in process, then its retry
+    spec = get_spec("ssj")
+    names = [s.name for s in spec.stages]
+    for st in names[: names.index("join")]:
+        run_stage(spec, st, params, run_id="A", spark=spark)
+    assert increment.load(spark, spec.make_run(params, "A")).in_process
+    _killed_in_process(memory_key(job), ledger)
+    for st in names[names.index("join"):]:
+        run_stage(spec, st, params, run_id="A", spark=spark)
+    inc = increment.read_rows(spark, spec.make_run(params, "A"))["A"]
+    assert inc["executor"] == "spark" and "in-process join of this run" in inc["executor_reason"], inc
+    got = DeltaTable(str(out)).to_pyarrow_table(columns=["left_id", "right_id", "similarity"])
+    want = DeltaTable(str(ref)).to_pyarrow_table(columns=["left_id", "right_id", "similarity"])
+    assert sorted(got.to_pylist(), key=str) == sorted(want.to_pylist(), key=str) and want.num_rows

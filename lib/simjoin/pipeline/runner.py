@@ -85,16 +85,16 @@ def claim_output(run: Run) -> Any:
     from simjoin.spark import manifest
 
     out = output_of(run)
-    if out is None or "://" in out:
+    layout = layout_of(run.spec, out) if out is not None and "://" not in out else None
+    if out is None or layout is None:  # a tool (generate) or a table that is not local: no layout to own
         return None
-    layout = layout_of(run.spec, out)
     m = manifest.of(out, layout, save=True)
     if m is not None:
         if m.pipeline and m.pipeline != run.spec.name:
             raise ValueError(f"--output {out} belongs to simjoin {m.pipeline} (its manifest {m.path}): allowed: "
                              f"a new --output for {run.spec.name}")
         return m
-    if run.spec.run_type == "stream" or layout is None:
+    if run.spec.run_type == "stream":
         return None
     owned = []
     for role, p in layout.items():

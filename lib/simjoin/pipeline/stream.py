@@ -150,6 +150,13 @@ class OpenUnit:
         return self.unit.records
 
     @property
+    def time(self) -> Any:
+        """The event time the committed units give (``simjoin.spark.engine.EventTime``): the
+        streams' marks, the allowed lateness, the watermark, the late and expiry bounds. The one
+        place a stage reads event time from."""
+        return self.engine.progress().time()
+
+    @property
     def in_memory(self) -> bool:
         return bool(self.run is not None and self.run.in_process)
 

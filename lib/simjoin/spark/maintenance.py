@@ -448,7 +448,7 @@ def maintain_output(output: str, retention: str | float | None = None, by_part: 
         got = maintain_table(p, "internal" if inner else "output", internal_s if inner else retention_s,
                              compact=not (inner and os.path.basename(p) in parts))
         res.tables.append(got)
-        log.info("maintain %d/%d %s (%s): %d -> %d data files, %d vacuumed, %d log entries, %.1f MB (%.2fs)%s",
+        log.info("maintain %d/%d %s: %s, %d -> %d data files, %d vacuumed, %d log entries, %.1f MB (%.2fs)%s",
                  i, len(tables), p, m.role(p) or "output", got.files_before, got.files_after, got.vacuumed,
                  got.log_files, got.bytes / 1e6, got.seconds, f"; {got.note}" if got.note else "")
     res.bookkeeping_removed = _bookkeeping(m)

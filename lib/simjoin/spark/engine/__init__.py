@@ -56,6 +56,7 @@ from simjoin.spark.engine.units import (
     QUARANTINE_SCHEMA,
     BatchInfo,
     CheckpointMismatch,
+    EventTime,
     Progress,
     StaleUnit,
     Unit,
@@ -66,6 +67,7 @@ from simjoin.spark.tables import StreamTables
 
 __all__ = [
     "StreamTables",
+    "EventTime",
     "Progress",
     "Unit",
     "BatchInfo",
