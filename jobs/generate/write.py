@@ -15,7 +15,6 @@ refused, with or without ``--overwrite``.
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -33,10 +32,6 @@ def _marker(run: Run) -> str:
     return f"simjoin generate {run.run_id}"
 
 
-#: Folders a pipeline keeps beside its output (``simjoin.spark.tables``), with no Delta log of their own.
-_FOLDERS = re.compile(r"^(?P<stem>.*)_(?P<kind>checkpoint|state|work)$")
-
-
 def _generate_wrote(spark: SparkSession, out: str) -> bool:
     """An unmarked table every commit of which is ``generate``'s (written before the owner property)."""
     rows = delta.history(spark, out).select("userMetadata").collect()
@@ -44,14 +39,14 @@ def _generate_wrote(spark: SparkSession, out: str) -> bool:
 
 
 def _folder_owner(spark: SparkSession, local: str) -> str | None:
-    """The pipeline whose folder ``local`` (no Delta log) is: ``<output>_checkpoint``, ``_state`` or
-    ``_work`` (``DIR/_checkpoint``, ... for S2J) beside a table that pipeline owns, or a folder
-    holding tables a pipeline owns; None if no owner is found."""
-    m = _FOLDERS.match(local.rstrip("/"))
-    if m is not None:
-        for near in (m["stem"], m["stem"] + "_stats", m["stem"] + "_quarantine"):
-            if delta.table_exists(spark, near) and (who := delta.owner(spark, near)) and who != GENERATE:
-                return who
+    """The pipeline whose folder ``local`` (no Delta log) is: one an output's manifest owns
+    (``simjoin.spark.manifest.find_for``: ``<output>_checkpoint``, ``_state``, ``_work``, S2J's
+    ``DIR/_checkpoint``...), or a folder holding tables a pipeline owns; None if no owner is found."""
+    from simjoin.spark.manifest import find_for
+
+    m = find_for(local)
+    if m is not None and m.pipeline and m.pipeline != GENERATE:
+        return m.pipeline
     for sub in sorted(os.listdir(local))[:100]:
         p = os.path.join(local, sub)
         if delta.table_exists(spark, p) and (who := delta.owner(spark, p)) and who != GENERATE:
