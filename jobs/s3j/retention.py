@@ -24,9 +24,17 @@ log = get_logger("simjoin.s3j")
 CHUNK = 500
 
 
-def _state_table(tables: Sequence[str], name: str) -> str | None:
-    return next((p for p in tables if os.path.basename(p) == name
-                 and os.path.basename(os.path.dirname(p)).endswith("_state")), None)
+def _state_table(output: str, tables: Sequence[str], name: str) -> str | None:
+    """The state table ``name`` of the output, under the state folder its manifest names (never
+    a folder told by its name), when it is among ``tables``."""
+    from simjoin.spark import manifest
+
+    m = manifest.of(output)
+    state = m.at("state") if m is not None else None
+    if state is None:
+        return None
+    want = os.path.realpath(os.path.join(state, name))
+    return next((p for p in tables if os.path.realpath(p) == want), None)
 
 
 def prune(output: str, tables: Sequence[str]) -> dict[str, Any]:
@@ -34,7 +42,7 @@ def prune(output: str, tables: Sequence[str]) -> dict[str, Any]:
     platform calls it only while no unit is open."""
     from deltalake import DeltaTable
 
-    cpath, jpath = _state_table(tables, "centroids"), _state_table(tables, "join")
+    cpath, jpath = _state_table(output, tables, "centroids"), _state_table(output, tables, "join")
     if cpath is None or jpath is None:
         return {}
     cent = DeltaTable(cpath).to_pyarrow_table(columns=["partition", "workset_id"])

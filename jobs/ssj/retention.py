@@ -74,29 +74,31 @@ def prune(output: str, tables: Sequence[str]) -> dict[str, Any]:
     output ``output`` (``tables``: its Delta tables); what was dropped, per table."""
     from deltalake import DeltaTable
 
-    base = os.path.abspath(output).rstrip("/")
-    have = {os.path.abspath(p) for p in tables}
+    from simjoin.spark import manifest
 
-    def table(suffix: str) -> str | None:
-        path = base + suffix
-        return path if path in have else None
+    m = manifest.of(output)
+    have = {os.path.realpath(p) for p in tables}
+
+    def table(role: str) -> str | None:  # the output's table of this role, by its manifest
+        path = m.at(role) if m is not None else None
+        return path if path is not None and os.path.realpath(path) in have else None
 
     def rows(path: str | None) -> list[dict[str, Any]]:
         return DeltaTable(path).to_pyarrow_table().to_pylist() if path else []
 
-    pins = rows(table("_runs"))
+    pins = rows(table("runs"))
     if not pins:
         return {}
-    kept = kept_runs(pins, rows(table("_increments")), keep_runs())
+    kept = kept_runs(pins, rows(table("increments")), keep_runs())
     gone = sorted({str(r["run_id"]) for r in pins} - kept)
     dropped: dict[str, int] = {}
     if not gone:
         return dropped
     quoted = ", ".join("'" + g.replace("'", "''") + "'" for g in gone)
-    for path in (table(""), table("_tokens"), table("_lengths"), table("_plan"), table("_staging")):
+    for path in (table("output"), table("tokens"), table("lengths"), table("plan"), table("staging")):
         if path:
-            m = DeltaTable(path).delete(f"run_id IN ({quoted})")
-            dropped[path] = int(m.get("num_deleted_rows", 0) or 0)
+            res = DeltaTable(path).delete(f"run_id IN ({quoted})")
+            dropped[path] = int(res.get("num_deleted_rows", 0) or 0)
     log.info("ssj retention: kept runs %s; dropped the partitions of %s (%s rows)", sorted(kept), gone,
              sum(dropped.values()))
     return dropped

@@ -215,6 +215,11 @@ def test_ssj_prune_drops_the_partitions_of_runs_let_go(tmp_path, monkeypatch):
                         mode="append")
     monkeypatch.setenv("SIMJOIN_SSJ_KEEP_RUNS", "2")
     tables = [str(out), *(str(tmp_path / f"pairs{x}") for x in ("_tokens", "_runs", "_increments"))]
+    from simjoin.spark import manifest
+    from simjoin.spark.tables import SSJTables
+
+    # the output's manifest, as the run's first stage writes it: the rule finds the tables by role
+    manifest.write(manifest.create("ssj", str(out), SSJTables(str(out)).layout(), tables))
     dropped = prune(str(out), tables)
     assert dropped == {str(out): 2, str(tmp_path / "pairs_tokens"): 2}
     for path in (out, tmp_path / "pairs_tokens"):

@@ -43,7 +43,7 @@ def rules(pipeline: str | PipelineSpec | None) -> dict[str, str]:
 
 def _maintain(output: str, pipeline: str | PipelineSpec | None, retention: str | float | None) -> Any:
     """The pipeline's own retention rule (``PipelineSpec.retain``: ssj's runs), then every table."""
-    from simjoin.spark import maintenance
+    from simjoin.spark import maintenance, manifest
 
     spec = None
     if pipeline is not None:
@@ -52,6 +52,7 @@ def _maintain(output: str, pipeline: str | PipelineSpec | None, retention: str |
         except (KeyError, ValueError):
             spec = None
     layout = layout_of(spec, output)
+    manifest.of(output, layout, save=True)  # an output of an earlier release gets its manifest first
     if spec is not None and spec.retain and not maintenance.unit_open(output):  # never under an open unit
         resolve(spec.retain)(output, maintenance.tables_of(output, layout))
     return maintenance.maintain_output(output, retention, by_part=by_part(spec) if spec else (),
