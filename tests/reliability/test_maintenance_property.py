@@ -1,14 +1,17 @@
 """Maintenance's promise as a property (issue 56): over random sequences of appends, replacing
-writes, maintenance with random retentions (whole hours and not: 60-200 minutes), ``--reset``s and
-clock advances, on three stream-like outputs: two whose names share a prefix (``out`` and
-``out_x``) and one an earlier release recorded with relative paths, maintained from a folder that
-holds tables at the same relative names:
+writes, maintenance with random retentions (whole hours and not: 60-200 minutes), ``--reset``s,
+ssj runs and reruns, and clock advances, on four outputs: three stream-like ones, two whose names
+share a prefix (``out`` and ``out_x``) and one an earlier release recorded with relative paths,
+maintained from a folder that holds tables at the same relative names; and an ssj output
+(``out_pairs``) whose runs are published and rerun (a cleared DAG run) at random:
 
 - every version of an output's user tables current at some moment within the retention still
   reads, with exactly the rows it had (within the shortest window so far: a later, longer retention
   cannot bring back what an earlier, shorter one let go, also by Delta's own log cleanup between
   maintenance runs);
 - its current rows never change;
+- every published row of a run ssj's rule keeps (the last ``SIMJOIN_SSJ_KEEP_RUNS`` by their last
+  publish: a rerun counts as new) stays, through ``simjoin maintain``'s own path;
 - maintaining or resetting one output never changes anything of another (its versions, rows and
   files), nor the tables at the same relative names in the folder maintenance runs from.
 
@@ -153,6 +156,83 @@ def _fingerprint(o: Output) -> dict[str, object]:
     return out
 
 
+class Runs:
+    """An ssj output: its pairs partitioned by ``run_id``, the ``_runs`` pins and the ``_increments``
+    rows (``published_at``: each run's last publish), marked as ssj's, with the manifest its first
+    run writes. A publish of a run id already published is a rerun (a cleared Airflow run): it
+    replaces its own partition and keeps its first ``pinned_at``. Maintained as ``simjoin
+    maintain`` does (the lock, ssj's retention rule, every table), with ``SIMJOIN_SSJ_KEEP_RUNS=3``."""
+
+    KEEP = 3
+
+    def __init__(self, root: Path, name: str) -> None:
+        from simjoin.spark.tables import SSJTables
+
+        self.out = root / name
+        self.layout = SSJTables(str(self.out)).layout()
+        manifest.write(manifest.create("ssj", str(self.out), self.layout,
+                                       [p for k, p in self.layout.items() if k != "manifest"]))
+        self.rows: dict[str, list[int]] = {}  # run id -> its published pairs
+        self.last: dict[str, float] = {}  # run id -> the time of its last publish
+        self.next = 0
+        #: the runs maintenance let go (their partitions are gone for good)
+        self.dropped: set[str] = set()
+
+    def publish(self, rid: str) -> None:
+        import datetime as dt
+
+        xs = list(range(self.next, self.next + 2))
+        self.next += 2
+        data = pa.table({"run_id": [rid] * 2, "x": pa.array(xs, pa.int64())})
+        kw = {"partition_by": ["run_id"], "description": "simjoin.owner=ssj"}
+        if os.path.isdir(self.out / "_delta_log"):
+            write_deltalake(str(self.out), data, mode="overwrite", predicate=f"run_id = '{rid}'", **kw)
+        else:
+            write_deltalake(str(self.out), data, **kw)
+        now = dt.datetime.now(dt.UTC)
+        if rid not in self.rows:  # a rerun keeps its first pins
+            write_deltalake(self.layout["runs"], pa.table({
+                "run_id": [rid], "pinned_at": pa.array([now], pa.timestamp("us", tz="UTC")), "published": [True]}),
+                mode="append", description="simjoin.owner=ssj")
+        inc = pa.table({"run_id": [rid], "params": ["p"], "published_at": pa.array([now], pa.timestamp("us", tz="UTC"))})
+        if os.path.isdir(Path(self.layout["increments"]) / "_delta_log"):
+            write_deltalake(self.layout["increments"], inc, mode="overwrite", predicate=f"run_id = '{rid}'")
+        else:
+            write_deltalake(self.layout["increments"], inc, description="simjoin.owner=ssj")
+        self.rows[rid] = xs
+        self.last[rid] = time.time()
+        self.dropped.discard(rid)
+
+    def age(self, seconds: float) -> None:
+        for key in ("output", "runs", "increments"):
+            _age(Path(self.layout[key]), seconds)
+        self.last = {r: t - seconds for r, t in self.last.items()}
+        # the pins' and increments' times age with the clock too
+        for key, col in (("runs", "pinned_at"), ("increments", "published_at")):
+            t = DeltaTable(self.layout[key]).to_pyarrow_table()
+            shifted = pa.compute.subtract(t.column(col), pa.scalar(int(seconds * 1e6), pa.duration("us")))
+            write_deltalake(self.layout[key], t.set_column(t.schema.get_field_index(col), col, shifted),
+                            mode="overwrite")
+
+    def maintain(self, retention_s: float) -> None:
+        from simjoin.pipeline.maintain import maintain
+
+        maintain(str(self.out), retention_s)
+        newest = sorted(self.last, key=lambda r: self.last[r], reverse=True)
+        self.dropped |= set(newest[self.KEEP:])
+        self.check()
+
+    def check(self) -> None:
+        """Every published row of a kept run (the last KEEP by their last publish) stays; a run let go
+        has no rows left."""
+        t = DeltaTable(str(self.out)).to_pyarrow_table()
+        have: dict[str, list[int]] = {}
+        for rid, x in zip(t.column("run_id").to_pylist(), t.column("x").to_pylist(), strict=True):
+            have.setdefault(rid, []).append(x)
+        want = {r: xs for r, xs in self.rows.items() if r not in self.dropped}
+        assert {r: sorted(v) for r, v in have.items()} == want, f"kept runs {sorted(want)}, table {sorted(have)}"
+
+
 def _walk(root: Path, seed: int, steps: int) -> None:
     """Random appends, replacing writes, clock advances, maintenance with random retentions and
     ``--reset``s over three outputs: ``out``, ``out_x`` (a name sharing ``out``'s prefix) and
@@ -163,15 +243,23 @@ def _walk(root: Path, seed: int, steps: int) -> None:
     (root / "elsewhere").mkdir()
     outs = [Output(root, "out"), Output(root, "out_x"), Output(root / "a", "rel_out", legacy_relative=True)]
     decoy = Output(root / "elsewhere", "rel_out", legacy_relative=True)
+    ssj = Runs(root, "out_pairs")  # shares the prefix too
+    runs = [f"run{i}" for i in range(6)]
     cwd = os.getcwd()
     os.chdir(root / "elsewhere")
     try:
         for _ in range(steps):
             op = rng.choice(["append", "append", "overwrite", "advance", "advance", "maintain", "maintain", "state",
-                             "reset"])
+                             "reset", "publish", "publish", "maintain_ssj"])
             mine = rng.choice(outs)
             others = [o for o in [*outs, decoy] if o is not mine]
-            if op in ("append", "overwrite"):
+            if op == "publish":  # a new run, or a rerun of an earlier one
+                ssj.publish(rng.choice(runs))
+            elif op == "maintain_ssj" and ssj.rows:
+                before = [_fingerprint(o) for o in [*outs, decoy]]
+                ssj.maintain(rng.choice([60, 90, 150]) * 60.0)
+                assert [_fingerprint(o) for o in [*outs, decoy]] == before, "maintaining the ssj output changed another"
+            elif op in ("append", "overwrite"):
                 mine.write(rng.choice(mine.user), op)
             elif op == "state":
                 mine.write(mine.state, "overwrite")
@@ -179,6 +267,8 @@ def _walk(root: Path, seed: int, steps: int) -> None:
                 minutes = rng.choice([5, 20, 45, 70, 130])
                 for o in [*outs, decoy]:
                     o.age(minutes * 60)
+                if ssj.rows:
+                    ssj.age(minutes * 60)
             elif op == "reset":
                 before = [_fingerprint(o) for o in others]
                 mine.reset()
@@ -205,6 +295,7 @@ FAST_SEEDS = (3, 5, 8, 9)
 def test_maintenance_keeps_every_version_within_the_retention_and_no_other_output_changes(tmp_path, seed,
                                                                                          monkeypatch):
     monkeypatch.setenv("SIMJOIN_RETENTION_CHECK", "0")
+    monkeypatch.setenv("SIMJOIN_SSJ_KEEP_RUNS", str(Runs.KEEP))
     _walk(tmp_path, seed, 40)
 
 
@@ -212,4 +303,5 @@ def test_maintenance_keeps_every_version_within_the_retention_and_no_other_outpu
 @pytest.mark.parametrize("seed", [s for s in range(40) if s not in FAST_SEEDS])
 def test_maintenance_property_more_seeds(tmp_path, seed, monkeypatch):
     monkeypatch.setenv("SIMJOIN_RETENTION_CHECK", "0")
+    monkeypatch.setenv("SIMJOIN_SSJ_KEEP_RUNS", str(Runs.KEEP))
     _walk(tmp_path, seed, 40)
