@@ -77,10 +77,11 @@ def guard_outputs(spark: Any, run: Run) -> None:
 def claim_output(run: Run) -> Any:
     """The output's manifest (``simjoin.spark.manifest``), checked before anything is written: an
     output moved or copied, or one another pipeline wrote, is refused in one line; an output of an
-    earlier release gets its manifest now. A batch pipeline's manifest is written here, at its first
-    run, with every part of its layout that is not there yet or carries its owner mark; a part that
-    holds anything else is refused (simjoin never takes over a foreign file). A stream's is
-    written by its engine when it creates the output's checkpoint, after the same checks."""
+    earlier release gets its manifest now. A batch pipeline's manifest is written here, at its
+    first run, with every part of its layout that is not there yet or is a Delta table of this
+    pipeline (its owner mark, or none: a table Spark's writer made); a part that holds anything
+    else is refused (simjoin never takes over a foreign file). A stream's is written by its engine
+    when it creates the output's checkpoint, after the same checks."""
     from simjoin.pipeline.maintain import layout_of
     from simjoin.spark import manifest
 
@@ -100,13 +101,17 @@ def claim_output(run: Run) -> Any:
     for role, p in layout.items():
         if role == "manifest":
             continue
-        if os.path.isdir(os.path.join(p, "_delta_log")) and manifest._owner(p) == run.spec.name:
-            owned.append(p)
+        if os.path.isdir(os.path.join(p, "_delta_log")):
+            # a Delta table: the pipeline's own (its owner mark; unmarked: written by Spark's writer
+            # before manifests, its columns checked by guard_outputs), never another pipeline's
+            who = manifest._owner(p)
+            if who is not None and who != run.spec.name:
+                raise ValueError(f"{p} is a table of simjoin {who}, not of {run.spec.name} for {out}: allowed: a new "
+                                 "--output")
         elif os.path.exists(p) and not (os.path.isdir(p) and not os.listdir(p)):
             raise ValueError(f"{p} already exists and was not written by simjoin {run.spec.name} for {out}: "
                              "allowed: a new --output, or move it away yourself")
-        else:
-            owned.append(p)
+        owned.append(p)
     return manifest.write(manifest.create(run.spec.name, out, layout, owned))
 
 

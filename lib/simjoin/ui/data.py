@@ -494,7 +494,7 @@ def run_tables(pipeline: str, params: dict[str, Any], run_id: str, start: dt.dat
 
         m = of(output)
         for p in tables_of(output):  # what the output's manifest owns, by its role there
-            roles.setdefault(os.path.realpath(p), (m.role(p) if m is not None else None) or "output")
+            roles.setdefault(os.path.realpath(p), _role(m, p))
     lo = (start - dt.timedelta(seconds=1)).timestamp() * 1000 if start else None
     hi = (end + dt.timedelta(seconds=1)).timestamp() * 1000 if end else None
     out = []
@@ -507,6 +507,16 @@ def run_tables(pipeline: str, params: dict[str, Any], run_id: str, start: dt.dat
     order = {"output": 0, "pairs": 0, "quarantine": 1, "stats": 2}  # an S2J task's table is an output
     out.sort(key=lambda r: (0 if r.role.startswith("task:") else order.get(r.role, 3), not r.versions, r.path))
     return output, out
+
+
+def _role(m: Any, path: str) -> str:
+    """A table's role in its output's manifest, with its name under that role's folder
+    (``state/tuples``): several tables share the role of the folder that holds them."""
+    role = (m.role(path) if m is not None else None) or "output"
+    base = m.at(role) if m is not None else None
+    if base is None or os.path.realpath(base) == os.path.realpath(path):
+        return role
+    return f"{role}/{os.path.relpath(os.path.realpath(path), os.path.realpath(base))}"
 
 
 def _recent(path: str, since_ms: float | None) -> list[dict[str, Any]]:
