@@ -115,6 +115,24 @@ def claim_output(run: Run) -> Any:
     return manifest.write(manifest.create(run.spec.name, out, layout, owned))
 
 
+@contextmanager
+def claimed(run: Run) -> Iterator[Any]:
+    """:func:`claim_output` around the work that first writes the output: a manifest this claim
+    wrote is removed again when that work fails before any table it owns exists (a run refused
+    for its input leaves nothing behind)."""
+    from simjoin.spark import manifest
+
+    out = output_of(run)
+    had = out is not None and "://" not in out and manifest.locate(out) is not None
+    m = claim_output(run)
+    try:
+        yield m
+    except BaseException:
+        if m is not None and not had and not any(os.path.exists(p) for p in m.owned):
+            manifest.remove(m)
+        raise
+
+
 def _norm(p: str) -> str:
     return p if "://" in p else os.path.normpath(os.path.abspath(p.rstrip("/")))
 
@@ -147,11 +165,11 @@ def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], 
     try:
         lock = nullcontext() if st.gate else output_lock(output_of(run), run.run_id, f"stage {st.name}")
         with lock, current_stage(f"{spec.name}.{st.name}"):
-            if spec.stages[0].name == st.name:
+            first = spec.stages[0].name == st.name
+            if first:
                 guard_outputs(spark, run)
-                claim_output(run)
             jobs0 = jobs_started(spark)
-            with log_stage(f"{spec.name} {st.name}", log):
+            with claimed(run) if first else nullcontext(), log_stage(f"{spec.name} {st.name}", log):
                 out = st.function()(spark, run) or {}
             timing.count(out)
             timing.spark_jobs = _jobs_since(spark, jobs0)
@@ -388,14 +406,19 @@ def _run_pipeline(spark: Any, run: Run, stop: threading.Event | None = None) -> 
     from simjoin.pipeline.timing import process_age
     from simjoin.spark.session import startup_seconds
 
-    spec = run.spec
     t0 = time.perf_counter()
     results: dict[str, Any] = {"rounds": []}
     timings = {"startup_s": startup_seconds() or 0.0, "process_s": process_age() - (startup_seconds() or 0.0)}
     kind = _spark_kind(spark)
     run.in_process = True
     guard_outputs(spark, run)
-    claim_output(run)
+    with claimed(run):
+        return _run_claimed(spark, run, stop, t0, results, timings, kind)
+
+
+def _run_claimed(spark: Any, run: Run, stop: threading.Event | None, t0: float, results: dict[str, Any],
+                 timings: dict[str, float], kind: str) -> dict[str, Any]:
+    spec = run.spec
     if run.reset:
         reset = getattr(run, "reset_tables", None)
         if reset is None:
