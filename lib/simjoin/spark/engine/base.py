@@ -246,9 +246,10 @@ class EngineBase:
             self._write_identity({**ident, "inputs": self._input_ids()})
 
     def _reset_targets(self, legacy: bool = False) -> list[str]:
-        """What ``--reset`` removes: the tables and folders the identity file says this pipeline
-        created for the output; without one (``legacy``, or an output created before they were
-        recorded), the tables the engine names beside the output (for a directory output, its
+        """What ``--reset`` removes: the tables and folders the output's manifest says this pipeline
+        created for it (``owned``; an earlier release's output migrated from its identity file);
+        without one (``legacy``, or an output whose checkpoint is gone too), the tables the engine
+        names beside the output (for a directory output, its
         ``_`` tables and the run's tables in it, never the directory)."""
         m = None if legacy else self.output_manifest()
         if m is not None:
@@ -269,7 +270,7 @@ class EngineBase:
                                      "--output)")
 
     def own(self, paths: Sequence[str]) -> None:
-        """Record in the identity file the tables this pipeline is about to create (``--reset``
+        """Record in the output's manifest the tables this pipeline is about to create (``--reset``
         removes exactly what is recorded)."""
         m = self.output_manifest()
         if m is None:
