@@ -104,7 +104,7 @@ def claim_output(run: Run) -> Any:
         if os.path.isdir(os.path.join(p, "_delta_log")):
             # a Delta table: the pipeline's own (its owner mark; unmarked: written by Spark's writer
             # before manifests, its columns checked by guard_outputs), never another pipeline's
-            who = manifest._owner(p)
+            who = manifest.table_owner(p)
             if who is not None and who != run.spec.name:
                 raise ValueError(f"{p} is a table of simjoin {who}, not of {run.spec.name} for {out}: allowed: a new "
                                  "--output")

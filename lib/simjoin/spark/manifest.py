@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["Manifest", "Moved", "KEEP", "FORMAT", "locate", "read", "write", "create", "legacy", "of",
-           "remove", "inside", "load", "find_for"]
+           "remove", "inside", "load", "find_for", "table_owner"]
 
 FORMAT = 1
 #: the manifest beside a table output, and inside a directory output
@@ -212,7 +212,8 @@ def remove(m: Manifest) -> None:
         os.remove(m.path)
 
 
-def _owner(path: str) -> str | None:
+def table_owner(path: str) -> str | None:
+    """The owner mark of the Delta table at ``path`` (None: unmarked or unreadable)."""
     from deltalake import DeltaTable
 
     from simjoin.contracts import owner_of
@@ -252,12 +253,12 @@ def legacy(output: str, layout: Mapping[str, str] | None = None) -> Manifest | N
                       origin="migrated")
     if not os.path.isdir(os.path.join(out, "_delta_log")):
         return None
-    owner = _owner(out)
+    owner = table_owner(out)
     if owner is None:
         return None
     lay = dict(layout) if layout else {"output": out}
     mine = [out] + [p for k, p in lay.items() if k not in ("manifest", "output") and p and
-                    os.path.isdir(os.path.join(p, "_delta_log")) and _owner(p) == owner]
+                    os.path.isdir(os.path.join(p, "_delta_log")) and table_owner(p) == owner]
     return create(owner, out, {**lay, "output": out}, mine, origin="migrated")
 
 
