@@ -42,6 +42,12 @@ BIN = Path(sys.executable).parent
 Q1 = "l.a < r.a AND l.b > r.b"
 WINDOW_S = 10.0
 S3J_T = 0.05
+#: the inputs keep 10 minutes of log and of removed files' tombstones: the producer's own
+#: maintenance (compaction, a checkpoint, log cleanup every ``--input-maintain-every`` appends)
+#: keeps its appends from slowing down as its tables grow, as a producer running for days must;
+#: the follower is never 10 minutes behind, so it never misses a commit
+INPUT_CONFIG = {"delta.logRetentionDuration": "interval 10 minutes",
+                "delta.deletedFileRetentionDuration": "interval 10 minutes"}
 UNIT_LINE = re.compile(r"(\w+): unit (\d+): (\d+) records, published ([\d.]+)s after its newest")
 
 
@@ -139,6 +145,29 @@ def files_by_table(work: Path) -> dict[str, tuple[int, int]]:
     return got
 
 
+def live_tables(output: str) -> dict[str, tuple[int, int]]:
+    """Per Delta table the output's manifest names (its layout and what it owns; a folder: the
+    tables in it): its live data files and the commits past its log's last checkpoint (what
+    maintenance must keep bounded). Keyed by the path under the output's folder."""
+    from deltalake import DeltaTable
+
+    from simjoin.spark import manifest
+
+    m = manifest.read(output)
+    paths = {Path(p) for p in ([*m.layout.values(), *m.owned] if m else [])}
+    tables = sorted({t for p in paths if p.is_dir()
+                     for t in ([p] if (p / "_delta_log").is_dir() else [c for c in p.iterdir()
+                                                                        if (c / "_delta_log").is_dir()])})
+    got: dict[str, tuple[int, int]] = {}
+    for t in tables:
+        log_dir = t / "_delta_log"
+        latest = max(int(f.name[:20]) for f in log_dir.glob("*.json"))
+        ck = log_dir / "_last_checkpoint"
+        at = json.loads(ck.read_text())["version"] if ck.exists() else -1
+        got[str(t.relative_to(Path(output).parent))] = (len(DeltaTable(str(t)).file_uris()), latest - at)
+    return got
+
+
 def rss_mb(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/status") as fh:
@@ -151,7 +180,7 @@ def rss_mb(pid: int) -> float | None:
 
 
 def soak(pipeline: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from deltalake import write_deltalake
+    from deltalake import DeltaTable, write_deltalake
 
     rng = np.random.default_rng(a.seed)
     produced: list[list[pa.Table]] = [[], []]
@@ -159,16 +188,30 @@ def soak(pipeline: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
     next_id = [0, 10**9]
     last_ts = [0]
 
+    appends: list[tuple[float, float]] = []  # (time since the start, seconds the append took)
+    t_start = time.time()
+
     def produce() -> None:
+        n = 0
         while not stop.is_set():
-            now = max(int(time.time() * 1e6), last_ts[0] + 1)
             for s, side in enumerate(("left", "right")):
+                now = max(int(time.time() * 1e6), last_ts[0] + 1)  # ts: the wall clock at the append
                 ids = np.arange(next_id[s], next_id[s] + a.rows)
                 next_id[s] += a.rows
                 t = piece(pipeline, ids, now + np.arange(a.rows), rng)
-                write_deltalake(str(work / side), t, mode="append")
+                t0 = time.time()
+                write_deltalake(str(work / side), t, mode="append", configuration=INPUT_CONFIG if n == 0 else None)
+                appends.append((t0 - t_start, time.time() - t0))
                 produced[s].append(t)
-            last_ts[0] = now + a.rows
+                last_ts[0] = now + a.rows
+            n += 1
+            if a.input_maintain_every and n % a.input_maintain_every == 0:
+                for side in ("left", "right"):  # what a producer running for days does to its tables
+                    dt_ = DeltaTable(str(work / side))
+                    dt_.optimize.compact()
+                    dt_ = DeltaTable(str(work / side))
+                    dt_.create_checkpoint()
+                    dt_.cleanup_metadata()
             stop.wait(a.every)
 
     env = {**os.environ, "SIMJOIN_LOG_LEVEL": "INFO", "PYSPARK_PYTHON": sys.executable,
@@ -223,8 +266,6 @@ def soak(pipeline: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
         # caught up: the follower has read every commit, published it (an idle poll follows)
         want_ts = last_ts[0] - 1
         deadline = time.time() + 300
-        from deltalake import DeltaTable
-
         while time.time() < deadline:
             time.sleep(1.0)
             try:  # the last unit's rows hold each stream's committed max ts
@@ -255,7 +296,12 @@ def soak(pipeline: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
             "pairs": len(got), "brute_force": len(ref), "exact": got == ref, "repeated": len(got) - len(set(got)),
             "latency": lat, "median_50_150": float(np.median(early)) if early else None,
             "median_last_100": float(np.median(late)) if late else None,
-            "samples": samples, "files_last": {k: v[-1] for k, v in per_table.items()},
+            "samples": samples, "live": live_tables(pairs_table(pipeline, work) if pipeline != "s2j"
+                                                    else str(work / "out")),
+            # the producer's appends (each side's write_deltalake), over the first and the last tenth
+            "append_first_s": float(np.median([d for _, d in appends[:max(1, len(appends) // 10)]])),
+            "append_last_s": float(np.median([d for _, d in appends[-max(1, len(appends) // 10):]])),
+            "files_last": {k: v[-1] for k, v in per_table.items()},
             "files_max_second_half": {k: max(v[len(v) // 2:]) for k, v in per_table.items()},
             # the follower's memory once it is warm (units 50-150), and at the end
             "rss_first_mb": max((s["rss_mb"] for s in samples if s["rss_mb"] and 50 <= s["units"] <= 150),
@@ -300,8 +346,9 @@ def write_md(results: list[dict[str, Any]], out: Path) -> None:
              "newest record's ts (its append time). Files: every file under the output and its side tables "
              "(data, log, checkpoint offsets, markers).", "",
              "| pipeline | units | kills | records | pairs = brute force | repeated | latency median, units 50-150 | "
-             "last 100 | ratio | files at the end | max files, 2nd half | RSS units 50-150 -> last |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "last 100 | ratio | files at the end | max files, 2nd half | RSS units 50-150 -> last | "
+             "producer append, first -> last tenth |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     def sec(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f} s"
 
@@ -312,10 +359,16 @@ def write_md(results: list[dict[str, Any]], out: Path) -> None:
                      f"{r['pairs']:,} {'=' if r['exact'] else '!='} {r['brute_force']:,} | {r['repeated']} | "
                      f"{sec(r['median_50_150'])} | {sec(r['median_last_100'])} | {ratio} | "
                      f"{sum(r['files_last'].values())} | {sum(r['files_max_second_half'].values())} | "
-                     f"{r['rss_first_mb'] or 0:.0f} -> {r['rss_last_mb'] or 0:.0f} MB |")
+                     f"{r['rss_first_mb'] or 0:.0f} -> {r['rss_last_mb'] or 0:.0f} MB | "
+                     f"{r['append_first_s']:.3f} -> {r['append_last_s']:.3f} s |")
     lines += ["", "Files per table at the end:", ""]
     for r in results:
         lines.append(f"- **{r['pipeline']}**: " + ", ".join(f"`{k}` {n}" for k, n in r["files_last"].items()))
+    lines += ["", "Live data files and commits past the last log checkpoint per table at the end (by the "
+              "output's manifest; maintenance keeps both bounded):", ""]
+    for r in results:
+        lines.append(f"- **{r['pipeline']}**: " + ", ".join(f"`{k}` {f} files, {c} commits"
+                                                          for k, (f, c) in r["live"].items()))
     lines += [""] + [f"![{r['pipeline']}](soak_{r['pipeline']}.png)" for r in results] + [""]
     out.write_text("\n".join(lines))
 
@@ -329,6 +382,9 @@ def main() -> None:
     ap.add_argument("--retention", default="1m")
     ap.add_argument("--rows", type=int, default=10)
     ap.add_argument("--every", type=float, default=0.2)
+    ap.add_argument("--input-maintain-every", type=int, default=100,
+                    help="the producer compacts, checkpoints and cleans up its input tables every N appends "
+                         "(0: never; its appends then slow down as the inputs grow)")
     ap.add_argument("--trigger", default="200ms")
     ap.add_argument("--sample-s", type=float, default=5.0)
     ap.add_argument("--max-minutes", type=float, default=60.0)

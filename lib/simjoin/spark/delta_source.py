@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,9 +42,17 @@ def _log_dir(path: str) -> str:
     return os.path.join(path, "_delta_log")
 
 
-def latest_version(path: str) -> int:
-    """The newest committed version (a listing of the log; -1 when there is none). A checkpoint
+def latest_version(path: str, after: int | None = None) -> int:
+    """The newest committed version (-1 when there is none). With ``after`` (a version this
+    reader saw): when its JSON commit is still in the log, the commits after it are probed one by
+    one (versions are contiguous), so a follower's poll costs the new commits, not a listing of a
+    log that holds every commit of the retention; otherwise the log is listed. A checkpoint
     whose JSON commits were cleaned up still names its version in ``_last_checkpoint``."""
+    if after is not None and after >= 0 and commit_exists(path, after):
+        v = after
+        while commit_exists(path, v + 1):
+            v += 1
+        return v
     best = -1
     try:
         names = os.listdir(_log_dir(path))
@@ -62,8 +71,8 @@ def latest_version(path: str) -> int:
 def table_id(path: str) -> str | None:
     """The table's id (``metaData.id``; Delta gives a table a new one when it is created, so a
     table deleted and written again at the same path has another), or None when there is no
-    table. Read from the first commit when the log still holds it (one small file), else by
-    ``deltalake`` from the latest checkpoint."""
+    table. Read from the first commit when the log still holds it (one small file), else from
+    the kept metadata (:func:`_meta_at`: the commits since it was kept, or a snapshot)."""
     first = os.path.join(_log_dir(path), f"{0:020d}.json")
     try:
         with open(first) as fh:
@@ -77,7 +86,7 @@ def table_id(path: str) -> str | None:
     if latest_version(path) < 0:
         return None
     try:
-        return str(_table(path).metadata().id)
+        return _meta_at(path, latest_version(path)).table_id
     except Exception:  # a reader feature deltalake lacks: the identity cannot be checked here
         return None
 
@@ -98,22 +107,98 @@ def _table(path: str, version: int | None = None) -> Any:
     return t if version is None or t.version() == version else DeltaTable(path, version=version)
 
 
+@dataclass(frozen=True)
+class _Meta:
+    """What a reader needs of a table at ``version`` besides its files: the schema (Delta's
+    ``schemaString``, Spark's StructType JSON), partition columns, configuration, reader
+    features and the table id. ``key``: the file of ``version``'s JSON commit (:func:`_commit_key`)."""
+
+    version: int
+    key: tuple[Any, ...]
+    schema_json: str
+    partition_columns: tuple[str, ...]
+    configuration: dict[str, Any]
+    reader_features: tuple[str, ...]
+    table_id: str
+
+
+_metas: dict[str, _Meta] = {}
+_metas_lock = threading.Lock()
+
+
+def _commit_key(path: str, version: int) -> tuple[Any, ...]:
+    """The file of ``version``'s JSON commit (another table written at the path has another
+    file for it); ``()`` when the log no longer holds it."""
+    try:
+        st = os.stat(os.path.join(_log_dir(path), f"{version:020d}.json"))
+    except OSError:
+        return ()
+    return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+
+
+def _meta_at(path: str, version: int) -> _Meta:
+    """The table's :class:`_Meta` at ``version``. Kept per path: a later version reads only the
+    JSON commits after the kept one for ``metaData`` and ``protocol`` actions, so a follower's
+    poll costs its new commits, not a snapshot of every file of a long-lived input (a snapshot
+    at an older version than the newest, which a poll reads while the producer appends, is a
+    full replay of the log). Opened by ``deltalake`` the first time, for another table at the
+    path (the kept version's commit is another file), for an older version, or when a commit
+    in between is gone."""
+    with _metas_lock:
+        got = _metas.get(path)
+    if got is not None and got.key and got.version <= version and _commit_key(path, got.version) == got.key:
+        md: dict[str, Any] | None = None
+        proto: dict[str, Any] | None = None
+        for v in range(got.version + 1, version + 1):
+            actions = _actions(path, v)
+            if actions is None:
+                break
+            for a in actions:
+                md = a.get("metaData", md)
+                proto = a.get("protocol", proto)
+        else:
+            meta = _Meta(version, _commit_key(path, version),
+                         md["schemaString"] if md else got.schema_json,
+                         tuple(md.get("partitionColumns") or ()) if md else got.partition_columns,
+                         dict(md.get("configuration") or {}) if md else got.configuration,
+                         tuple(proto.get("readerFeatures") or ()) if proto else got.reader_features,
+                         str(md.get("id") or got.table_id) if md else got.table_id)
+            with _metas_lock:
+                _metas[path] = meta
+            return meta
+    t = _table(path, version)
+    md_t = t.metadata()
+    meta = _Meta(version, _commit_key(path, version), t.schema().to_json(), tuple(md_t.partition_columns or ()),
+                 dict(md_t.configuration or {}), tuple(t.protocol().reader_features or ()), str(md_t.id))
+    with _metas_lock:
+        _metas[path] = meta
+    return meta
+
+
+def _actions(path: str, version: int) -> list[dict[str, Any]] | None:
+    """The actions of ``version``'s JSON commit; None when it is gone from the log."""
+    try:
+        with open(os.path.join(_log_dir(path), f"{version:020d}.json")) as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    except FileNotFoundError:
+        return None
+
+
 def unsupported(path: str, version: int | None = None) -> str | None:
     """Why the table cannot be read by its log here (None: it can)."""
     try:
-        t = _table(path, version)
+        m = _meta_at(path, latest_version(path) if version is None else version)
     except Exception as e:  # a reader feature deltalake lacks, or no table
         return f"deltalake cannot read it ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
-    return _why(t)
+    return _why(m)
 
 
-def _why(t: Any) -> str | None:
-    md = t.metadata()
-    if md.partition_columns:
-        return f"it is partitioned by {list(md.partition_columns)}"
-    if (md.configuration or {}).get("delta.columnMapping.mode", "none") not in ("none", None):
+def _why(m: _Meta) -> str | None:
+    if m.partition_columns:
+        return f"it is partitioned by {list(m.partition_columns)}"
+    if (m.configuration or {}).get("delta.columnMapping.mode", "none") not in ("none", None):
         return "it uses column mapping"
-    features = set(t.protocol().reader_features or [])
+    features = set(m.reader_features)
     if "deletionVectors" in features or "columnMapping" in features:
         return f"it uses the reader features {sorted(features)}"
     return None
@@ -124,13 +209,13 @@ def spark_schema(path: str, version: int) -> Any:
     Spark's). Raises ValueError when the table no longer qualifies (:func:`unsupported`)."""
     from pyspark.sql import types as T
 
-    t = _table(path, version)
-    why = _why(t)
+    m = _meta_at(path, version)
+    why = _why(m)
     if why is not None:
         raise ValueError(f"input {path} at version {version}: {why}; this output reads it by its Delta log: "
                          "allowed: an unpartitioned append-only table without column mapping or deletion "
                          "vectors, or --reset (then a streaming query reads it)")
-    return T.StructType.fromJson(json.loads(t.schema().to_json()))
+    return T.StructType.fromJson(json.loads(m.schema_json))
 
 
 def files_between(path: str, r: Range) -> list[str]:

@@ -218,7 +218,7 @@ class EngineBase:
                 raise CheckpointMismatch(
                     f"input {src} is another Delta table (id {cur}) than the one this output read (id {was}): "
                     f"it was deleted and written again: {self._reset_hint()}")
-            latest = delta_source.latest_version(loc)
+            latest = delta_source.latest_version(loc, after=read[k].end if read is not None else None)
             if read is not None:  # direct: the next batch reads the commits after the last end
                 end = read[k].end
                 if latest < end:

@@ -136,7 +136,7 @@ class Publisher(EngineBase):
         if got:  # event time to result: the newest and the oldest record of the unit
             lo = aware(min(r["lo"] for r in got))
             hi = aware(max(r["m"] for r in got))
-            log.info("%s: unit %d: %d records, published %.1fs after its newest and %.1fs after its oldest "
+            log.info("%s: unit %d: %d records, published %.2fs after its newest and %.2fs after its oldest "
                      "record's ts", self.pipeline, unit.unit, sum(int(r["n"]) for r in got),
                      (now - hi).total_seconds(), (now - lo).total_seconds())
         return {"unit": unit.unit, "watermark": None if wm is None else wm.isoformat(),
@@ -205,7 +205,7 @@ class Publisher(EngineBase):
         for k, (src, r) in enumerate(zip(self.sources, self._direct_ranges(self._direct_last("offsets")),
                                          strict=True)):
             loc = local_path(src)
-            if loc is not None and delta_source.latest_version(loc) > r.end:
+            if loc is not None and delta_source.latest_version(loc, after=r.end) > r.end:
                 out.add(k)
         return out
 

@@ -201,7 +201,7 @@ class Sources(Follow):
             for src, r in zip(self.sources, prev, strict=True):
                 loc = local_path(src)
                 assert loc is not None
-                ranges.append(delta_source.Range(r.end, delta_source.latest_version(loc)))
+                ranges.append(delta_source.Range(r.end, delta_source.latest_version(loc, after=r.end)))
             locs = [local_path(src) or src for src in self.sources]
             ranges, left = delta_source.bounded(locs, ranges, budget)
             files = [delta_source.files_between(loc, r) for loc, r in zip(locs, ranges, strict=True)]
