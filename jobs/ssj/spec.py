@@ -15,10 +15,11 @@ def summary(run: Any, results: dict[str, Any]) -> str:
     mods = [k for k in opt.get("mods", []) if k != opt["m"]]
     split = f", split {'/'.join(map(str, mods))}" if mods else ""
     lo, hi = join.get("fastest_unit_cpu_s", 0.0), join.get("slowest_unit_cpu_s", 0.0)
-    ratio = hi / lo if lo > 0 else float("nan")
+    # the balance only where units did measurable work (an empty input has none)
+    balance = f", unit CPU slowest/fastest {hi / lo:.1f}" if lo > 0 and join["units"] else ""
     where = "in process" if tok.get("executor") == "in_process" else "on Spark"
     return (f"ssj: {pub['pairs']} pairs{how} from {tok['records']} records ({tok['quarantined']} quarantined), "
-            f"{join['units']} units (n={opt['n']}, m={opt['m']}{split}, unit CPU slowest/fastest {ratio:.1f}) "
+            f"{join['units']} units (n={opt['n']}, m={opt['m']}{split}{balance}) "
             f"{where} -> {run.output}")
 
 

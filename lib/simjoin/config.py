@@ -201,6 +201,36 @@ def fingerprint(cfg: Any, extra: str = "") -> str:
     return "|".join(parts + ([extra] if extra else []))
 
 
+def _fingerprint_fields(fp: str) -> dict[str, str]:
+    """A :func:`fingerprint` as field -> value (its ``extra``, the part without a name, under "")."""
+    items: list[str] = []
+    for part in fp.split("|"):
+        last = items[-1] if items else ""
+        if last.count("'") % 2 or last.count('"') % 2 or last.count("(") > last.count(")") \
+                or last.count("[") > last.count("]"):
+            items[-1] += "|" + part  # a value holding "|" (inside its quotes or brackets)
+        else:
+            items.append(part)
+    return {(k if v else ""): (v if v else k) for k, _, v in (i.partition("=") for i in items)}
+
+
+_INPUTS = {"self": "a self-join (--left only)", "rs": "two streams (--left and --right)"}
+
+
+def fingerprint_changes(was: str, now: str) -> str:
+    """What differs between two :func:`fingerprint` strings, as the flags a user types:
+    ``--threshold 0.05 -> 0.07, --metric 'angular' -> 'cosine'`` (the state's value first)."""
+    a, b = _fingerprint_fields(was), _fingerprint_fields(now)
+    out = []
+    for k in [*a, *(k for k in b if k not in a)]:
+        if a.get(k) != b.get(k):
+            if k == "":  # a stream's extra: a self-join or two streams
+                out.append(" -> ".join(_INPUTS.get(x, x) for x in (a.get(k, "(none)"), b.get(k, "(none)"))))
+            else:
+                out.append(f"--{k.replace('_', '-')} {a.get(k, '(none)')} -> {b.get(k, '(none)')}")
+    return ", ".join(out) or "the same settings in another form"
+
+
 def same_path(a: str, b: str) -> bool:
     """Whether two table paths name one table (local paths normalised, URIs compared as written)."""
     import os.path

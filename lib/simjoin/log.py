@@ -26,13 +26,17 @@ def get_logger(name: str = "simjoin") -> logging.Logger:
 
 @contextmanager
 def stage(name: str, log: logging.Logger | None = None) -> Iterator[dict[str, float]]:
-    """Log the start and end (with seconds) of a pipeline stage."""
+    """Log the start and end (with seconds) of a pipeline stage: ``done in``, or ``failed after``
+    when it raised (the error itself is the caller's one line)."""
     log = log or get_logger()
     info: dict[str, float] = {}
     t0 = time.perf_counter()
     log.info("stage %s: start", name)
     try:
         yield info
-    finally:
+    except BaseException:
         info["seconds"] = time.perf_counter() - t0
-        log.info("stage %s: done in %.1fs", name, info["seconds"])
+        log.info("stage %s: failed after %.1fs", name, info["seconds"])
+        raise
+    info["seconds"] = time.perf_counter() - t0
+    log.info("stage %s: done in %.1fs", name, info["seconds"])

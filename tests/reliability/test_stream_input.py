@@ -76,7 +76,8 @@ def test_deleted_checkpoint_is_refused_and_reset_reruns_clean(spark, tmp_path):
     assert _pairs(spark, out) == first
     # another configuration on the same state: refused, naming both
     code, line = _cli("--left", src, "--output", out, *ARGS[:-2], "--workers", "3")
-    assert code == 2 and "another configuration" in line and "workers=3" in line, line
+    assert code == 2 and "another configuration" in line and "--workers 2 -> 3" in line, line
+    assert "threshold=" not in line, line  # the change, not two fingerprints
 
 
 def test_unreadable_and_future_ts_are_quarantined_and_the_stream_moves_on(spark, tmp_path):

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from jobs.ssj.config import SSJConfig
@@ -77,3 +79,26 @@ def test_generate_drift_params():
         GenerateConfig(out="/tmp/x", drift="skew", drift_period="0s")
     with pytest.raises(ConfigError, match=r"generate\.drift_after"):
         GenerateConfig(out="/tmp/x", drift="skew", drift_after=-1)
+
+
+def test_a_changed_setting_is_named_by_its_flag():
+    from simjoin.config import fingerprint_changes
+
+    was = "threshold=0.05|metric='angular'|workers=2|max_future=3600.0|rs"
+    now = "threshold=0.07|metric='angular'|workers=2|max_future=60.0|self"
+    assert fingerprint_changes(was, now) == (
+        "--threshold 0.05 -> 0.07, --max-future 3600.0 -> 60.0, "
+        "two streams (--left and --right) -> a self-join (--left only)")
+    # a value holding "|" stays one value; a field only one side has
+    assert fingerprint_changes("self|tasks=('a: l.x | r.y',)", "self|tasks=('a: l.x | r.z',)") == \
+        "--tasks ('a: l.x | r.y',) -> ('a: l.x | r.z',)"
+    assert fingerprint_changes("a=1", "a=1|b=2") == "--b (none) -> 2"
+
+
+def test_the_shipped_s2j_example_config_names_its_tasks():
+    """README: ``simjoin s2j run --config conf/s2j-aqi.yaml ...`` (conf/s2j.yaml has no tasks)."""
+    from jobs.s2j.config import S2JConfig
+
+    cfg = load_config(S2JConfig, "s2j", path=Path(__file__).resolve().parents[2] / "conf" / "s2j-aqi.yaml")
+    assert [t.name for t in cfg.task_list] == ["pm25", "pm10"]
+    assert cfg.window == load_config(S2JConfig, "s2j").window  # the rest: the defaults

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from simjoin.config import fingerprint_changes
 from simjoin.spark import delta, delta_source, manifest
 from simjoin.spark.engine.units import (
     IDENTITY_FILE,
@@ -346,8 +347,9 @@ class EngineBase:
                     f"written with ({prog.checkpoint_id}): {self._reset_hint()}")
             if prog.fingerprint != self.fingerprint:
                 raise CheckpointMismatch(
-                    f"{self.tables.output} holds state of another configuration ({prog.fingerprint}); this run "
-                    f"is ({self.fingerprint}): use the same settings, a new --output, or {self._reset_hint()}")
+                    f"{self.tables.output} holds state of another configuration (the output's -> this run's: "
+                    f"{fingerprint_changes(prog.fingerprint or '', self.fingerprint)}): use the same settings, a new "
+                    f"--output, or {self._reset_hint()}")
             return ident
         if ident is None:
             if self._checkpoint_consumed():
@@ -430,8 +432,9 @@ class EngineBase:
                                f"{self._reset_hint()}")
         if list(row["fp"]) != [self.fingerprint]:
             raise CheckpointMismatch(
-                f"unit {row['u']} was staged with another configuration ({', '.join(row['fp'])}); this run is "
-                f"({self.fingerprint}): rerun with the same settings, or {self._reset_hint()}")
+                f"unit {row['u']} was staged with another configuration (the unit's -> this run's: "
+                f"{'; '.join(fingerprint_changes(fp, self.fingerprint) for fp in row['fp'])}): rerun with the same "
+                f"settings, or {self._reset_hint()}")
         if list(row["ck"]) != [ident]:
             raise CheckpointMismatch(f"unit {row['u']} was staged under another checkpoint: {self._reset_hint()}")
         return Unit(int(row["u"]), recs.drop("fingerprint", "checkpoint_id"), ident, row["meta"])
@@ -463,8 +466,9 @@ class EngineBase:
         fps = pc.unique(t.column("fingerprint")).to_pylist()
         if fps != [self.fingerprint]:
             raise CheckpointMismatch(
-                f"unit {lo} was staged with another configuration ({', '.join(map(str, fps))}); this run is "
-                f"({self.fingerprint}): rerun with the same settings, or {self._reset_hint()}")
+                f"unit {lo} was staged with another configuration (the unit's -> this run's: "
+                f"{'; '.join(fingerprint_changes(str(fp), self.fingerprint) for fp in fps)}): rerun with the same "
+                f"settings, or {self._reset_hint()}")
         if pc.unique(t.column("checkpoint_id")).to_pylist() != [ident]:
             raise CheckpointMismatch(f"unit {lo} was staged under another checkpoint: {self._reset_hint()}")
         meta = t.column("meta")[0].as_py()
