@@ -84,7 +84,21 @@ def master_option(f: Any) -> Any:
 @click.option("--version", type=click.IntRange(min=0), default=None, help="Time travel to this version.")
 @master_option
 def show(path: str, limit: int, version: int | None, master: str | None) -> None:
-    """Print the first rows of a Delta table PATH (optionally at a version)."""
+    """Print the first rows of a Delta table PATH (optionally at a version). A local table is read
+    without Spark (deltalake); Spark reads a remote one, or one deltalake cannot read."""
+    from simjoin import inspect_table
+
+    load_config(SparkConfig, "spark", {"master": master})  # a bad --master is refused, read or not
+    try:
+        text, n, v, cols = inspect_table.show(path, limit, version)
+    except inspect_table.Unreadable as e:
+        log.info("show: deltalake cannot read %s (%s); Spark reads it", path, e)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    else:
+        click.echo(text)
+        _summary(f"show {path}: {n} rows at version {v}, columns {', '.join(cols)}{_owned_by(path)}")
+        return
     from simjoin.spark import delta
 
     spark = _spark(master)
@@ -109,18 +123,36 @@ def show(path: str, limit: int, version: int | None, master: str | None) -> None
 @click.argument("path")
 @master_option
 def history(path: str, master: str | None) -> None:
-    """Print a Delta table's commit history."""
+    """Print a Delta table's commit history, each commit with its userMetadata (S2J's snapshot, a
+    stream's unit). A local table is read without Spark (deltalake)."""
+    from simjoin import inspect_table
+
+    load_config(SparkConfig, "spark", {"master": master})  # a bad --master is refused, read or not
+    try:
+        rows = inspect_table.history(path)
+    except inspect_table.Unreadable as e:
+        log.info("history: deltalake cannot read %s (%s); Spark reads it", path, e)
+        rows = _spark_history(path, master)
+    except FileNotFoundError as e:
+        _fail(str(e))
+    for r in rows:
+        meta = f"  userMetadata={r['userMetadata']}" if r["userMetadata"] else ""
+        click.echo(f"v{r['version']:<4} {r['timestamp']}  {r['operation']:<12} {r['operationParameters']}{meta}")
+    _summary(f"history {path}: {len(rows)} versions, latest {rows[-1]['version'] if rows else '-'}{_owned_by(path)}")
+
+
+def _spark_history(path: str, master: str | None) -> list[dict[str, Any]]:
     from simjoin.spark import delta
 
     spark = _spark(master)
     try:
-        h = delta.history(spark, path).select("version", "timestamp", "operation", "operationParameters")
+        h = delta.history(spark, path).select("version", "timestamp", "operation", "operationParameters",
+                                              "userMetadata")
     except FileNotFoundError as e:
         _fail(str(e))
-    rows = h.orderBy("version").collect()  # type: ignore[possibly-undefined]
-    for r in rows:
-        click.echo(f"v{r['version']:<4} {r['timestamp']}  {r['operation']:<12} {dict(r['operationParameters'] or {})}")
-    _summary(f"history {path}: {len(rows)} versions, latest {rows[-1]['version'] if rows else '-'}{_owned_by(path)}")
+    return [{"version": r["version"], "timestamp": r["timestamp"], "operation": r["operation"],
+             "operationParameters": dict(r["operationParameters"] or {}), "userMetadata": r["userMetadata"]}
+            for r in h.orderBy("version").collect()]
 
 
 def _owned_by(path: str) -> str:

@@ -1,5 +1,6 @@
 """The `simjoin` CLI in-process (the session fixture's Spark is reused): generate, show, history."""
 
+import pytest
 from click.testing import CliRunner
 
 from simjoin.cli import cli_group
@@ -46,3 +47,27 @@ def test_bad_flags_fail_with_clear_messages(spark, tmp_path):
     assert r.exit_code == 2 and "0 < threshold <= 1" in r.output
     r = runner.invoke(app, ["show", str(tmp_path / "nothing")])
     assert r.exit_code == 2 and "no Delta table" in r.output
+
+
+@pytest.mark.parametrize("limit", [20, 2])
+def test_show_without_spark_prints_what_spark_prints(spark, tmp_path, limit):
+    """``simjoin show`` reads a local table with deltalake; its grid is Spark's ``show`` grid."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from simjoin.inspect_table import show
+
+    p = str(tmp_path / "t")
+    t = pa.table({"id": pa.array([1, -2, 3, 4], pa.int64()),
+                  "name": pa.array(["a", None, "c" * 100, "ü"]),
+                  "x": pa.array([0.5, 1e-5, float("nan"), 12345678.9]),
+                  "ok": pa.array([True, False, None, True]),
+                  "ts": pa.array([dt.datetime(2026, 1, 2, 3, 4, 5, 600000), dt.datetime(2026, 1, 2, 3, 4, 5),
+                                  None, dt.datetime(1999, 12, 31, 23, 59, 59, 123)], pa.timestamp("us", tz="UTC")),
+                  "v": pa.array([[1.0, 2.0], [], None, [0.25]], pa.list_(pa.float64()))})
+    write_deltalake(p, t, mode="append")
+    want = spark.read.format("delta").load(p)._jdf.showString(limit, 80, False).rstrip("\n")
+    got, n, v, cols = show(p, limit)
+    assert (got, n, v) == (want, 4, 0), f"\n{got}\n{want}"

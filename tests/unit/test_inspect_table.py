@@ -1,0 +1,67 @@
+"""``simjoin show`` and ``simjoin history`` on a local table start no JVM, answer in well under
+half a second once imported, and print each commit's userMetadata (docs/operations.md)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+from deltalake import CommitProperties, write_deltalake
+
+from simjoin.cli import app
+
+
+def _table(path: str) -> None:
+    t = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": pa.array(["a", None, "c"]),
+                  "x": pa.array([0.5, 1e-5, None]), "ok": pa.array([True, False, None]),
+                  "ts": pa.array([dt.datetime(2026, 1, 2, 3, 4, 5, 600000)] * 3, pa.timestamp("us", tz="UTC")),
+                  "v": pa.array([[1.0, 2.0], [], None], pa.list_(pa.float64()))})
+    write_deltalake(path, t, mode="append")
+    write_deltalake(path, t.slice(0, 1), mode="append",
+                    commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps({"unit": 7})}))
+
+
+def test_show_and_history_read_a_local_table_without_spark(tmp_path):
+    p = str(tmp_path / "a table")
+    _table(p)
+    r = CliRunner().invoke(app, ["show", p, "--limit", "2"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[1] == "| id|name|     x|   ok|                   ts|         v|", lines
+    assert lines[3] == "|  1|   a|   0.5| true|2026-01-02 03:04:05.6|[1.0, 2.0]|", lines
+    assert lines[4] == "|  2|NULL|1.0E-5|false|2026-01-02 03:04:05.6|        []|", lines
+    assert "only showing top 2 rows" in r.output
+    assert lines[-1] == f"show {p}: 4 rows at version 1, columns id, name, x, ok, ts, v"
+    r = CliRunner().invoke(app, ["show", p, "--version", "0", "--limit", "0"])
+    assert r.exit_code == 0 and r.output.splitlines()[-1].startswith(f"show {p}: 3 rows at version 0"), r.output
+    r = CliRunner().invoke(app, ["show", p, "--version", "5"])
+    assert r.exit_code == 2 and "invalid --version 5: allowed 0..1" in r.output, r.output
+    r = CliRunner().invoke(app, ["history", p])
+    assert r.exit_code == 0, r.output
+    out = r.output.splitlines()
+    assert out[0].startswith("v0 ") and "WRITE" in out[0] and "userMetadata" not in out[0]
+    assert out[1].startswith("v1 ") and out[1].endswith('userMetadata={"unit": 7}'), out
+    assert out[-1] == f"history {p}: 2 versions, latest 1"
+
+
+@pytest.mark.parametrize("cmd", ["show", "history"])
+def test_no_jvm_and_fast(tmp_path, cmd):
+    p = str(tmp_path / "t")
+    _table(p)
+    code = ("import sys, time; from click.testing import CliRunner; from simjoin.cli import app; "
+            f"t0 = time.perf_counter(); r = CliRunner().invoke(app, [{cmd!r}, {p!r}]); "
+            "s = time.perf_counter() - t0; assert r.exit_code == 0, r.output; "
+            "from pyspark import SparkContext; assert SparkContext._gateway is None, 'a JVM started'; print(s)")
+    t0 = time.perf_counter()
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "SIMJOIN_SPARK_REMOTE": "off"})
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert float(got.stdout.split()[-1]) < 0.5, got.stdout  # the command, once imported
+    assert time.perf_counter() - t0 < 20
