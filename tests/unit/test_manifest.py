@@ -98,6 +98,16 @@ def test_a_batch_output_claims_its_layout_at_the_first_run_and_never_a_foreign_f
     with pytest.raises(ValueError, match=r"o2_plan already exists and was not written by simjoin ssj") as e:
         claim_output(run2)
     assert "\n" not in str(e.value) and not (tmp_path / "o2_manifest.json").exists()
+    # issue 63: --output a folder of someone's Parquet file, or an existing file: refused at once
+    (tmp_path / "mout" / "parq").mkdir(parents=True)
+    (tmp_path / "mout" / "parq" / "part-0.parquet").write_bytes(b"PAR1")
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "mout" / "parq", tmp_path / "afile"):
+        r = spec.make_run({"input": str(tmp_path / "in"), "output": str(out), "threshold": 0.5}, "r4")
+        with pytest.raises(ValueError, match=f"{out} already exists and was not written by simjoin ssj"):
+            claim_output(r)
+        assert not os.path.exists(f"{out}_manifest.json") and not os.path.exists(f"{out}_tokens")
+    assert os.listdir(tmp_path / "mout" / "parq") == ["part-0.parquet"]
     # an output another pipeline wrote
     _stream(tmp_path, "hc", pipeline="hypercube")
     run3 = spec.make_run({"input": str(tmp_path / "in"), "output": str(tmp_path / "hc"), "threshold": 0.8}, "r3")
