@@ -79,7 +79,9 @@ def test_reset_removes_exactly_what_the_pipeline_created(spark, tmp_path):
         created = json.load(fh)["owned"]
     assert sorted(created) == sorted(out + s for s in ("", "_stats", "_quarantine", "_state", "_work",
                                                        "_checkpoint"))
-    there = sorted(p for p in created if os.path.exists(p))  # a clean run wrote no quarantine
+    there = sorted(p for p in created if os.path.exists(p))
+    assert out + "_quarantine" in there  # a clean run has its quarantine, empty (issue 63, point 4)
+    assert not delta.read_table(spark, out + "_quarantine").count()
     _, res = run_named(spark, "s3j", reset=True, left=src, output=out, threshold=0.2, metric="euclidean",
                        window="10s", workers=2)
     assert sorted(res["reset"]) == sorted([*there, out + "_manifest.json"]) and out in there and out + "_checkpoint" in there

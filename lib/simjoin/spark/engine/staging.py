@@ -134,6 +134,15 @@ class Staging(EngineBase):
                           info.checkpoint_id, delta.arrow_schema(QUARANTINE_SCHEMA))
         return self._commit_staged(st, q, raw.num_rows, batch_id, batch_key, info, t_job, t0)
 
+    def _clear_quarantine(self, batch_key: str) -> None:
+        """A batch without bad rows: its quarantine partition emptied (a replay's earlier rows
+        go). The first batch creates the table, empty, so a monitoring query on a clean pipeline
+        finds it (docs/operations.md); while the table never held a row, a batch needs no commit."""
+        q = self.tables.quarantine
+        if delta.table_exists(self.spark, q) and not delta.ever_held_rows(q):
+            return
+        delta.overwrite_rows(self.spark, [], QUARANTINE_SCHEMA, q, {"batch": batch_key})
+
     def _commit_staged(self, st: Any, q: Any, n_rows: int, batch_id: int, batch_key: str, info: BatchInfo,
                        t_job: float, t0: float) -> dict[str, int]:
         """The staged rows and the quarantined ones of a batch checked in the driver: deltalake
@@ -141,8 +150,8 @@ class Staging(EngineBase):
         n_staged, n_bad = st.num_rows, q.num_rows
         if n_bad:
             delta.overwrite_rows(self.spark, q, QUARANTINE_SCHEMA, self.tables.quarantine, {"batch": batch_key})
-        elif delta.table_exists(self.spark, self.tables.quarantine):  # a replay's earlier rows go
-            delta.overwrite_rows(self.spark, [], QUARANTINE_SCHEMA, self.tables.quarantine, {"batch": batch_key})
+        else:
+            self._clear_quarantine(batch_key)
         # an empty (or all-quarantined) batch still creates the records table (see _stage_batch)
         if n_staged or not delta.table_exists(self.spark, self.tables.records):
             delta.append_rows(self.spark, st, "", self.tables.records, self.write_id("records", info.checkpoint_id),
@@ -192,8 +201,8 @@ class Staging(EngineBase):
         staged = tagged.where(F.col("_k") == 0).select(*st_cols)
         if n_bad:
             delta.overwrite_partition(qdf, self.tables.quarantine, {"batch": batch_key})
-        elif delta.table_exists(self.spark, self.tables.quarantine):  # a replay's earlier rows go
-            delta.overwrite_rows(self.spark, [], QUARANTINE_SCHEMA, self.tables.quarantine, {"batch": batch_key})
+        else:
+            self._clear_quarantine(batch_key)
         # an empty (or all-quarantined) batch still creates the records table: the checkpoint has
         # consumed it, and verify() must not take a missing table for lost input
         if n_staged or not delta.table_exists(self.spark, self.tables.records):
