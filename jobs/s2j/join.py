@@ -104,7 +104,9 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     if shed_rows:
         log.info("s2j: unit %d: tau %.2f > tau1, shedding %d of %d tuples (SR %.3f)", u.id, d.tau, len(shed_rows),
                  incoming, d.shed_ratio)
-    if shed_rows:
+    # the shed table exists from the first unit on (empty while nothing is shed: a monitoring
+    # query finds it), so the work table is handed over when it will be published
+    if shed_rows or not delta.table_exists(spark, run_.tables.shed):
         n_shed = len(shed_rows)
         sh = pa.table({"side": pa.array([r[0] for r in shed_rows], pa.int8()),
                        "id": pa.array([r[1] for r in shed_rows], pa.int64()),

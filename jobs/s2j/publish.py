@@ -104,7 +104,7 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     else:
         pieces.append(("buffer", pairs.append_column("unit", pa.array(np.full(pairs.num_rows, u.id, np.int64))),
                        run_.buffer))
-    if int(dec["shed"]):
+    if int(dec["shed"]) or not delta.table_exists(spark, run_.tables.shed):  # created, empty, by the first unit
         pieces.append(("shed", u.work("shed", keep_unit=True), run_.tables.shed))
     pieces += [("stats", u.work("stats", keep_unit=True), run_.tables.stats),
                ("blocks", u.work("blocks", keep_unit=True), run_.blocks)]

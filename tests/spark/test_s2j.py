@@ -97,7 +97,8 @@ def test_concurrent_tasks_of_every_type_in_pieces_with_a_crash(spark, tmp_path, 
     assert len(unit) == 3 and (unit["input_scans"] == 1).all() and (unit["tasks"] == len(TASKS)).all()
     assert (unit["shed"] == 0).all() and (unit["tau"] == 0).all()  # no capacity: never overloaded
     assert set(st[st["level"] == "task"]["task"]) == {t.split(":")[0] for t in TASKS}
-    assert not os.path.exists(f"{out}/_shed")
+    # the shed table exists from the first unit, empty: nothing shed (issue 63, point 4)
+    assert _table(f"{out}/_shed").num_rows == 0 and "shed_ratio" in _table(f"{out}/_shed").column_names
     # pre-projection: the blocks hold only the tasks' columns
     from simjoin.core.s2j.join import Block
 
@@ -251,6 +252,14 @@ def test_cli_takes_tasks_from_a_config_file(spark, tmp_path):
     for t in parse_tasks(["a: abs(l.pm25 - r.pm25) > 50", "b: l.station = r.station"]):
         got, _ = _pairs(str(tmp_path / "o" / t.name))
         assert set(got) == brute_force(t, _tuples(S), None, 15 * 60_000_000)
+    # the README's example: the shipped conf/s2j-aqi.yaml (the paper's two air-quality tasks)
+    shipped = os.path.join(os.path.dirname(__file__), "..", "..", "conf", "s2j-aqi.yaml")
+    r = CliRunner().invoke(cli_group(), ["s2j", "run", "--left", str(tmp_path / "s"), "--output", str(tmp_path / "aqi"),
+                                         "--config", shipped, "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    for t in parse_tasks(["pm25: abs(l.pm25 - r.pm25) > 30", "pm10: abs(l.pm10 - r.pm10) > 30"]):
+        got, _ = _pairs(str(tmp_path / "aqi" / t.name))
+        assert set(got) == brute_force(t, _tuples(S), None, 30 * 60_000_000)
     r = CliRunner().invoke(cli_group(), ["s2j", "run", "--left", str(tmp_path / "s"), "--output", str(tmp_path / "o"),
                                          "--config", str(tmp_path / "missing.yaml")])
     assert r.exit_code == 2 and "a readable YAML file" in r.output
