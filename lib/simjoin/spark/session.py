@@ -195,6 +195,33 @@ def _answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+def check_master(master: str, timeout: float = 3.0) -> None:
+    """Refuse, in one line and within seconds, a standalone master (``spark://host:port``, or an
+    HA list ``spark://h1:p1,h2:p2``) that no host of the list answers at: an unknown host, a
+    refused connection or no answer within ``timeout``. Spark itself would retry for a minute
+    and end in a Java stack dump. Other masters (``local``, ``yarn``, ``k8s://``) pass."""
+    if not master.startswith("spark://"):
+        return
+    why = []
+    for hp in master.removeprefix("spark://").split(","):
+        host, _, port = hp.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"invalid spark.master {master!r}: allowed spark://HOST:PORT[,HOST:PORT...]")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return
+        except socket.gaierror:
+            why.append(f"unknown host {host!r}")
+        except ConnectionRefusedError:
+            why.append(f"nothing listens at {host}:{port} (connection refused)")
+        except TimeoutError:
+            why.append(f"{host}:{port} does not answer within {timeout:g}s")
+        except OSError as e:  # no route to the host
+            why.append(f"{host}:{port} cannot be reached ({e.strerror or type(e).__name__})")
+    raise ValueError(f"the Spark master {master} cannot be reached: {'; '.join(why)}: allowed: a running standalone "
+                     "master (SIMJOIN_SPARK_MASTER, --master), or local[*]")
+
+
 def is_remote(spark: Any) -> bool:
     """True for a Spark Connect session (no SparkContext, no JVM in this process). A
     :class:`LazySpark` not started yet is remote when it will connect to the warm Spark."""
@@ -246,6 +273,7 @@ def get_spark(cfg: SparkConfig | None = None, extra: dict[str, Any] | None = Non
             log.warning("no warm Spark answers at %s (SIMJOIN_SPARK_REMOTE): starting a local one", url)
     if spark is None:
         log.info("starting Spark: master=%s warehouse=%s", cfg.master, cfg.warehouse)
+        check_master(cfg.master)
         with _secret_properties():
             spark = _builder(cfg, extra, record_to).getOrCreate()
         spark.sparkContext.setLogLevel(cfg.log_level)
