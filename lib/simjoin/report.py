@@ -78,11 +78,21 @@ def save_figure(fig: Any, out: str, name: str, files: list[str]) -> None:
     plt.close(fig)
 
 
+def img(path: str) -> str:
+    """An ``<img>`` of the PNG at ``path`` with the picture inlined (a data URI): the page shows
+    it wherever it is opened or copied to; the PNG file stays beside it."""
+    import base64
+    import html
+
+    with open(path, "rb") as fh:
+        data = base64.b64encode(fh.read()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(os.path.basename(path))}">'
+
+
 def write_index(out: str, title: str, files: list[str], table_html: str) -> None:
     import html
 
-    body = "".join(f'<h3>{html.escape(os.path.basename(f))}</h3><img src="{html.escape(os.path.basename(f))}">'
-                   for f in files)
+    body = "".join(f"<h3>{html.escape(os.path.basename(f))}</h3>{img(f)}" for f in files)
     t = html.escape(title)
     with open(os.path.join(out, "index.html"), "w") as fh:
         fh.write(f"<html><head><meta charset=\"utf-8\"><title>{t}</title></head><body><h1>{t}</h1>{body}"
@@ -125,8 +135,7 @@ def render_task_timing(pdf: Any, out: str, title: str = "task timing", append: b
         save_figure(fig, out, f"task_timing_{safe}.png", files)
     cols = ["pipeline", "run_id", "stage", "mode", "spark", "attempt", "process_s", "startup_s", "work_s", "ok"]
     table = df[[c for c in cols if c in df.columns]].tail(60).to_html(index=False, float_format="%.2f")
-    imgs = "".join(f'<h3>{html.escape(os.path.basename(f))}</h3><img src="{html.escape(os.path.basename(f))}">'
-                   for f in files)
+    imgs = "".join(f"<h3>{html.escape(os.path.basename(f))}</h3>{img(f)}" for f in files)
     section = f"<h2>task timing</h2>{imgs}<h3>task timing table</h3>{table}"
     index = os.path.join(out, "index.html")
     if append and os.path.exists(index):
@@ -289,10 +298,9 @@ def render_run(output: str, out: str | None = None, run_id: str | None = None,
                                 "rows_out", "quarantined", "ok") if c in stages.columns]].to_html(
         index=False, float_format="%.2f", na_rep="")
 
-    def imgs(paths: list[str], base: str = "") -> str:
-        return "".join(f'<figure><img src="{html.escape(base + os.path.basename(f))}" '
-                       f'alt="{html.escape(os.path.basename(f))}">'
-                       f"<figcaption>{html.escape(os.path.basename(f))}</figcaption></figure>" for f in paths)
+    def imgs(paths: list[str]) -> str:
+        return "".join(f"<figure>{img(f)}<figcaption>{html.escape(os.path.basename(f))}</figcaption></figure>"
+                       for f in paths)
 
     title = f"simjoin {pipeline}: run {rid} -> {output}"
     page = (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
@@ -302,7 +310,7 @@ def render_run(output: str, out: str | None = None, run_id: str | None = None,
             f"<h2>stages</h2>{imgs(files[:2])}{table}"
             f"<h2>quarantine by reason</h2>{q_html}"
             f"<h2>load per worker and balance, window latency, {html.escape(pipeline)} plots</h2>"
-            f"{imgs(files[2:])}{imgs(stat_files, 'stats/')}</body></html>")
+            f"{imgs(files[2:])}{imgs(stat_files)}</body></html>")
     index = os.path.join(out, "index.html")
     with open(index, "w") as fh:
         fh.write(page)

@@ -18,7 +18,8 @@ def test_ssj_stats_plots(tmp_path):
     assert [f.rsplit("/", 1)[1] for f in files] == ["ssj_r_slice_costs.png", "ssj_r_unit_seconds.png",
                                                     "ssj_r_records.png"]
     assert all((tmp_path / f.rsplit("/", 1)[1]).read_bytes()[:4] == b"\x89PNG" for f in files)
-    assert "ssj_r_slice_costs.png" in (tmp_path / "index.html").read_text()
+    index = (tmp_path / "index.html").read_text()
+    assert "ssj_r_slice_costs.png" in index and index.count("src=\"data:image/png;base64,") == 3  # inlined
 
 
 def test_s3j_stats_plots(tmp_path):
