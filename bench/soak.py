@@ -96,6 +96,7 @@ def brute_force(pipeline: str, rows: list[pa.Table]) -> list[tuple[int, ...]]:
     w = round(WINDOW_S * 1e6)
     out: list[tuple[int, ...]] = []
     il, ir = L.column("id").to_numpy(), R.column("id").to_numpy()
+    cols = {c: (L.column(c).to_numpy(), R.column(c).to_numpy()) for c in ("a", "b", "k") if c in L.column_names}
     if pipeline == "s3j":
         XL = np.stack(L.column("vector").to_numpy(zero_copy_only=False))
         XR = np.stack(R.column("vector").to_numpy(zero_copy_only=False))
@@ -110,11 +111,9 @@ def brute_force(pipeline: str, rows: list[pa.Table]) -> list[tuple[int, ...]]:
         lo, hi = np.searchsorted(tr_s, tl[i] - w, "right"), np.searchsorted(tr_s, tl[i] + w, "left")
         c = order[lo:hi]
         if pipeline == "ineq":
-            a, b = L.column("a")[i].as_py(), L.column("b")[i].as_py()
-            ra, rb = R.column("a").to_numpy()[c], R.column("b").to_numpy()[c]
-            c = c[(a < ra) & (b > rb)]
+            c = c[(cols["a"][0][i] < cols["a"][1][c]) & (cols["b"][0][i] > cols["b"][1][c])]
         else:
-            c = c[R.column("k").to_numpy()[c] == L.column("k")[i].as_py()]
+            c = c[cols["k"][1][c] == cols["k"][0][i]]
         out += [(int(il[i]), int(ir[j])) for j in c]
     return sorted(out)
 
