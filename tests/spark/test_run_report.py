@@ -76,4 +76,5 @@ def test_an_s2j_page_finds_its_stats_and_quarantine_inside_the_output_folder(spa
         text = fh.read()
     assert "no quarantine table" not in text
     assert re.search(r"<td>quarantined rows[^<]*</td>\s*<td>1</td>", text), text[:3000]
-    assert "stats/" in text, "the pipeline's own plots of its stats"
+    assert 'alt="s2j_tasks.png"' in text, "the pipeline's own plots of its stats, inlined"
+    assert os.path.isfile(os.path.join(os.path.dirname(page), "stats", "s2j_tasks.png"))
