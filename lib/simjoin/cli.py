@@ -202,11 +202,8 @@ def report(output: str | None, stats: str | None, out: str | None, timing: str |
     if os.path.exists(out) and not os.path.isdir(out):
         _fail(f"--out {out} is a file: allowed a folder (new or existing) for the plots")
     if stats:
-        from simjoin.spark import delta
-
-        spark = _spark(master)
         try:
-            pdf = delta.read_table(spark, stats).toPandas()
+            pdf = _stats_pandas(stats, master)
             files = render(pdf, out, title=stats)
             if not files:
                 _fail(f"--stats {stats} has no rows to plot: allowed the stats table of a run that processed data")
@@ -231,6 +228,23 @@ def report(output: str | None, stats: str | None, out: str | None, timing: str |
     except ValueError as e:
         _fail(str(e))
     _summary(f"report: {len(files)} stats plots and {n_timing} task-timing plots, index.html in {out}")
+
+
+def _stats_pandas(stats: str, master: str | None) -> Any:
+    """A stats table as pandas: a local one read with deltalake (no JVM), another by Spark."""
+    from simjoin.inspect_table import local_table
+    from simjoin.report import _delta_pandas
+
+    local = local_table(stats)
+    if local is not None:
+        load_config(SparkConfig, "spark", {"master": master})  # a bad --master is refused, read or not
+        pdf = _delta_pandas(local)
+        if pdf is None:
+            raise FileNotFoundError(f"no Delta table at {stats!r}")
+        return pdf
+    from simjoin.spark import delta
+
+    return delta.read_table(_spark(master), stats).toPandas()
 
 
 @app.command("maintain")

@@ -67,3 +67,24 @@ def test_no_jvm_and_fast(tmp_path, cmd):
     # bound leaves room for a loaded CI machine
     assert float(got.stdout.split()[-1]) < 2.0, got.stdout
     assert time.perf_counter() - t0 < 20
+
+
+def test_report_of_a_local_stats_table_starts_no_jvm(tmp_path):
+    import pandas as pd
+
+    p = str(tmp_path / "out_stats")
+    write_deltalake(p, pd.DataFrame({
+        "unit": [0, 1, 2, 3], "node": [0, 0, 1, 1], "modgroup": [0, 1, 0, 1], "est_cost": [10.0, 10.0, 4.0, 4.0],
+        "candidates": [120, 100, 40, 30], "wall_seconds": [1.2, 1.0, 0.4, 0.3], "records_indexed": [50, 50, 20, 20],
+        "records_probed": [25, 25, 10, 10], "results": [3, 2, 1, 0], "run_id": ["r"] * 4,
+        "pipeline": ["ssj"] * 4, "seconds": [1.2, 1.0, 0.4, 0.3]}))
+    out = str(tmp_path / "plots")
+    code = ("import sys; from click.testing import CliRunner; from simjoin.cli import app; "
+            f"r = CliRunner().invoke(app, ['report', '--stats', {p!r}, '--out', {out!r}]); "
+            "assert r.exit_code == 0, r.output; print(r.output.strip().splitlines()[-1]); "
+            "from pyspark import SparkContext; assert SparkContext._gateway is None, 'a JVM started'")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "SIMJOIN_SPARK_REMOTE": "off",
+                              "SIMJOIN_WAREHOUSE": str(tmp_path / "wh")})
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.strip().splitlines()[-1].startswith(f"report: 3 stats plots and 0 task-timing plots"), got.stdout
