@@ -87,4 +87,4 @@ def test_report_of_a_local_stats_table_starts_no_jvm(tmp_path):
                          env={**os.environ, "SIMJOIN_SPARK_REMOTE": "off",
                               "SIMJOIN_WAREHOUSE": str(tmp_path / "wh")})
     assert got.returncode == 0, got.stderr[-2000:]
-    assert got.stdout.strip().splitlines()[-1].startswith(f"report: 3 stats plots and 0 task-timing plots"), got.stdout
+    assert got.stdout.strip().splitlines()[-1].startswith("report: 3 stats plots and 0 task-timing plots"), got.stdout

@@ -1,4 +1,5 @@
-"""A stage logs how it ended (``done in``, or ``failed after`` when it raised); a run summary says only what its numbers support."""
+"""A stage logs how it ended (``done in``, or ``failed after`` when it raised); a run summary says
+only what its numbers support."""
 
 from __future__ import annotations
 
