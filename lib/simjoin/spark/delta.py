@@ -122,24 +122,6 @@ def table_exists(spark: SparkSession, ref: str) -> bool:
     return row is not None and row[0] == "delta"
 
 
-def ever_held_rows(ref: str) -> bool:
-    """Whether the table ever held a row: a local table still at its first commit that added no
-    row (created empty) did not; any other table (a later version, or not local) may have."""
-    local = _local_dir(ref)
-    if local is None:
-        return True
-    log_dir = os.path.join(local, "_delta_log")
-    if os.path.exists(os.path.join(log_dir, f"{1:020d}.json")) or not os.path.exists(
-            os.path.join(log_dir, f"{0:020d}.json")):
-        return True
-    with open(os.path.join(log_dir, f"{0:020d}.json")) as fh:
-        for line in fh:
-            add = json.loads(line).get("add") if '"add"' in line else None
-            if add is not None and json.loads(add.get("stats") or '{"numRecords": 1}').get("numRecords", 1) != 0:
-                return True
-    return False
-
-
 def _local_dir(ref: str) -> str | None:
     """The directory of a table at a local path (``/x``, ``file:/x``, ``file:///x``), else None.
     None too for a path with a ``%``: ``deltalake`` percent-decodes its table path (``%41`` reads

@@ -18,7 +18,7 @@ from simjoin.faults import maybe_fail
 from simjoin.quality.rows import Checked, InputSpec, RowContext, check, measure, pick_meta
 from simjoin.spark import delta
 from simjoin.spark.engine.base import EngineBase
-from simjoin.spark.engine.units import QUARANTINE_SCHEMA, UTC, BatchInfo, json_row, log, with_ts_raw
+from simjoin.spark.engine.units import QUARANTINE_SCHEMA, UTC, BatchInfo, json_row, local_path, log, with_ts_raw
 
 #: the live-id hook of a pipeline: (side, id) of its live state for a batch (a pyarrow Table, a
 #: DataFrame, or None)
@@ -137,9 +137,11 @@ class Staging(EngineBase):
     def _clear_quarantine(self, batch_key: str) -> None:
         """A batch without bad rows: its quarantine partition emptied (a replay's earlier rows
         go). The first batch creates the table, empty, so a monitoring query on a clean pipeline
-        finds it (docs/operations.md); while the table never held a row, a batch needs no commit."""
+        finds it (docs/operations.md); a local table that holds no row of the batch (its log's
+        file statistics tell, no data read) needs no commit."""
         q = self.tables.quarantine
-        if delta.table_exists(self.spark, q) and not delta.ever_held_rows(q):
+        if delta.table_exists(self.spark, q) and local_path(q) is not None \
+                and delta.count_partition(self.spark, q, {"batch": batch_key}) == 0:
             return
         delta.overwrite_rows(self.spark, [], QUARANTINE_SCHEMA, q, {"batch": batch_key})
 
