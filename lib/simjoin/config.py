@@ -253,7 +253,7 @@ def parse_duration(text: str) -> float:
 @dataclass(frozen=True)
 class StreamConfig:
     """What every stream pipeline's config has: its input's time column and the future bound
-    (DESIGN.md, "How streams become micro-batches")."""
+    (docs/architecture.md, "Streams: the operator contract")."""
 
     ts_unit: str | None = param(None, "Unit of a numeric ts column (a timestamp column needs none).",
                                 choices=("s", "ms", "us"), state=True)

@@ -1,4 +1,4 @@
-"""The output contract every pipeline shares (DESIGN.md, "Contracts the outside world sees").
+"""The output contract every pipeline shares (README, "What the demo leaves behind": each pipeline's tables).
 
 - Pair orientation: a self-join reports ``left_id < right_id``; an R-S join reports
   ``(left, right)`` as given (:func:`orient_pairs`).

@@ -1,4 +1,4 @@
-"""The pipeline spec: one declarative object per pipeline (DESIGN.md, "Pipelines are declared once").
+"""The pipeline spec: one declarative object per pipeline (docs/architecture.md, "A pipeline is declared once").
 
 A :class:`PipelineSpec` names the pipeline, its config dataclass (every parameter with its
 default, bounds and cross-field rules, written once with :func:`simjoin.config.param`), its

@@ -1,4 +1,4 @@
-"""What every stream pipeline's run has (DESIGN.md, "How streams become micro-batches"): its
+"""What every stream pipeline's run has (docs/architecture.md, "Streams: the operator contract"): its
 streams, its tables beside the output, its micro-batch engine and the unit that engine has open.
 
 Pure Python: Spark is imported only when a stage asks for the engine, so reading a spec (the CLI,

@@ -1,6 +1,7 @@
 """Input pins of a batch run: the Delta version of each input that a run read.
 
-A batch stage reads versioned Delta inputs (DESIGN.md): the first stage of a run pins, per input,
+A batch stage reads versioned Delta inputs (docs/operations.md, "Reruns and backfills"): the first
+stage of a run pins, per input,
 the latest version, or for a scheduled run or a backfill the last version committed at or before
 the end of its data interval, in ``<output>_runs``. A retry or a rerun of that Airflow run reads
 the very versions it pinned, so it reproduces its output even after the inputs moved on; a

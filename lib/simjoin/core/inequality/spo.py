@@ -1,7 +1,7 @@
 """SPO-Join's window logic over the PO-Join kernels: who probes whom, in which role, within which
 window (Aslam et al., *SPO-Join: Efficient Stream Inequality Join*, Sections 3-4).
 
-Arrival-based semantics (DESIGN.md): a pair (x in role ``l``, y in role ``r``) is reported iff the
+Arrival-based semantics (docs/architecture.md): a pair (x in role ``l``, y in role ``r``) is reported iff the
 predicates hold and
 
 * time window W: ``0 <= ts_later - ts_earlier < W`` (equal timestamps are inside each other's window);

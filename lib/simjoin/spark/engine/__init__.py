@@ -1,4 +1,4 @@
-"""The micro-batch engine under every stream pipeline (DESIGN.md, "How streams become micro-batches").
+"""The micro-batch engine under every stream pipeline (docs/architecture.md, "Streams: the operator contract").
 
 A stream is an append-only Delta table (``id``, ``ts``, payload). A run of a stream pipeline
 goes ``ingest -> stages -> gate -> publish`` over one *unit*:
