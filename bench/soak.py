@@ -186,6 +186,7 @@ def soak(pipeline: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
     stop = threading.Event()
     next_id = [0, 10**9]
     last_ts = [0]
+    side_max = [0, 0]  # each stream's newest ts
 
     appends: list[tuple[float, float]] = []  # (time since the start, seconds the append took)
     t_start = time.time()
@@ -203,6 +204,7 @@ def soak(pipeline: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
                 appends.append((t0 - t_start, time.time() - t0))
                 produced[s].append(t)
                 last_ts[0] = now + a.rows
+                side_max[s] = now + a.rows - 1
             n += 1
             if a.input_maintain_every and n % a.input_maintain_every == 0:
                 for side in ("left", "right"):  # what a producer running for days does to its tables
@@ -263,7 +265,6 @@ def soak(pipeline: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
         stop.set()
         producer.join()
         # caught up: the follower has read every commit, published it (an idle poll follows)
-        want_ts = last_ts[0] - 1
         deadline = time.time() + 300
         while time.time() < deadline:
             time.sleep(1.0)
@@ -272,8 +273,9 @@ def soak(pipeline: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
 
                 prog = DeltaTable(progress_table(pipeline, work)).to_pyarrow_table()
                 last = prog.filter(pc.equal(prog.column("unit"), pc.max(prog.column("unit"))))
-                mx = last.column("max_ts").cast(pa.int64()).to_pylist()
-                if len(mx) == 2 and min(mx) >= want_ts - a.rows:
+                mx = dict(zip(last.column("side").to_pylist(), last.column("max_ts").cast(pa.int64()).to_pylist(),
+                              strict=True))
+                if len(mx) == 2 and all(mx[s] >= side_max[s] for s in (0, 1)):  # each side's newest row
                     break
             except Exception:  # a commit in flight
                 pass
