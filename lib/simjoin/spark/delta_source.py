@@ -253,30 +253,26 @@ def _file(table: str, path: str) -> str:
 def _adds(path: str, version: int) -> list[dict[str, Any]]:
     """The ``add`` actions of ``version`` that change data. Raises ValueError when its commit is
     gone from the log or it changed the stream other than by appending."""
-    f = os.path.join(_log_dir(path), f"{version:020d}.json")
-    if not os.path.exists(f):
+    actions = _actions(path, version)
+    if actions is None:
         raise ValueError(f"input {path}: the log of version {version} is gone (cleaned up before this output "
                          "read it): allowed: keep the input's log until every output read it, or --reset")
     added: list[dict[str, Any]] = []
-    with open(f) as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            action = json.loads(line)
-            if "add" in action:
-                a = action["add"]
-                if a.get("deletionVector"):
-                    raise ValueError(f"input {path}: version {version} adds a file with a deletion vector: "
-                                     "allowed: an append-only stream input without deletion vectors")
-                if a.get("dataChange", True):
-                    added.append(a)
-            elif "remove" in action and action["remove"].get("dataChange", True):
-                raise ValueError(f"input {path}: version {version} removed data (a delete, an update or an "
-                                 "overwrite): a stream input is append-only: allowed: append new rows only, or "
-                                 "--reset to join the input as it is now")
-            elif "metaData" in action and action["metaData"].get("partitionColumns"):
-                raise ValueError(f"input {path}: version {version} made it partitioned: allowed: an unpartitioned "
-                                 "stream input, or --reset")
+    for action in actions:
+        if "add" in action:
+            a = action["add"]
+            if a.get("deletionVector"):
+                raise ValueError(f"input {path}: version {version} adds a file with a deletion vector: "
+                                 "allowed: an append-only stream input without deletion vectors")
+            if a.get("dataChange", True):
+                added.append(a)
+        elif "remove" in action and action["remove"].get("dataChange", True):
+            raise ValueError(f"input {path}: version {version} removed data (a delete, an update or an "
+                             "overwrite): a stream input is append-only: allowed: append new rows only, or "
+                             "--reset to join the input as it is now")
+        elif "metaData" in action and action["metaData"].get("partitionColumns"):
+            raise ValueError(f"input {path}: version {version} made it partitioned: allowed: an unpartitioned "
+                             "stream input, or --reset")
     return added
 
 
