@@ -191,7 +191,16 @@ def soak(pipeline: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
     appends: list[tuple[float, float]] = []  # (time since the start, seconds the append took)
     t_start = time.time()
 
+    failed: list[BaseException] = []  # the producer's error: the soak stops at once with it
+
     def produce() -> None:
+        try:
+            _produce()
+        except BaseException as e:  # noqa: BLE001 - re-raised by the main loop
+            failed.append(e)
+            raise
+
+    def _produce() -> None:
         n = 0
         while not stop.is_set():
             for s, side in enumerate(("left", "right")):
@@ -246,6 +255,8 @@ def soak(pipeline: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
         while len(units) < a.units:
             time.sleep(0.5)
             scan()
+            if failed:
+                raise SystemExit(f"{pipeline}: the producer failed: {failed[0]!r}") from failed[0]
             if p.poll() is not None:
                 raise SystemExit(f"{pipeline}: the follower exited ({p.returncode}): "
                                  f"{logs[-1].read_text()[-3000:]}")

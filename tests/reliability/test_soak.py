@@ -33,7 +33,8 @@ def _soak_module():
 def test_follow_with_kills_and_maintenance_is_exact_and_bounded(tmp_path, pipeline):
     soak = _soak_module()
     a = argparse.Namespace(units=36, kill_every=14, maintain_every=6, retention="1m", rows=8, every=0.25,
-                           trigger="200ms", sample_s=2.0, max_minutes=6.0, seed=3)
+                           trigger="200ms", sample_s=2.0, max_minutes=6.0, seed=3,
+                           input_maintain_every=10)  # the producer compacts and checkpoints its inputs too
     r = soak.soak(pipeline, a, tmp_path)
     assert r["units"] >= 36 and len(r["kills"]) == 2, r["units"]
     assert r["exact"] and r["repeated"] == 0, f"{r['pairs']} pairs, the brute force {r['brute_force']}"

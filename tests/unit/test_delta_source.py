@@ -7,6 +7,7 @@ written again at the path, or an older version is asked for after a newer one.""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pyarrow as pa
@@ -36,6 +37,13 @@ def test_the_newest_version_probed_from_the_last_read_equals_a_listing(tmp_path)
         write_deltalake(p, rows(2, 10 * i), mode="append")
     assert delta_source.latest_version(p) == 5
     for after in (None, -1, 0, 2, 5, 9):  # 9: not in the log (a rewritten log): listed
+        assert delta_source.latest_version(p, after=after) == 5, after
+    # a gap: a commit's JSON is gone (deleted, or cleaned up without a later checkpoint): a reader
+    # before it gets the contiguous versions, then from the last of them the versions after the
+    # gap, so it refuses the gap instead of waiting at version 2 forever
+    os.remove(os.path.join(p, "_delta_log", f"{3:020d}.json"))
+    assert delta_source.latest_version(p, after=0) == 2
+    for after in (2, 4, 5):
         assert delta_source.latest_version(p, after=after) == 5, after
 
 

@@ -44,12 +44,15 @@ def _log_dir(path: str) -> str:
 
 def latest_version(path: str, after: int | None = None) -> int:
     """The newest committed version (-1 when there is none). With ``after`` (a version this
-    reader saw): when its JSON commit is still in the log, the commits after it are probed one by
-    one (versions are contiguous), so a follower's poll costs the new commits, not a listing of a
-    log that holds every commit of the retention; otherwise the log is listed. A checkpoint
-    whose JSON commits were cleaned up still names its version in ``_last_checkpoint``."""
-    if after is not None and after >= 0 and commit_exists(path, after):
-        v = after
+    reader saw): when its JSON commit and the next are still in the log, the commits after it are
+    probed one by one (versions are contiguous), so a follower's poll costs the new commits, not a
+    read of a log that holds every commit of the retention. When the next commit is not there the
+    log is listed, so a later version after a gap (the next one's JSON cleaned up or deleted) is
+    still seen, and the caller refuses the gap instead of waiting at ``after`` forever. A
+    checkpoint whose JSON commits were cleaned up still names its version in
+    ``_last_checkpoint``."""
+    if after is not None and after >= 0 and commit_exists(path, after) and commit_exists(path, after + 1):
+        v = after + 1
         while commit_exists(path, v + 1):
             v += 1
         return v
