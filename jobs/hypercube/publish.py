@@ -54,4 +54,4 @@ def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
         meta["held"] = held_meta(u)
     res = u.engine.publish(u.unit, pieces, meta=meta)
     _housekeeping(u, run_)
-    return res  # type: ignore[no-any-return]
+    return {**res, "rows_out": res["published"].get("output")}  # type: ignore[no-any-return]

@@ -17,7 +17,7 @@ def totals(results: dict[str, Any]) -> dict[str, Any]:
         tot["quarantined"] += int(ing.get("quarantined", 0))
         if st.get("unit") is not None:
             tot["units"] += 1
-            tot["pairs"] += int(st.get("pairs", 0))
+            tot["pairs"] += int(st.get("unit_pairs", 0))
             tot["migrated"] += int(st.get("migrated", 0))
             tot.update(heavy=int(st.get("heavy", 0)), max_load=int(st.get("max_load", 0)),
                        phj=int(st.get("phj_max_load", 0)), bound=float(st.get("bound", 0.0)))

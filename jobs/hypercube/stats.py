@@ -134,6 +134,7 @@ def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
         rows.append(("hypercube", 0.0, "grid", u.id, None, None, None, None, g["p_r"] * g["p_s"], None, None, None,
                      None, None, None, int(g["migrated"]), None, None, None, int(g["k"]), int(g["p_r"]), int(g["p_s"])))
     path = u.write_work(delta.rows_table(rows, STATS_SCHEMA), "stats")
-    return {"unit": u.id, "stats": path, "pairs": pairs, "max_load": int(ours.max()), "phj_max_load": int(phj.max()),
-            "bound": bound, "replication": rep, "migrated": int(d["migrated"]), "heavy": int(d["heavy"]),
+    return {"unit": u.id, "stats": path, "unit_pairs": pairs, "max_load": int(ours.max()),
+            "phj_max_load": int(phj.max()), "bound": bound, "replication": rep, "migrated": int(d["migrated"]),
+            "heavy": int(d["heavy"]),
             "tuples_in": tuples_in, "quarantined": q}

@@ -38,7 +38,7 @@ class IneqConfig(StreamConfig):
         s = "ineq"
         check_fields(self, s)
         check((self.window is None) != (self.window_count is None), s, "window", self.window,
-              "exactly one of window (a duration) and window_count (tuples); set the other to null")
+              "exactly one of window (a duration) and window_count (tuples)")
         if self.slide is not None:
             check(self.window is not None and parse_duration(self.slide) <= parse_duration(self.window), s,
                   "slide", self.slide, f"a duration <= window ({self.window}), with --window")

@@ -57,4 +57,5 @@ def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     pieces = [("pairs", staged_pairs(u), run_.output), ("stats", u.work("stats", keep_unit=True), run_.tables.stats),
               ("batches", batches, run_.batches)]
     res = u.engine.publish(u.unit, pieces, meta={"count": n, "next_batch": int(merge["next_batch"])})
-    return {**res, "expired_batches": _expire(u, run_)}  # type: ignore[no-any-return]
+    return {**res, "rows_out": res["published"].get("pairs"),  # type: ignore[no-any-return]
+            "expired_batches": _expire(u, run_)}

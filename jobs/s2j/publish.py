@@ -122,4 +122,6 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
             u.engine.delete(run_.blocks, dead)
     if due and delta.table_exists(spark, run_.buffer):
         u.engine.delete(run_.buffer, f"unit <= {u.id}")
-    return {**res, "snapshot": snaps if due else None}  # type: ignore[no-any-return]
+    tasks = [n for k, n in res["published"].items() if k.startswith("task:")]  # pairs of a snapshot, or 0
+    return {**res, "snapshot": snaps if due else None,  # type: ignore[no-any-return]
+            "rows_out": None if None in tasks else sum(tasks)}

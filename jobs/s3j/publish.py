@@ -24,7 +24,7 @@ def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
         return {"unit": None}
     res = u.engine.publish(u.unit, _pieces(run_, u), meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}})
     expire_state(u.engine, run_, res)
-    return res  # type: ignore[no-any-return]
+    return {**res, "rows_out": res["published"].get("pairs")}  # type: ignore[no-any-return]
 
 
 STATE_DDL = ("window_start timestamp, window_end timestamp, partition int, workset_id long, worker int, "

@@ -48,11 +48,55 @@ ENV_ALIASES = {
 
 
 class ConfigError(ValueError):
-    """A configuration value is not allowed: names key, value and what is allowed."""
+    """A configuration value is not allowed: names key, value and what is allowed.
+
+    :func:`load_config` records where the value came from (``origin``: ``"flag"`` - an override,
+    which the CLI's flags and a DAG's params are -, ``"env"``, ``"yaml"`` or ``"default"``, and
+    ``source``: the variable or the file), so the message names what the user set: the variable
+    or the file here, the flag they typed in :meth:`for_cli`."""
 
     def __init__(self, key: str, value: Any, allowed: str) -> None:
         super().__init__(f"invalid config {key}={value!r}: allowed {allowed}")
         self.key, self.value, self.allowed = key, value, allowed
+        self.field = key.partition(".")[2] if "." in key else None
+        self.origin: str | None = None
+        self.source: str | None = None
+
+    def located(self, origin: str, source: str | None) -> ConfigError:
+        """This error, told where its value came from (its message then names the env variable or
+        the YAML file; an override or a default keeps the config key)."""
+        self.origin, self.source = origin, source
+        if origin == "env":
+            self.args = (f"invalid {source}={self.value!r}: allowed {self.allowed} (config {self.key})",)
+        elif origin == "yaml":
+            self.args = (f"invalid config {self.key}={self.value!r} in {source}: allowed {self.allowed}",)
+        return self
+
+    def for_cli(self, flags: dict[str, str]) -> str:
+        """The message as the command line's user needs it: the flag they typed with its value, or
+        the missing flag, and field names in what is allowed written as flags (``flags``: field
+        -> flag). A value from the environment or a YAML file keeps naming its variable or file."""
+        allowed = flagged(self.allowed, flags)
+        flag = flags.get(self.field or "")
+        if flag is not None and (self.value is None or self.value == ""):  # a YAML null: not set either
+            return f"missing {flag}: allowed {allowed}"
+        if self.origin in ("env", "yaml"):  # the user wrote the key, not a flag
+            return str(self)
+        if flag is None:
+            return str(self) if allowed == self.allowed else str(self).replace(self.allowed, allowed)
+        shown = self.value if isinstance(self.value, (int, float)) else repr(self.value)
+        default = " (its default)" if self.origin == "default" else ""
+        return f"invalid {flag} {shown}{default}: allowed {allowed}"
+
+
+def flagged(text: str, flags: dict[str, str]) -> str:
+    """``text`` with the field names it mentions written as flags: a name with ``_`` wherever it
+    stands as a word, another only before `` (`` (``window (a duration)``), so that prose such as
+    "a time window" stays."""
+    for name in sorted(flags, key=len, reverse=True):
+        pattern = rf"(?<![\w-])\b{re.escape(name)}\b" + ("" if "_" in name else r"(?= \()")
+        text = re.sub(pattern, flags[name], text)
+    return text
 
 
 def check(ok: bool, section: str, key: str, value: Any, allowed: str) -> None:
@@ -103,6 +147,7 @@ def param(
     state: bool = True,
     multiple: bool = False,
     zone: bool = False,
+    by_choice: dict[str, dict[str, Any]] | None = None,
 ) -> Any:
     """A config field, declared once. From its metadata come the validation below, the DAG's
     ``Param`` (type, enum, bounds, description) and the CLI option (``simjoin.pipeline``).
@@ -113,11 +158,15 @@ def param(
     ``duration``: a positive duration such as ``60s``; ``pattern``: a regular expression the
     whole value must match, described by ``allowed``; ``multiple``: the CLI flag repeats, its
     values joined by ``; `` (a YAML list works the same); ``zone``: an IANA time zone name.
+    ``by_choice``: in a config whose selector field (``flag=""``) picks a sub-command, the
+    selector values this field applies to, each with its own ``help`` or ``choices`` for that
+    sub-command's help (on the selector itself: each sub-command's ``help``); a sub-command lists
+    only the fields that apply to it.
     """
     meta = {"help": help, "choices": choices, "gt": gt, "ge": ge, "le": le, "lt": lt, "duration": duration,
             "pattern": pattern, "allowed": allowed, "zone": zone,
             "flag": flag, "io": io, "required": required, "dag_default": dag_default, "state": state and not io,
-            "multiple": multiple}
+            "multiple": multiple, "by_choice": by_choice}
     return field(default=default, metadata=meta)
 
 
@@ -355,27 +404,36 @@ def load_config(
     hints = get_type_hints(cls)
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
     values: dict[str, Any] = {}
+    origin: dict[str, tuple[str, str | None]] = {}  # where each value came from (ConfigError.located)
     yaml_path = Path(path) if path else conf_dir() / f"{section}.yaml"
-    if yaml_path.exists():
-        doc = yaml.safe_load(yaml_path.read_text()) or {}
-        body = doc.get(section, doc) if isinstance(doc, dict) else {}
-        for k, v in (body or {}).items():
+    try:
+        if yaml_path.exists():
+            doc = yaml.safe_load(yaml_path.read_text()) or {}
+            body = doc.get(section, doc) if isinstance(doc, dict) else {}
+            for k, v in (body or {}).items():
+                origin[k] = ("yaml", str(yaml_path))
+                if k not in names:
+                    raise ConfigError(f"{section}.{k}", v, f"one of the keys {', '.join(names)}")
+                values[k] = _coerce(section, k, v, hints[k])
+        for k in names:
+            env = ENV_ALIASES.get((section, k)) or f"SIMJOIN_{section.upper()}_{k.upper()}"
+            if env in os.environ:
+                origin[k] = ("env", env)
+                values[k] = _coerce(section, k, os.environ[env], hints[k])
+        for k, v in (overrides or {}).items():
             if k not in names:
-                raise ConfigError(f"{section}.{k}", v, f"one of the keys {', '.join(names)} ({yaml_path})")
-            values[k] = _coerce(section, k, v, hints[k])
-    for k in names:
-        env = ENV_ALIASES.get((section, k)) or f"SIMJOIN_{section.upper()}_{k.upper()}"
-        if env in os.environ:
-            values[k] = _coerce(section, k, os.environ[env], hints[k])
-    for k, v in (overrides or {}).items():
-        if k not in names:
-            raise ConfigError(f"{section}.{k}", v, f"one of the keys {', '.join(names)}")
-        if v is not None:
-            values[k] = _coerce(section, k, v, hints[k])
-    for f in fields(cls):  # type: ignore[arg-type]
-        if f.metadata.get("io") and isinstance(values.get(f.name), str) and values[f.name]:
-            values[f.name] = real_path(values[f.name])
-    return cls(**values)
+                raise ConfigError(f"{section}.{k}", v, f"one of the keys {', '.join(names)}")
+            if v is not None:
+                origin[k] = ("flag", None)
+                values[k] = _coerce(section, k, v, hints[k])
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.metadata.get("io") and isinstance(values.get(f.name), str) and values[f.name]:
+                values[f.name] = real_path(values[f.name])
+        return cls(**values)
+    except ConfigError as e:
+        if e.origin is None and e.field is not None:
+            e.located(*origin.get(e.field, ("default", None)))
+        raise
 
 
 def real_path(path: str) -> str:

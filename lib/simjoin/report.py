@@ -216,7 +216,7 @@ def render_run(output: str, out: str | None = None, run_id: str | None = None,
     stages = mine[mine["invocation"] == last].sort_values("started_at")
     pipeline = str(stages["pipeline"].iloc[0])
     rid = str(stages["run_id"].iloc[0])
-    out = out or f"{output}_report/{_safe(str(last))}"
+    out = out or f"{output}_report/{_safe(run_folder(rid, str(last)))}"
     os.makedirs(out, exist_ok=True)
     files: list[str] = []
     # stage durations (retries and the second round of a resumed stream each appear)
@@ -249,7 +249,7 @@ def render_run(output: str, out: str | None = None, run_id: str | None = None,
 
     figures: dict[str, Any] = {"pipeline": pipeline, "output": output, "run": rid, "invocation": last,
                                "mode": "/".join(sorted(set(stages["mode"]))),
-                               "Spark": "/".join(sorted(set(stages["spark"]))),
+                               "Spark": "/".join(SPARK_LABELS.get(k, k) for k in sorted(set(stages["spark"].dropna()))),
                                "started": str(stages["started_at"].min()),
                                "seconds in stages": round(float(sum(left)), 2),
                                "all stages ok": bool(by["ok"].all())}
@@ -284,19 +284,26 @@ def render_run(output: str, out: str | None = None, run_id: str | None = None,
             sub = os.path.join(out, "stats")
             stat_files = renderer(st, sub, f"{pipeline} stats")
         bal = _balance_plot(st, pipeline, out, files)
-        if bal is not None:
+        if bal is not None and bal[2]:
             figures["load balance, max/mean per worker (worst)"] = round(bal[0], 3)
             figures["load balance, max/mean per worker (median)"] = round(bal[1], 3)
+        if bal is not None and bal[3]:  # units too short for their times to say anything
+            figures["load balance: units not measured"] = (f"{bal[3]} of {bal[2] + bal[3]} (under "
+                                                           f"{BALANCE_MIN_SECONDS} s of work)")
         if "window_start" in st.columns and "latency_p99_s" in st.columns:
             lat = st[st.get("level", "window") == "window"] if "level" in st.columns else st
             if len(lat):
                 figures["window latency p99, worst (s)"] = round(float(lat["latency_p99_s"].max()), 3)
-    key = pd.DataFrame({"figure": list(figures), "value": [str(v) for v in figures.values()]}).to_html(
+    key = pd.DataFrame({"figure": list(figures), "value": [_cell(v) for v in figures.values()]}).to_html(
         index=False, escape=True)
-    stages = stages.astype({c: "Int64" for c in ("rows_in", "rows_out", "quarantined") if c in stages.columns})
-    table = stages[[c for c in ("stage", "mode", "spark", "attempt", "process_s", "startup_s", "work_s", "rows_in",
-                                "rows_out", "quarantined", "ok") if c in stages.columns]].to_html(
-        index=False, float_format="%.2f", na_rep="")
+    cols = [c for c in ("stage", "mode", "spark", "attempt", "process_s", "startup_s", "work_s", "rows_in",
+                        "rows_out", "quarantined", "ok") if c in stages.columns]
+    shown = stages[cols].copy()
+    if "spark" in shown.columns:
+        shown["spark"] = shown["spark"].map(lambda k: SPARK_LABELS.get(k, k) if isinstance(k, str) else k)
+    counts_ = ("attempt", "rows_in", "rows_out", "quarantined")
+    table = pd.DataFrame({c: [_cell(int(v) if c in counts_ and _cell(v) else v) for v in shown[c]]
+                          for c in cols}).to_html(index=False, escape=True)
 
     def imgs(paths: list[str]) -> str:
         return "".join(f"<figure>{img(f)}<figcaption>{html.escape(os.path.basename(f))}</figcaption></figure>"
@@ -317,8 +324,38 @@ def render_run(output: str, out: str | None = None, run_id: str | None = None,
     return index
 
 
-def _balance_plot(st: Any, pipeline: str, out: str, files: list[str]) -> tuple[float, float] | None:
-    """max/mean load over workers per group (unit, window or run): a plot and (worst, median)."""
+#: What a task-timing row's ``spark`` says, as the report's reader needs it.
+SPARK_LABELS = {"none": "none (no JVM started)", "local": "local (a JVM of this process)",
+                "warm": "warm (Spark Connect)"}
+
+#: A group (unit, window, run) whose largest worker time is below this is not measured for load
+#: balance: at hundredths of a second the ratio is timer noise, not skew.
+BALANCE_MIN_SECONDS = 0.05
+
+
+def run_folder(run_id: str, invocation: str) -> str:
+    """The report folder of a run: its run id (an Airflow run), or for a command-line run (run
+    id ``cli``, one per invocation) ``cli-<UTC start>``."""
+    if run_id != "cli":
+        return run_id
+    when = invocation.partition("@")[2].rpartition("-")[0] or invocation.partition("@")[2]
+    return f"cli-{when}" if when else "cli"
+
+
+def _cell(v: Any) -> str:
+    """A value as a report cell: a missing one (None, NaN, pandas' NA) is empty, a float has 2 decimals."""
+    import pandas as pd
+
+    if v is None or (not isinstance(v, (str, bytes, list, dict)) and bool(pd.isna(v))):
+        return ""
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return str(v)
+
+
+def _balance_plot(st: Any, pipeline: str, out: str, files: list[str]) -> tuple[float, float, int, int] | None:
+    """max/mean load over workers per group (unit, window or run): a plot and (worst, median,
+    groups measured, groups too short to measure: a time load under :data:`BALANCE_MIN_SECONDS`)."""
     import matplotlib.pyplot as plt
 
     spec = _specs().get(pipeline)
@@ -332,12 +369,17 @@ def _balance_plot(st: Any, pipeline: str, out: str, files: list[str]) -> tuple[f
     per = d.groupby([group, worker])[col].sum().astype(float)
     g = per.groupby(level=0)
     ratio = (g.max() / g.mean().where(g.mean() > 0)).dropna()
+    skipped = 0
+    if "second" in col:
+        big = g.max() >= BALANCE_MIN_SECONDS
+        skipped = int((~big.reindex(ratio.index, fill_value=False)).sum())
+        ratio = ratio[big.reindex(ratio.index, fill_value=False)]
     if not len(ratio):
-        return None
+        return (0.0, 0.0, 0, skipped) if skipped else None
     fig, ax = plt.subplots(figsize=(8, 3.5))
     ax.plot([str(i) for i in ratio.index], ratio.values, marker="o")
     ax.axhline(1.0, color="#999999", lw=0.8)
     ax.set_xlabel(group), ax.set_ylabel(f"max / mean {col}")
     ax.set_title(f"{pipeline}: load balance over {'units' if worker == 'unit' else 'workers'} per {group}")
     save_figure(fig, out, "balance.png", files)
-    return float(ratio.max()), float(ratio.median())
+    return float(ratio.max()), float(ratio.median()), len(ratio), skipped

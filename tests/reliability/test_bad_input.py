@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -538,12 +539,27 @@ def test_bad_input_is_one_error_line_from_the_cli(spark, bases, tmp_path, monkey
     for k, v in case.env.items():
         monkeypatch.setenv(k, v)
     before = _files(folder)
-    code, _, err = cli(*_argv(get_spec(name), params))
+    spec = get_spec(name)
+    code, _, err = cli(*_argv(spec, params))
     line = _error_line(err)
     assert code == 2, (code, line)
     for needle in case.needles:
+        needle = _as_typed(spec, needle)
         assert needle in line, (needle, line)
+        assert " config " not in line, f"the command line's error names a config key, not the flag: {line}"
     assert _files(folder) == before, f"a failed run wrote {sorted(_files(folder) - before)}"
+
+
+def _as_typed(spec, needle: str) -> str:
+    """A DAG's needle (``ssj.threshold=1.5``: the config key) as the command line says it: the flag
+    the user typed (``--threshold 1.5``)."""
+    from simjoin.pipeline.cli import flags
+
+    fl = flags(spec)
+    m = re.search(rf"(invalid config )?{re.escape(spec.config_section)}\.(\w+)=", needle)
+    if m is None or m[2] not in fl:
+        return needle
+    return needle[:m.start()] + ("invalid " if m[1] else "") + f"{fl[m[2]]} " + needle[m.end():]
 
 
 @pytest.mark.parametrize("name,kind,i", _matrix((Error,), slow=lambda name, case: not case.config))

@@ -78,3 +78,67 @@ def test_an_s2j_page_finds_its_stats_and_quarantine_inside_the_output_folder(spa
     assert re.search(r"<td>quarantined rows[^<]*</td>\s*<td>1</td>", text), text[:3000]
     assert 'alt="s2j_tasks.png"' in text, "the pipeline's own plots of its stats, inlined"
     assert os.path.isfile(os.path.join(os.path.dirname(page), "stats", "s2j_tasks.png"))
+
+
+def test_a_jvm_free_run_says_so_and_shows_only_true_labels(tmp_path):
+    """Issue 63 point 9: a small HyperCube run on the in-process executor starts no JVM, and its
+    page says Spark none (not "local"), shows no ``<NA>`` cell, counts the pairs under publish
+    (not under stats), draws no load-balance verdict from units of hundredths of a second, and
+    lives in ``<output>_report/<run>/`` (a command-line run: ``cli-<UTC start>``)."""
+    import datetime as dt
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    t0 = dt.datetime(2026, 8, 1, tzinfo=dt.UTC)
+    for name, ids, keys in (("l", [1, 2, 3], [7, 7, 8]), ("r", [101, 102], [7, 8])):
+        write_deltalake(str(tmp_path / name), pa.table({
+            "id": pa.array(ids, pa.int64()),
+            "ts": pa.array([t0 + dt.timedelta(seconds=s) for s in range(len(ids))], pa.timestamp("us", tz="UTC")),
+            "k": pa.array(keys, pa.int64())}))
+    out = str(tmp_path / "hc")
+    env = {**os.environ, "SIMJOIN_WAREHOUSE": str(tmp_path / "wh"), "SIMJOIN_RETENTION_CHECK": "0"}
+    bin_ = Path(sys.executable).parent / "simjoin"
+    p = subprocess.run([str(bin_), "hypercube", "--left", str(tmp_path / "l"), "--right", str(tmp_path / "r"),
+                        "--output", out, "--key", "k", "--window", "10s", "--workers", "2"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    pairs = len(DeltaTable(out).to_pandas())
+    assert pairs == 3
+    r = subprocess.run([str(bin_), "report", "--output", out], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    page = r.stdout.strip().splitlines()[-1].removeprefix("report: ")
+    assert re.fullmatch(re.escape(out) + r"_report/cli-\d{8}T\d{6}/index\.html", page), page
+    text = open(page).read()
+    assert re.search(r"<td>Spark</td>\s*<td>none \(no JVM started\)</td>", text), text[:3000]
+    assert "&lt;NA&gt;" not in text and "<NA>" not in text and ">nan<" not in text
+    # rows out per stage: the pairs under publish; stats publishes nothing, so it shows none
+    table = re.findall(r"<tr>\s*((?:<td>[^<]*</td>\s*)+)</tr>", text)
+    by_stage = {}
+    for row in table:
+        cells = re.findall(r"<td>([^<]*)</td>", row)
+        if len(cells) >= 10 and cells[1] == "cli":
+            by_stage[cells[0]] = cells
+    assert by_stage["publish"][8] == str(pairs), by_stage["publish"]
+    assert by_stage["stats"][8] == "", by_stage["stats"]
+    assert all(c[2].startswith("none") for c in by_stage.values()), by_stage
+
+
+def test_load_balance_is_not_read_from_units_of_hundredths_of_a_second(tmp_path):
+    """A ratio of 0.01 s to 0.004 s is timer noise: such units are counted as not measured, and
+    only units with real work give the max/mean figure."""
+    import pandas as pd
+
+    from simjoin.report import BALANCE_MIN_SECONDS, _balance_plot
+
+    tiny = [{"level": "worker", "unit": u, "worker": w, "probe_seconds": s}
+            for u in range(4) for w, s in enumerate((0.01, 0.004, 0.002))]
+    files: list[str] = []
+    assert _balance_plot(pd.DataFrame(tiny), "ineq", str(tmp_path), files) == (0.0, 0.0, 0, 4)
+    real = tiny + [{"level": "worker", "unit": 9, "worker": w, "probe_seconds": s}
+                   for w, s in enumerate((0.6, 0.3, 0.3))]
+    worst, median, measured, skipped = _balance_plot(pd.DataFrame(real), "ineq", str(tmp_path), files)
+    assert (measured, skipped) == (1, 4) and abs(worst - 0.6 / 0.4) < 1e-9 and BALANCE_MIN_SECONDS == 0.05

@@ -50,7 +50,7 @@ def test_fingerprint_is_the_state_fields_only():
 
 
 def test_required_paths_are_named():
-    with pytest.raises(ConfigError, match=r"s3j.output=None: allowed a Delta table path \(--output is required\)"):
+    with pytest.raises(ConfigError, match=r"s3j.output=None: allowed a Delta table path \(required\)"):
         get_spec("s3j").make_run({"left": "/a"})
 
 

@@ -13,6 +13,7 @@ reaches the user as one line ``error: ...`` on stderr and exit code 2 (user erro
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from typing import Any
@@ -26,20 +27,46 @@ __all__ = ["commands", "MASTER_HELP"]
 MASTER_HELP = "Spark master (overrides SIMJOIN_SPARK_MASTER and conf/spark.yaml)."
 
 
-def _options(spec: PipelineSpec, skip: str | None = None) -> list[click.Parameter]:
+def flag_of(f: Any) -> str:
+    """The command-line flag of a config field: its ``flag``, else ``--`` and its name."""
+    return str(f.metadata.get("flag") or "--" + f.name.replace("_", "-"))
+
+
+def flags(spec: PipelineSpec) -> dict[str, str]:
+    """Every config field's flag (a sub-command's selector has none): what errors name."""
+    return {f.name: flag_of(f) for f in spec.fields() if f.metadata.get("flag") != ""}
+
+
+def _essential_first(spec: PipelineSpec, fs: list[Any]) -> list[Any]:
+    """The fields in the order a newcomer reads them: the tables and the required values, then
+    the pipeline's own settings, then what it inherits (the stream timing options)."""
+    own = set(inspect.get_annotations(spec.config))
+    return sorted(fs, key=lambda f: 0 if f.metadata.get("io") or f.metadata.get("required") else
+                  1 if f.name in own else 2)
+
+
+def _options(spec: PipelineSpec, skip: str | None = None, choice: str | None = None) -> list[click.Parameter]:
+    """The options of ``simjoin <name>`` (or of its sub-command ``choice``: only the fields that
+    apply to it, with its own help and choices)."""
     opts: list[click.Parameter] = []
-    for f in spec.fields():
+    for f in _essential_first(spec, spec.fields()):
         m = f.metadata
         if f.name == skip or m.get("flag") == "":
             continue
+        by = (m.get("by_choice") or {}) if choice is not None else {}
+        if by and choice not in by:
+            continue
+        mine = by.get(choice) or {}
         tp, _ = spec.field_type(f.name)
-        flag = m.get("flag") or "--" + f.name.replace("_", "-")
+        flag = flag_of(f)
         default = f.default
-        help_ = (m.get("help") or "") + ("" if m.get("required") or default is None else f" [default: {default}]")
+        help_ = (mine.get("help") or m.get("help") or "") + (
+            "" if m.get("required") or default is None else f" [default: {default}]")
         if tp is bool:
             opts.append(click.Option([f"{flag}/--no-{flag[2:]}", f.name], default=None, help=help_))
             continue
-        ctype: Any = click.Choice([str(c) for c in m["choices"]]) if m.get("choices") else {
+        choices = mine.get("choices") or m.get("choices")
+        ctype: Any = click.Choice([str(c) for c in choices]) if choices else {
             int: click.INT, float: click.FLOAT, str: click.STRING}[tp]
         if m.get("multiple"):
             opts.append(click.Option([flag, f.name], type=ctype, multiple=True, help=help_ + " (repeatable)"))
@@ -62,7 +89,7 @@ def _options(spec: PipelineSpec, skip: str | None = None) -> list[click.Paramete
                                       "arrives, on a warm JVM (Ctrl-C or SIGTERM stops it; a restart resumes)."))
         opts.append(click.Option(["--trigger"], default="5s", show_default=True,
                                  help="With --follow: how often the query looks for new rows (e.g. 1s, 500ms)."))
-        opts.append(click.Option(["--maintain-every"], "maintain_every", type=click.IntRange(min=0), default=None,
+        opts.append(click.Option(["--maintain-every", "maintain_every"], type=click.INT, default=None,
                                  help="Compact, vacuum and clean up the output's tables after every N units "
                                       "(default: SIMJOIN_MAINTAIN_EVERY or 100; 0: never; see simjoin maintain)."))
     return opts
@@ -106,8 +133,12 @@ def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
         run = spec.make_run(values, run_id=run_id, reset=reset, config_file=config_file)
         trigger_s = _trigger(trigger) if follow else 0.0
         if maintain_every is not None:
+            if maintain_every < 0:
+                raise ValueError(f"invalid --maintain-every {maintain_every}: allowed an integer >= 0 (0: never)")
             run.maintain_every = int(maintain_every)  # type: ignore[attr-defined]
-    except (ConfigError, ValueError) as e:
+    except ConfigError as e:
+        _fail(e.for_cli(flags(spec)))
+    except ValueError as e:
         _fail(str(e))
     try:
         from simjoin.config import SparkConfig, load_config
@@ -131,7 +162,9 @@ def execute(spec: PipelineSpec, values: dict[str, Any]) -> None:
         else:
             results = run_pipeline(spark, run)  # type: ignore[possibly-undefined]
             line = resolve(spec.summary)(run, results) if spec.summary else f"{spec.name}: done"  # type: ignore
-    except (ConfigError, ValueError, FileNotFoundError) as e:
+    except ConfigError as e:
+        _fail(e.for_cli(flags(spec)))
+    except (ValueError, FileNotFoundError) as e:
         _fail(one_line(e))
     except KeyboardInterrupt:
         _fail("interrupted", 130)
@@ -161,11 +194,12 @@ def commands(spec: PipelineSpec) -> click.Command:
         return click.Command(name, params=_options(spec), help=spec.doc.split("\n\n")[0],
                              callback=lambda **kw: execute(spec, kw))
     group = click.Group(name, help=spec.doc.split("\n\n")[0], no_args_is_help=True)
+    by = selector.metadata.get("by_choice") or {}
     for choice in selector.metadata["choices"]:
         def cb(_choice: str = choice, **kw: Any) -> None:
             execute(spec, {selector.name: _choice, **kw})
 
-        group.add_command(click.Command(str(choice), params=_options(spec, skip=selector.name),
-                                        help=f"{spec.doc.split(chr(10))[0]} ({selector.name} {choice}).",
-                                        callback=cb))
+        text = (by.get(choice) or {}).get("help") or f"{spec.doc.split(chr(10))[0]} ({selector.name} {choice})."
+        group.add_command(click.Command(str(choice), params=_options(spec, skip=selector.name, choice=str(choice)),
+                                        help=text, short_help=text.split(":")[0], callback=cb))
     return group

@@ -187,9 +187,8 @@ def _finish(timing: Any, spark: Any, t1: float) -> None:
     from simjoin.pipeline.timing import record
 
     timing.work_s = time.perf_counter() - t1
-    if not getattr(spark, "started", True):
-        timing.spark = "none"
-    elif getattr(spark, "startup_s", 0.0):  # a lazy session the work started
+    timing.spark = _spark_kind(spark)  # at the end: a lazy session the work started, or none
+    if timing.spark != "none" and getattr(spark, "startup_s", 0.0):  # a lazy session the work started
         timing.startup_s += float(spark.startup_s)
         timing.work_s = max(0.0, timing.work_s - float(spark.startup_s))
     log.info("task %s %s: process start %.1fs, Spark start-up %.2fs (%s), work %.1fs", timing.pipeline,
@@ -211,8 +210,12 @@ def _jobs_since(spark: Any, before: int | None) -> int | None:
 
 
 def _spark_kind(spark: Any) -> str:
+    """``warm`` (Spark Connect), ``local`` (a JVM of this process) or ``none``: a lazy session
+    nothing has started yet (an in-process unit, a refused input)."""
     from simjoin.spark.session import is_remote
 
+    if not getattr(spark, "started", True):
+        return "none"
     return "warm" if is_remote(spark) else "local"
 
 
@@ -254,7 +257,7 @@ def run_unit_task(pipeline: str | PipelineSpec, params: dict[str, Any], run_id: 
             done = _run_stages(spark, run, spec.stages[1:], timed, fault_points=True)
             last = done.get(spec.stages[-1].name)
             timing.count(last if isinstance(last, dict) else {})
-            jobs = [j for *_, j in timed]
+            jobs = [t[3] for t in timed]
             timing.spark_jobs = None if None in jobs else sum(jobs)
             maybe_fail(f"{spec.name}.{UNIT_TASK}")
     except BaseException:
@@ -409,15 +412,14 @@ def _run_pipeline(spark: Any, run: Run, stop: threading.Event | None = None) -> 
     t0 = time.perf_counter()
     results: dict[str, Any] = {"rounds": []}
     timings = {"startup_s": startup_seconds() or 0.0, "process_s": process_age() - (startup_seconds() or 0.0)}
-    kind = _spark_kind(spark)
     run.in_process = True
     guard_outputs(spark, run)
     with claimed(run):
-        return _run_claimed(spark, run, stop, t0, results, timings, kind)
+        return _run_claimed(spark, run, stop, t0, results, timings)
 
 
 def _run_claimed(spark: Any, run: Run, stop: threading.Event | None, t0: float, results: dict[str, Any],
-                 timings: dict[str, float], kind: str) -> dict[str, Any]:
+                 timings: dict[str, float]) -> dict[str, Any]:
     spec = run.spec
     if run.reset:
         reset = getattr(run, "reset_tables", None)
@@ -440,7 +442,7 @@ def _run_claimed(spark: Any, run: Run, stop: threading.Event | None, t0: float, 
         if first.get("more"):
             log.info("%s: more input waits than one unit takes: the next unit", spec.name)
     results["seconds"] = time.perf_counter() - t0
-    _record_cli(run, timed, timings, kind)
+    _record_cli(run, timed, timings)
     return results
 
 
@@ -456,12 +458,12 @@ def _maintain_after(run: Run, done: dict[str, Any]) -> None:
         after_unit(run, unit)
 
 
-def _record_cli(run: Run, timed: list[Any], timings: dict[str, float] | None, kind: str) -> None:
+def _record_cli(run: Run, timed: list[Any], timings: dict[str, float] | None) -> None:
     from simjoin.pipeline.timing import TaskTiming, record
 
     invocation = f"{run.run_id}@{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
     rows = []
-    for name, sec, res, jobs in timed:
+    for name, sec, res, jobs, kind in timed:  # kind: the Spark a stage had at its end (none: no JVM yet)
         row = TaskTiming(run.run_id, run.spec.name, name, "cli", kind, work_s=sec, output=_abs_output(run),
                          invocation=invocation, spark_jobs=jobs)
         row.count(res)
@@ -537,7 +539,7 @@ def follow_pipeline(spark: Any, run: Run, trigger_s: float, max_units: int | Non
             done = _run_stages(spark, run, rest, timed)
             units.append({"unit": unit, **{k: v for k, v in done.items() if isinstance(v, dict)}})
             _maintain_after(run, done)
-            _record_cli(run, timed, None, _spark_kind(spark))
+            _record_cli(run, timed, None)
             timed.clear()
             if max_units is not None and len(units) >= max_units:
                 stop.set()
@@ -624,4 +626,4 @@ def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run, timed: 
                 maybe_fail(f"{spec.name}.{name}")
             return res
     finally:
-        timed.append((name, time.perf_counter() - t0, res, _jobs_since(spark, jobs0)))
+        timed.append((name, time.perf_counter() - t0, res, _jobs_since(spark, jobs0), _spark_kind(spark)))

@@ -261,10 +261,9 @@ class Run:
     def __post_init__(self) -> None:
         for f in self.spec.fields():
             if f.metadata.get("required") and not getattr(self.cfg, f.name):
-                flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
                 what = "a Delta table path" if f.metadata.get("io") else "a value"
                 raise ConfigError(f"{self.spec.config_section}.{f.name}", getattr(self.cfg, f.name),
-                                  f"{what} ({flag} is required)")
+                                  f"{what} (required)")
         if warehouse_only_enabled(self.warehouse_only, default=self.trigger != "cli"):
             check_warehouse_only(self)
 

@@ -67,7 +67,8 @@ class Publisher(EngineBase):
         driver): one ``delta.append_rows`` commit.
         ``options``: extra Delta write options per piece (e.g. a commit's ``userMetadata``).
         ``small``: pieces of a few rows (stats), collected and committed with ``delta.append_rows``.
-        Only called after the unit's gate passed."""
+        Only called after the unit's gate passed. The result's ``published`` holds the rows each
+        piece appended (None: a DataFrame appended by Spark, not counted)."""
         marker = self._marker(unit.unit)
         os.makedirs(os.path.dirname(marker), exist_ok=True)
         open(marker, "w").close()
@@ -75,19 +76,24 @@ class Publisher(EngineBase):
         # the pieces go to different tables: append them as concurrent Spark jobs
         from concurrent.futures import ThreadPoolExecutor
 
+        published: dict[str, int | None] = {}
+
         def append(piece: str, df: DataFrame | delta.Files | Any, path: str) -> None:
             app, opts = self.write_id(piece, unit.checkpoint_id), dict((options or {}).get(piece) or {})
             if isinstance(df, delta.Files):  # files the tasks wrote into the table's directory: one commit
                 if opts:
                     raise ValueError(f"publish: options {sorted(opts)} of the files piece {piece} are not supported")
                 delta.append_files(self.spark, df, path, app, unit.unit)
+                published[piece] = sum(int(r["n"]) for r in df.rows)
                 return
             if not isinstance(df, pa.Table):  # a DataFrame: to the driver when small enough
                 rows = driver_rows(df, path, opts, piece in small)
                 if rows is None:
                     delta.append_idempotent(df, path, app, unit.unit, None, opts)
+                    published[piece] = None
                     return
                 df = rows
+            published[piece] = int(df.num_rows)
             # rows in this process: one deltalake commit instead of Spark's jobs
             merge = str(opts.pop("mergeSchema", "false")).lower() == "true"
             metadata = opts.pop("userMetadata", None)
@@ -140,7 +146,7 @@ class Publisher(EngineBase):
                      "record's ts", self.pipeline, unit.unit, sum(int(r["n"]) for r in got),
                      (now - hi).total_seconds(), (now - lo).total_seconds())
         return {"unit": unit.unit, "watermark": None if wm is None else wm.isoformat(),
-                "watermark_ts": wm, "previous_watermark_ts": prog.watermark}
+                "watermark_ts": wm, "previous_watermark_ts": prog.watermark, "published": published}
 
     @staticmethod
     def _marks(got: list[dict[str, Any]], prog: Any) -> dict[int, dt.datetime]:
