@@ -7,8 +7,11 @@ exits; see ``simjoin.spark.jvmcache``. Takes about a minute, once per machine an
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -33,8 +36,8 @@ def record(force: bool = False) -> tuple[Path, bool]:
     flags, tmp = jvmcache.recording_flags(packages)
     work = Path(tempfile.mkdtemp(prefix="simjoin-cache-jvm-"))
     try:
-        with stage("cache-jvm: recording classes", log):
-            cfg = load_config(SparkConfig, "spark", {"warehouse": str(work / "warehouse")})
+        with stage("cache-jvm: recording classes", log), own_warehouse(work / "warehouse"):
+            cfg = load_config(SparkConfig, "spark")
             spark = get_spark(cfg, record_to=flags)
             _workload(spark, work)
             stop_spark(wait_for_jvm=True)
@@ -42,6 +45,22 @@ def record(force: bool = False) -> tuple[Path, bool]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def own_warehouse(path: Path) -> Iterator[None]:
+    """``SIMJOIN_WAREHOUSE`` set to ``path`` for the recording: its runs' task timing, locks and
+    manifests go to the scratch warehouse, never into the user's (``--force`` wrote its internal
+    runs into the user's task-timing table)."""
+    before = os.environ.get("SIMJOIN_WAREHOUSE")
+    os.environ["SIMJOIN_WAREHOUSE"] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SIMJOIN_WAREHOUSE", None)
+        else:
+            os.environ["SIMJOIN_WAREHOUSE"] = before
 
 
 def _workload(spark: SparkSession, work: Path) -> None:

@@ -63,6 +63,11 @@ def test_one_line_errors():
     gate = GateFailed("p", [{"expectation": "e", "kwargs": {}, "unexpected_count": 2, "samples": [1]}])
     assert "\n" not in one_line(gate) and "2 rows" in one_line(gate)
     assert one_line(OSError("disk\nfull")) == "OSError: disk"
+    # any other error of a Python worker: its own last line, not Spark's wrapper (issue 63)
+    worker = Exception("An exception was thrown from the Python worker. Please see the stack trace below.\n"
+                       "Traceback (most recent call last):\n  File \"/x/worker.py\", line 1, in main\n"
+                       "    raise IsADirectoryError\nIsADirectoryError: [Errno 21] Is a directory: '/out/part-0'\n")
+    assert one_line(worker) == "IsADirectoryError: [Errno 21] Is a directory: '/out/part-0' (in a Spark task)"
 
 
 def test_rows_where_keeps_single_valued_batches_and_filters_mixed_ones():

@@ -78,6 +78,19 @@ def test_vector_rules_name_every_broken_rule_and_fix_the_dimension():
     assert got.staged.num_rows == 4 and got.staged.column_names[-2:] == ["window_start", "window_end"]
 
 
+def test_a_copy_refused_for_itself_does_not_make_its_valid_twin_a_duplicate():
+    """Issue 63 point 10: id 5 twice, the first by (ts, vector) a zero vector: the zero vector is
+    quarantined for itself only, and the valid copy is staged (it was quarantined as ``duplicate
+    id 5``, so both were lost). Two valid copies still keep one."""
+    t = _batch([(5, 1, [0.0, 0.0], 0), (5, 2, [1.0, 0.0], 0), (6, 1, [1.0, 1.0], 0), (6, 1, [2.0, 1.0], 0),
+                (7, None, [1.0, 1.0], 0), (7, 3, [1.0, 2.0], 0)], VEC)
+    got = check(t, S3J, _ctx())
+    assert _reasons(got) == sorted([(5, "zero vector (angular distance is undefined)"), (6, "duplicate id 6"),
+                                    (7, "null ts")], key=repr)
+    kept = {(i, tuple(v)) for i, v in zip(got.staged.column("id").to_pylist(), got.staged.column("vector").to_pylist())}
+    assert kept == {(5, (1.0, 0.0)), (6, (1.0, 1.0)), (7, (1.0, 2.0))}
+
+
 def test_a_known_dimension_holds_and_late_windows_quarantine_one_row_per_record():
     t = _batch([(1, 10, [1.0, 0.0], 0), (2, 100, [1.0, 0.0], 0), (3, 200, [1.0, 0.0, 0.0], 0)], VEC)
     got = check(t, S3J, _ctx(meta={"dim": 3}, watermark=T0 + dt.timedelta(seconds=150), lateness_s=50))

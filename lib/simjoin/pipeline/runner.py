@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -357,6 +358,11 @@ def one_line(e: BaseException) -> str:
                 return ln[len(tag):][:800]
     if type(e).__name__ == "GateFailed":  # its failures, one per line, joined
         return "; ".join(lines)[:2000]
+    if len(lines) > 1 and ("Traceback" in msg or "Python worker" in lines[0]):
+        # any other Python error of a Spark task (PythonException): its own last line, not the wrapper's
+        for ln in reversed(lines):
+            if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)(: |$)", ln):
+                return f"{ln} (in a Spark task)"[:800]
     first = lines[0] if lines else msg
     if isinstance(e, (ValueError, FileNotFoundError)):
         return first[:800]

@@ -375,11 +375,17 @@ def _list_key(v: Any) -> tuple[Any, ...]:
     return (1, tuple((0, 0, 0.0) if e is None else (1, 1, 0.0) if e != e else (1, 0, e) for e in v))
 
 
-def _unique(t: pa.Table, r: UniqueIds, seen: pa.Table | None) -> list[Verdict]:
+def _unique(t: pa.Table, r: UniqueIds, seen: pa.Table | None, eligible: np.ndarray | None = None) -> list[Verdict]:
+    """The duplicate-id verdicts: among the ``eligible`` rows (None: all), every copy of a (side,
+    id) but the first by ``r.order``; and every row whose (side, id) the live-id index ``seen`` holds."""
     side, ids = _np(t, "side", np.int64), _np(t, "id", np.int64)
-    order, tie = _spark_order(t, r.order)
-    out: list[Verdict] = [(first_by([side, ids], order, tie), lambda rows: [f"duplicate id {ids[i]}"
-                                                                           for i in rows.tolist()])]
+    later = np.zeros(t.num_rows, bool)
+    keep = np.flatnonzero(eligible) if eligible is not None else np.arange(t.num_rows)
+    if keep.size:
+        sub = t.take(pa.array(keep, pa.int64())) if keep.size < t.num_rows else t
+        order, tie = _spark_order(sub, r.order)
+        later[keep] = first_by([side[keep], ids[keep]], order, tie)
+    out: list[Verdict] = [(later, lambda rows: [f"duplicate id {ids[i]}" for i in rows.tolist()])]
     if seen is not None and seen.num_rows and t.num_rows:
         from simjoin.core.membership import member_of, staged_index
 
@@ -487,12 +493,18 @@ def check(t: pa.Table, spec: InputSpec, ctx: RowContext, meta: Mapping[str, Any]
             verdicts += _bounded(good, r)
         elif isinstance(r, Vectors):
             verdicts += _vectors(good, r, meta.get("dim"))
-        elif isinstance(r, UniqueIds):
-            verdicts += _unique(good, r, ctx.seen)
         elif isinstance(r, Late):
             verdicts += _late(good, ctx)
-        else:  # pragma: no cover - a new rule kind without its check
+        elif not isinstance(r, UniqueIds):  # pragma: no cover - a new rule kind without its check
             raise TypeError(f"no check for the row rule {r!r}")
+    # ids last, among the rows every other rule let through: a copy refused for itself (a zero
+    # vector, a null, late) does not make its valid twin a duplicate
+    refused = np.zeros(good.num_rows, bool)
+    for mask, _ in verdicts:
+        refused |= mask
+    for r in spec.rules:
+        if isinstance(r, UniqueIds):
+            verdicts += _unique(good, r, ctx.seen, eligible=~refused)
     good, bad1 = _split(good, verdicts)
     bad = [bad0, bad1.select(bad0.column_names)]
     staged = good.select(list(spec.staged))

@@ -45,12 +45,15 @@ class ExactTypes:
                  "exact in double only below 2^53") for k, c in self.wide]
 
 
-def _schema(spark: SparkSession | None, path: str) -> Any:
+def _schema(spark: SparkSession | None, path: str, k: int = 0) -> Any:
     from simjoin.spark import delta_source
     from simjoin.spark.engine import local_path
+    from simjoin.spark.engine.rules import missing_stream
 
     loc = local_path(path)
     if loc is not None:
+        if delta_source.latest_version(loc) < 0:  # no table: refused in one line, before any JVM starts
+            raise missing_stream(path, k)
         try:
             return delta_source.spark_schema(loc, delta_source.latest_version(loc))
         except Exception:  # not a plain local table: Spark reads it
@@ -85,7 +88,7 @@ def exact_types(spark: SparkSession | None, sources: Sequence[str], columns: Seq
     kinds: dict[str, set[str]] = {}
     where: dict[str, list[int]] = {}
     for k, (src, cols) in enumerate(zip(sources, columns, strict=True)):
-        schema = _schema(spark, src)
+        schema = _schema(spark, src, k)
         names = {f.name: f.dataType for f in schema.fields} if schema is not None else {}
         for c in cols:
             kind = _kind(c, names[c]) if c in names else None

@@ -21,6 +21,13 @@ KIND_TYPES: dict[str, Callable[[T.DataType], bool]] = {
 }
 
 
+def missing_stream(path: str, k: int) -> FileNotFoundError:
+    """The one-line refusal of a stream input that holds no Delta table: its flag (``--left``,
+    ``--right``; a DAG's param of that name), the path, and what is allowed."""
+    return FileNotFoundError(f"no Delta table at {path!r} (--{('left', 'right')[min(k, 1)]}): allowed the path of a "
+                             "Delta table (written by a producer, or by simjoin generate)")
+
+
 def kind_checks(kinds: Mapping[str, str]) -> dict[str, Callable[[T.DataType], bool]]:
     """A source's payload (column -> kind) as the schema check's column -> type test."""
     return {c: KIND_TYPES[k] for c, k in kinds.items()}

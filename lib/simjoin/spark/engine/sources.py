@@ -18,7 +18,7 @@ from simjoin.faults import maybe_fail
 from simjoin.quality.rows import InputSpec
 from simjoin.spark import delta, delta_files, delta_source
 from simjoin.spark.engine.follow import Follow
-from simjoin.spark.engine.rules import kind_checks, stream_schema_check, ts_expr
+from simjoin.spark.engine.rules import kind_checks, missing_stream, stream_schema_check, ts_expr
 from simjoin.spark.engine.staging import LiveIds
 from simjoin.spark.engine.units import BatchInfo, Progress, local_path, log, with_ts_raw
 
@@ -29,7 +29,7 @@ class Sources(Follow):
     def _read(self, k: int, path: str, payload: dict[str, Callable[[T.DataType], bool]],
               payload_text: str, casts: dict[str, str]) -> DataFrame:
         if not delta.table_exists(self.spark, path):
-            raise FileNotFoundError(f"no Delta table at {path!r}")
+            raise missing_stream(path, k)
         src = self.spark.readStream.format("delta").load(delta._abs(path))
         return self._shape(k, path, src, src.schema, payload, payload_text, casts)
 
