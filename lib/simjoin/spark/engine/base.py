@@ -117,6 +117,7 @@ class EngineBase:
         # what this output will own: refused if an input lives there or it holds foreign files
         targets = self._reset_targets(legacy=True)
         self._refuse_inputs_under(targets, "where this output's tables would be written")
+        self._refuse_foreign_folder(targets)
         created, foreign = [], []
         for t in targets:
             loc = local_path(t)
@@ -140,6 +141,27 @@ class EngineBase:
         self._write_identity({"id": ident, "output": self.tables.output, "pipeline": self.pipeline,
                               "ingest": mode, "inputs": self._input_ids()})
         return ident
+
+    def _refuse_foreign_folder(self, targets: list[str]) -> None:
+        """An output that is a folder of tables (S2J's ``--output DIR``) is refused when it is a
+        file, or holds anything but what this output creates (its tables, its manifest, what a
+        crashed first run's manifest lists): a new output never takes over someone's folder."""
+        out = local_path(self.tables.output)
+        if out is None or not is_dir_tables(self.tables) or not os.path.lexists(out):
+            return
+        if not os.path.isdir(out):
+            raise CheckpointMismatch(f"--output {out} is a file: allowed a folder simjoin {self.pipeline} creates "
+                                     "(a new path, or an empty folder)")
+        had = manifest.locate(out)
+        mine = {os.path.normpath(local_path(t) or t) for t in targets}
+        if had is not None:
+            mine |= {os.path.normpath(p) for p in manifest.load(had).owned} | {os.path.normpath(had)}
+        extra = sorted(e for e in os.listdir(out) if os.path.normpath(os.path.join(out, e)) not in mine)
+        if extra:
+            more = f" and {len(extra) - 1} more" if len(extra) > 1 else ""
+            raise CheckpointMismatch(
+                f"--output {out} holds {extra[0]!r}{more}, which simjoin {self.pipeline} did not create: allowed a "
+                "new path or an empty folder (an output never takes over files it did not write)")
 
     def output_manifest(self) -> manifest.Manifest | None:
         """The output's manifest (``simjoin.spark.manifest``); an output of an earlier release gets
