@@ -52,3 +52,20 @@ def test_a_pipeline_on_an_unreachable_master_fails_in_one_line_at_once(tmp_path)
     assert r.returncode != 0 and len(err) == 1, r.stderr[-3000:]
     assert "unknown host 'no-such-host.invalid'" in err[0] and "Traceback" not in r.stderr, err
     assert took < 10, took
+
+
+def test_a_jars_folder_without_the_delta_jars_is_one_line_before_any_jvm(tmp_path):
+    """Issue 63: ``SIMJOIN_JARS_DIR`` missing, or without delta-spark's jar, failed at the first
+    Delta read half a minute later with a Java stack; now one line naming the variable and the jar."""
+    from simjoin.spark.session import local_jars
+
+    pkgs = "io.delta:delta-spark_4.2_2.13:4.4.0"
+    with pytest.raises(ValueError, match=r"^SIMJOIN_JARS_DIR=.*/none: no such folder: allowed a folder"):
+        local_jars(str(tmp_path / "none"), pkgs)
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "other-1.0.jar").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"no delta-spark_4.2_2.13-4.4.0.jar there \(1 jars\)"):
+        local_jars(str(tmp_path / "j"), pkgs)
+    (tmp_path / "j" / "delta-spark_4.2_2.13-4.4.0.jar").write_bytes(b"")
+    assert [p.rsplit("/", 1)[1] for p in local_jars(str(tmp_path / "j"), pkgs)] == [
+        "delta-spark_4.2_2.13-4.4.0.jar", "other-1.0.jar"]

@@ -110,13 +110,30 @@ def _builder(cfg: SparkConfig, extra: dict[str, Any] | None, record_to: str | No
         b = b.config(k, v)
     jars_dir = os.environ.get("SIMJOIN_JARS_DIR")
     if jars_dir:
-        jars = sorted(glob.glob(os.path.join(jars_dir, "*.jar")))
-        return b.config("spark.jars", ",".join(jars))
+        return b.config("spark.jars", ",".join(local_jars(jars_dir, delta_packages())))
     packages = delta_packages()
     cached = jvmcache.cached_jars(packages) if jvmcache.enabled() else None
     if cached:  # Ivy resolved these before and they are all still there: skip resolution
         return b.config("spark.jars", ",".join(cached))
     return b.config("spark.jars.packages", packages)
+
+
+def local_jars(folder: str, packages: str) -> list[str]:
+    """The jars of ``SIMJOIN_JARS_DIR``, checked before the JVM starts: a missing folder or a
+    missing jar of ``packages`` (``group:artifact:version,...``) is one line naming the variable,
+    the jar and what is allowed (Spark failed at its first Delta read, half a minute later, with a
+    Java stack)."""
+    if not os.path.isdir(folder):
+        raise ValueError(f"SIMJOIN_JARS_DIR={folder}: no such folder: allowed a folder holding the jars of {packages} "
+                         "(e.g. from mvn dependency:copy), or unset it to let Spark fetch them")
+    jars = sorted(glob.glob(os.path.join(folder, "*.jar")))
+    names = {os.path.basename(j) for j in jars}
+    for pkg in packages.split(","):
+        parts = pkg.strip().split(":")
+        if len(parts) == 3 and f"{parts[1]}-{parts[2]}.jar" not in names:
+            raise ValueError(f"SIMJOIN_JARS_DIR={folder}: no {parts[1]}-{parts[2]}.jar there ({len(jars)} jars): "
+                             f"allowed a folder holding the jars of {packages}, or unset it to let Spark fetch them")
+    return jars
 
 
 def auth_conf() -> dict[str, str]:
