@@ -88,15 +88,10 @@ def s3j_demo(spark: Any, warehouse: str) -> str:
                         "window": "10s", "workers": 3}, reset=True)
     # this micro-batch on the Spark executor (a unit this small would run in process): the same
     # stage functions, their tasks in Spark jobs, as a unit above SIMJOIN_LOCAL_UNIT_ROWS runs them
-    before = os.environ.get("SIMJOIN_LOCAL_UNIT_ROWS")
-    os.environ["SIMJOIN_LOCAL_UNIT_ROWS"] = "0"
-    try:
+    from simjoin.config import temp_env
+
+    with temp_env("SIMJOIN_LOCAL_UNIT_ROWS", "0"):
         line = resolve(s3j.summary)(run, run_pipeline(spark, run))
-    finally:
-        if before is None:
-            os.environ.pop("SIMJOIN_LOCAL_UNIT_ROWS", None)
-        else:
-            os.environ["SIMJOIN_LOCAL_UNIT_ROWS"] = before
     return (f"s3j demo (one micro-batch on the Spark executor): {line}; stats {out}_stats, "
             f"quarantine {out}_quarantine, state {out}_state")
 

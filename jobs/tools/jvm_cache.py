@@ -7,11 +7,9 @@ exits; see ``simjoin.spark.jvmcache``. Takes about a minute, once per machine an
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -47,20 +45,13 @@ def record(force: bool = False) -> tuple[Path, bool]:
         tmp.unlink(missing_ok=True)
 
 
-@contextmanager
-def own_warehouse(path: Path) -> Iterator[None]:
+def own_warehouse(path: Path) -> AbstractContextManager[None]:
     """``SIMJOIN_WAREHOUSE`` set to ``path`` for the recording: its runs' task timing, locks and
     manifests go to the scratch warehouse, never into the user's (``--force`` wrote its internal
     runs into the user's task-timing table)."""
-    before = os.environ.get("SIMJOIN_WAREHOUSE")
-    os.environ["SIMJOIN_WAREHOUSE"] = str(path)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("SIMJOIN_WAREHOUSE", None)
-        else:
-            os.environ["SIMJOIN_WAREHOUSE"] = before
+    from simjoin.config import temp_env
+
+    return temp_env("SIMJOIN_WAREHOUSE", str(path))
 
 
 def _workload(spark: SparkSession, work: Path) -> None:

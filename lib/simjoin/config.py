@@ -19,6 +19,8 @@ import os
 import re
 import types
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
@@ -27,6 +29,7 @@ import yaml
 
 __all__ = [
     "real_path",
+    "temp_env",
     "ConfigError",
     "check",
     "check_stream_paths",
@@ -434,6 +437,21 @@ def load_config(
         if e.origin is None and e.field is not None:
             e.located(*origin.get(e.field, ("default", None)))
         raise
+
+
+@contextmanager
+def temp_env(name: str, value: str) -> Iterator[None]:
+    """The environment variable ``name`` set to ``value`` for the block, then as it was (unset
+    if it was unset)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def real_path(path: str) -> str:

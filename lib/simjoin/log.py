@@ -36,7 +36,13 @@ def stage(name: str, log: logging.Logger | None = None) -> Iterator[dict[str, fl
         yield info
     except BaseException:
         info["seconds"] = time.perf_counter() - t0
-        log.info("stage %s: failed after %.1fs", name, info["seconds"])
+        log.info("stage %s: failed after %s", name, seconds(info["seconds"]))
         raise
     info["seconds"] = time.perf_counter() - t0
-    log.info("stage %s: done in %.1fs", name, info["seconds"])
+    log.info("stage %s: done in %s", name, seconds(info["seconds"]))
+
+
+def seconds(s: float) -> str:
+    """A duration as the logs print it: hundredths under 10 s (a unit's stages take milliseconds,
+    and ``0.0s`` hid where a follower's time went), tenths above."""
+    return f"{s:.2f}s" if s < 10 else f"{s:.1f}s"

@@ -43,7 +43,7 @@ from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 
-from simjoin.config import SparkConfig, load_config
+from simjoin.config import SparkConfig, load_config, temp_env
 from simjoin.log import get_logger
 from simjoin.private import read_private, write_private
 from simjoin.spark import jvmcache
@@ -159,14 +159,10 @@ def _secret_properties() -> Iterator[None]:
     path = os.path.join(folder, "secret.properties")
     write_private(path, f"spark.authenticate.secret {secret}\n")
     before = os.environ.get("PYSPARK_SUBMIT_ARGS")
-    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {shlex.quote(path)} " + (before or "pyspark-shell")
     try:
-        yield
+        with temp_env("PYSPARK_SUBMIT_ARGS", f"--properties-file {shlex.quote(path)} " + (before or "pyspark-shell")):
+            yield
     finally:
-        if before is None:
-            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
-        else:
-            os.environ["PYSPARK_SUBMIT_ARGS"] = before
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -188,6 +188,7 @@ class Sources(Follow):
         inputs' new versions (``"new"``), as many whole versions as hold at most ``budget`` records
         (:func:`delta_source.bounded`; the rest waits for the next unit: ``totals["more"]``); None
         when nothing arrived. A replayed batch reads the versions it was planned with."""
+        t_start = time.perf_counter()
         if self.follow is not None:  # an input replaced while following is refused before it is read
             self.check_inputs()
         done, planned = self._direct_last("commits"), self._direct_last("offsets")
@@ -220,14 +221,21 @@ class Sources(Follow):
         else:
             maybe_fail(f"{self.pipeline}.ingest.planned")
             unit = prog.last_unit + 1
+            t_plan = time.perf_counter()
             batch = self._direct_batch(ranges, files, per_source, payload_text, casts)
+            t_read = time.perf_counter()
             info = self._stage(batch, b, BatchInfo(unit, b, prog, ident))
             totals["batches"].append(b)
             for k in ("rows", "staged", "quarantined"):
                 totals[k] += info[k]
             if self.follow is not None and info["staged"]:
+                t_staged = time.perf_counter()
                 self.follow.after_unit(unit)
                 totals["units"].append(unit)
+                # where a follower's unit time goes (a soak's latency climbing is found here)
+                log.info("%s: unit %d took %.3fs: plan %.3fs, read %.3fs, check and stage %.3fs, later stages %.3fs",
+                         self.pipeline, unit, time.perf_counter() - t_start, t_plan - t_start, t_read - t_plan,
+                         t_staged - t_read, time.perf_counter() - t_staged)
             maybe_fail(f"{self.pipeline}.ingest.staged")
         self._direct_write("commits", b, {})
         return kind
