@@ -34,7 +34,7 @@ import os
 import re
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pytest
@@ -122,6 +122,19 @@ def _write(spark, df, path):
 
 def _with(field_: str, value: Any) -> Callable[[Any, str, Params], Params]:
     return lambda spark, folder, p: {**p, field_: value}
+
+
+def _kind_with(kind: str, field_: str, value: Any) -> Callable[[Any, str, Params], Params]:
+    """generate's params as kind ``kind`` with ``field_`` set: the options of other kinds dropped
+    (``simjoin generate <kind>`` offers only its own)."""
+    from jobs.generate.config import GenerateConfig
+
+    def mutate(spark: Any, folder: str, p: Params) -> Params:
+        own = {f.name for f in fields(GenerateConfig)
+               if kind in (f.metadata.get("by_choice") or {kind: {}}) or f.metadata.get("flag") == ""}
+        return {**{k: v for k, v in p.items() if k in own}, "kind": kind, field_: value}
+
+    return mutate
 
 
 def _missing(field_: str) -> Callable[[Any, str, Params], Params]:
@@ -383,10 +396,11 @@ def _generate() -> Know:
         "wrong_type": no_input,
         "null": no_input, "nan_inf": no_input, "wrong_dim": no_input, "duplicate_id": no_input,
         "empty": [Ok(_with("rows", 0), "wrote 0 rows")],
-        "threshold_range": [Error(_with("alpha", 11), ("generate.alpha=11", "allowed 0 <= alpha <= 10"), config=True),
+        "threshold_range": [Error(_kind_with("keys", "alpha", 11), ("generate.alpha=11", "allowed 0 <= alpha <= 10"),
+                                  config=True),
                             Error(_with("rows", -1), ("generate.rows=-1", "allowed 0 <= rows <= 1000000000"),
                                   config=True)],
-        "unparsable": [Error(_with("drift_period", "soon"), ("generate.drift_period='soon'",
+        "unparsable": [Error(_kind_with("vectors", "drift_period", "soon"), ("generate.drift_period='soon'",
                                                              "allowed a positive duration"), config=True)],
         "output_is_input": no_input,
         "existing_out": [Error(_existing, ("holds a Delta table simjoin generate did not write",
@@ -555,10 +569,12 @@ def _as_typed(spec, needle: str) -> str:
     the user typed (``--threshold 1.5``)."""
     from simjoin.pipeline.cli import flags
 
+    from simjoin.config import flagged
+
     fl = flags(spec)
     m = re.search(rf"(invalid config )?{re.escape(spec.config_section)}\.(\w+)=", needle)
     if m is None or m[2] not in fl:
-        return needle
+        return flagged(needle, fl)
     return needle[:m.start()] + ("invalid " if m[1] else "") + f"{fl[m[2]]} " + needle[m.end():]
 
 

@@ -91,8 +91,8 @@ def test_cli_command_from_the_spec(spark, tmp_path, toy_input):
     assert last.startswith(f"toy: 3 of 10 rows -> {out} in ")  # 0, 12, 24
     assert sorted(x.x for x in delta.read_table(spark, out).collect()) == [0, 12, 24]
     # the same validation as YAML and the DAG, one line each
-    for args, needle in ((["--factor", "11"], "toy.factor=11: allowed 1 <= factor <= 10"),
-                         (["--low", "5", "--high", "1"], "toy.high=1: allowed a value >= low (5)"),
+    for args, needle in ((["--factor", "11"], "invalid --factor 11: allowed 1 <= factor <= 10"),
+                         (["--low", "5", "--high", "1"], "invalid --high 1: allowed a value >= --low (5)"),
                          (["--keep", "odd"], "'odd' is not one of")):
         r = CliRunner().invoke(cmd, ["--input", toy_input, "--output", out, *args])
         assert r.exit_code == 2 and needle in r.output, r.output
