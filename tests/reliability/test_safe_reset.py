@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
@@ -90,27 +91,37 @@ def test_reset_removes_exactly_what_the_pipeline_created(spark, tmp_path):
 
 
 def test_s2j_reset_keeps_the_shared_directory(spark, tmp_path):
+    """S2J's output is a folder of tables. A folder that already holds someone's files (here the
+    inputs and notes) is refused at the first run (issue 63: an output never takes over what it
+    did not write); files a user puts into the output folder later stay through --reset."""
     shared = tmp_path / "shared"
-    params = s2j_inputs(spark, str(shared))  # the inputs live in the shared directory too
+    params = s2j_inputs(spark, str(shared))  # the inputs live in the shared directory
     out = str(shared)
-    params["output"] = out
     (shared / "notes.txt").write_text("mine")
-    os.makedirs(shared / "mine")
     args = ["s2j", "run", "--left", params["left"], "--right", params["right"], "--output", out,
             "--window", params["window"], "--workers", "2"]
     for t in params["tasks"].split(";"):
         args += ["--task", t.strip()]
+    before_files = sorted(os.listdir(shared))
+    code, line = _cli(*args)
+    assert code == 2 and "which simjoin s2j did not create" in line, line
+    assert sorted(os.listdir(shared)) == before_files, "a refused run wrote into the folder"
+    # an output folder of its own; the user adds files to it afterwards
+    out = str(tmp_path / "results")
+    args[args.index("--output") + 1] = out
     code, line = _cli(*args)
     assert code == 0, line
+    (Path(out) / "notes.txt").write_text("mine")
+    os.makedirs(Path(out) / "mine")
     before = {t: _pairs(spark, os.path.join(out, t)) for t in ("gap", "eq")}
     assert any(before.values())
     with open(os.path.join(out, "_manifest.json")) as fh:
         man = json.load(fh)
-    assert out not in man["owned"] and man["dirs"] == []
+    assert out not in man["owned"] and man["dirs"] == [out]  # the folder it created
     assert {os.path.join(out, "gap"), os.path.join(out, "eq"), os.path.join(out, "_state")} <= set(man["owned"])
     code, line = _cli(*args, "--reset")
     assert code == 0, line
-    assert (shared / "notes.txt").read_text() == "mine" and (shared / "mine").is_dir()
+    assert (Path(out) / "notes.txt").read_text() == "mine" and (Path(out) / "mine").is_dir()
     assert delta.table_exists(spark, params["left"]) and delta.table_exists(spark, params["right"])
     assert {t: _pairs(spark, os.path.join(out, t)) for t in ("gap", "eq")} == before
     # a directory the pipeline created goes too, once only its tables were in it

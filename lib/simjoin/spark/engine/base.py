@@ -152,10 +152,9 @@ class EngineBase:
         if not os.path.isdir(out):
             raise CheckpointMismatch(f"--output {out} is a file: allowed a folder simjoin {self.pipeline} creates "
                                      "(a new path, or an empty folder)")
-        had = manifest.locate(out)
+        if manifest.locate(out) is not None:  # the folder is this output's (claimed at its first run, kept by --reset)
+            return
         mine = {os.path.normpath(local_path(t) or t) for t in targets}
-        if had is not None:
-            mine |= {os.path.normpath(p) for p in manifest.load(had).owned} | {os.path.normpath(had)}
         extra = sorted(e for e in os.listdir(out) if os.path.normpath(os.path.join(out, e)) not in mine)
         if extra:
             more = f" and {len(extra) - 1} more" if len(extra) > 1 else ""
@@ -423,6 +422,8 @@ class EngineBase:
             if loc is not None and os.path.isdir(loc) and not os.listdir(loc):
                 os.rmdir(loc)
                 removed.append(str(d))
+            elif loc is not None and os.path.isdir(loc):  # files a user put there stay, and the folder stays
+                manifest.write(manifest.create(self.pipeline, self.tables.output, self.tables.layout(), [], m.dirs))
         log.info("%s: reset removed %s", self.pipeline, ", ".join(removed) or "nothing")
         return removed
 
