@@ -422,7 +422,7 @@ class EngineBase:
             if loc is not None and os.path.isdir(loc) and not os.listdir(loc):
                 os.rmdir(loc)
                 removed.append(str(d))
-            elif loc is not None and os.path.isdir(loc):  # files a user put there stay, and the folder stays
+            elif loc is not None and os.path.isdir(loc) and m is not None:  # a user's files there stay, so does it
                 manifest.write(manifest.create(self.pipeline, self.tables.output, self.tables.layout(), [], m.dirs))
         log.info("%s: reset removed %s", self.pipeline, ", ".join(removed) or "nothing")
         return removed
