@@ -77,6 +77,7 @@ lint: $(STAMP)
 	$(BIN)/pip install -q -e ".[lint]"
 	$(BIN)/ruff check lib jobs dags
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 bench: $(STAMP)
 	$(BIN)/python bench/ssj.py

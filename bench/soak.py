@@ -130,7 +130,7 @@ def got_pairs(pipeline: str, out: str) -> list[tuple[int, ...]]:
 
 def files_by_table(work: Path) -> dict[str, tuple[int, int]]:
     """(files, bytes) of the output and every side table (the inputs excluded)."""
-    from simjoin.spark.maintenance import disk_usage
+    from simjoin.runtime.maintenance import disk_usage
 
     got: dict[str, tuple[int, int]] = {}
     tops = sorted(p for p in work.iterdir() if p.name.startswith("out") and p.is_dir())
@@ -150,7 +150,7 @@ def live_tables(output: str) -> dict[str, tuple[int, int]]:
     maintenance must keep bounded). Keyed by the path under the output's folder."""
     from deltalake import DeltaTable
 
-    from simjoin.spark import manifest
+    from simjoin.runtime import manifest
 
     m = manifest.read(output)
     paths = {Path(p) for p in ([*m.layout.values(), *m.owned] if m else [])}
@@ -196,7 +196,7 @@ def soak(pipeline: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
     def produce() -> None:
         try:
             _produce()
-        except BaseException as e:  # noqa: BLE001 - re-raised by the main loop
+        except BaseException as e:
             failed.append(e)
             raise
 

@@ -1,4 +1,4 @@
-"""Benchmark: the q-gram tokenizer against the word tokenizer (``simjoin.spark.tokenizer.tokenize``, issue 16).
+"""Benchmark: the q-gram tokenizer against the word tokenizer (``simjoin.operators.tokenizer.tokenize``, issue 16).
 
 One Arrow batch of 200,000 records per workload, the same batch for every tokenizer; each time is the best of 3
 calls of ``tokenize(batch, qgram)`` in this process, after one untimed warm-up call each (which loads or compiles
@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
-from simjoin.spark.tokenizer import tokenize  # noqa: E402
+from simjoin.operators.tokenizer import tokenize  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402
 
 GOAL = 3.0
 QS = (2, 3, 4)
@@ -152,7 +152,7 @@ def main() -> None:
         lines.append((name, len(rows), nbytes, nchar))
 
     md = [
-        "# Tokenizer: q-grams vs words (`simjoin.spark.tokenizer.tokenize`, issue 16)",
+        "# Tokenizer: q-grams vs words (`simjoin.operators.tokenizer.tokenize`, issue 16)",
         "",
         f"Run {dt.date.today().isoformat()} on this machine ({os.cpu_count()} cores, Python "
         f"{platform.python_version()}, pyarrow {pa.__version__}, numpy {np.__version__}; 1-minute load average "

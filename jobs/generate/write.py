@@ -17,11 +17,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pyspark.sql import SparkSession
-
 from simjoin.config import parse_duration
+from simjoin.io import delta_files
 from simjoin.pipeline.spec import Run
-from simjoin.spark import delta, delta_files
+from simjoin.spark import delta
 from simjoin.spark import generate as gen
 
 #: The owner (``simjoin.owner``) of the tables ``generate`` writes: its pipeline name.
@@ -32,17 +31,17 @@ def _marker(run: Run) -> str:
     return f"simjoin generate {run.run_id}"
 
 
-def _generate_wrote(spark: SparkSession, out: str) -> bool:
+def _generate_wrote(spark: Any, out: str) -> bool:
     """An unmarked table every commit of which is ``generate``'s (written before the owner property)."""
     rows = delta.history(spark, out).select("userMetadata").collect()
     return bool(rows) and all(str(r[0] or "").startswith("simjoin generate ") for r in rows)
 
 
-def _folder_owner(spark: SparkSession, local: str) -> str | None:
+def _folder_owner(spark: Any, local: str) -> str | None:
     """The pipeline whose folder ``local`` (no Delta log) is: one an output's manifest owns
-    (``simjoin.spark.manifest.find_for``: ``<output>_checkpoint``, ``_state``, ``_work``, S2J's
+    (``simjoin.runtime.manifest.find_for``: ``<output>_checkpoint``, ``_state``, ``_work``, S2J's
     ``DIR/_checkpoint``...), or a folder holding tables a pipeline owns; None if no owner is found."""
-    from simjoin.spark.manifest import find_for
+    from simjoin.runtime.manifest import find_for
 
     m = find_for(local)
     if m is not None and m.pipeline and m.pipeline != GENERATE:
@@ -54,7 +53,7 @@ def _folder_owner(spark: SparkSession, local: str) -> str | None:
     return None
 
 
-def _refuse_owned(spark: SparkSession, out: str) -> None:
+def _refuse_owned(spark: Any, out: str) -> None:
     """Refuse, in one line, a table ``generate`` did not write: a pipeline's, or unmarked."""
     who = delta.owner(spark, out)
     if who == GENERATE or (who is None and _generate_wrote(spark, out)):
@@ -67,7 +66,7 @@ def _refuse_owned(spark: SparkSession, out: str) -> None:
                      f"{GENERATE} property): allowed a new path, or a table simjoin generate wrote (with --overwrite)")
 
 
-def check_out(spark: SparkSession, run: Run) -> None:
+def check_out(spark: Any, run: Run) -> None:
     """Refuse an ``out`` that holds a table (without overwrite), a table or folder ``generate`` did
     not write (always), or anything else (always)."""
     out = str(run.cfg.out)
@@ -94,7 +93,7 @@ def check_out(spark: SparkSession, run: Run) -> None:
                          "(with --overwrite)")
 
 
-def run(spark: SparkSession, run: Run) -> dict[str, Any]:
+def run(spark: Any, run: Run) -> dict[str, Any]:
     cfg = run.cfg
     check_out(spark, run)
     if cfg.kind == "sets":

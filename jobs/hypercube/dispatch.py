@@ -18,8 +18,8 @@ from jobs.hypercube.common import HyperCubeRun, dispatcher_of, held_of
 from simjoin.core.hypercube.route import moved_copies
 from simjoin.core.hypercube.sketch import Summary, counters_for, merge_all
 from simjoin.log import get_logger
+from simjoin.operators.hypercube import batch_counts
 from simjoin.spark import delta
-from simjoin.spark.hypercube import batch_counts
 
 log = get_logger("simjoin.hypercube")
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from jobs.hypercube.common import HyperCubeRun, held_of
 from jobs.hypercube.dispatch import dispatcher
-from simjoin.spark.hypercube import join
+from simjoin.operators.hypercube import join
 
 
 def _tuples(t: pa.Table, new: int) -> pa.Table:

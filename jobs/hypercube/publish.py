@@ -52,6 +52,6 @@ def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
     meta: dict[str, Any] = {"dispatcher": disp}
     if run_.window_us <= 0:  # what the next unit's stats carry on (nothing expires)
         meta["held"] = held_meta(u)
-    res = u.engine.publish(u.unit, pieces, meta=meta)
+    res = u.publish(pieces, meta=meta)
     _housekeeping(u, run_)
     return {**res, "rows_out": res["published"].get("output")}  # type: ignore[no-any-return]

@@ -20,10 +20,10 @@ from jobs.hypercube.dispatch import dispatch_row, dispatcher
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.hypercube.stream import optimal_bound
 from simjoin.core.unique import unique
+from simjoin.operators.hypercube import loads
 from simjoin.quality.rows import epoch_us
 from simjoin.spark import delta
 from simjoin.spark.engine.units import on_time_max
-from simjoin.spark.hypercube import loads
 
 STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, tuples_in long, received long, "
                 "new_copies long, tasks long, load long, phj_load long, held long, out_pairs double, bound double, "

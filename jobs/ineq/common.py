@@ -3,7 +3,7 @@ unit's new tuples.
 
 State tables under ``<output>_state/``: ``progress`` (the engine's), ``batches`` (the immutable
 PO-Join batches and, per side, the mutable part, each with its index and its tuples;
-``simjoin.spark.inequality``: every live tuple is in one of them, so duplicate ids are caught
+``simjoin.operators.inequality``: every live tuple is in one of them, so duplicate ids are caught
 against them too). State rows carry the ``unit`` that wrote them and a unit reads only state of
 earlier units, so a replay sees exactly what the first attempt saw. The mutable part is rewritten
 by every unit; readers take each side's latest.
@@ -57,7 +57,7 @@ def counts(meta: dict[str, Any]) -> dict[int, int]:
 def new_tuples(spark: Any, run: IneqRun, u: Any) -> Any:
     """The open unit's new tuples per side (``simjoin.core.inequality.spo.Tuples``), kept for
     the later stages of the same process."""
-    from simjoin.spark.inequality import new_tuples
+    from simjoin.operators.inequality import new_tuples
 
     key = f"ineq_new_{u.id}"
     if key not in run.frames:

@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 from jobs.ineq.common import IneqRun, new_tuples
 from jobs.ineq.probe import live_state
 from simjoin.core.inequality.spo import MUTABLE, merge_state, read_mutable
+from simjoin.operators.inequality import state_table
 from simjoin.spark import delta
-from simjoin.spark.inequality import state_table
 
 MERGE_SCHEMA = "merge_seconds double, build_seconds double, new_batches long, next_batch long, mutable long"
 

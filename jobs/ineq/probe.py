@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 from jobs.ineq.common import IneqRun, new_tuples
 from simjoin.core.inequality.spo import MUTABLE
 from simjoin.core.unique import unique
-from simjoin.spark.inequality import probe
-from simjoin.spark.routing import take_rows
+from simjoin.operators.inequality import probe
+from simjoin.runtime.executor import take_rows
 
 
 def live_state(run: IneqRun, u: Any) -> pa.Table | None:

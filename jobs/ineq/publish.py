@@ -56,6 +56,6 @@ def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     batches = u.write_parts(run_.batches, [state.slice(i, 1) for i in range(state.num_rows)]) or state
     pieces = [("pairs", staged_pairs(u), run_.output), ("stats", u.work("stats", keep_unit=True), run_.tables.stats),
               ("batches", batches, run_.batches)]
-    res = u.engine.publish(u.unit, pieces, meta={"count": n, "next_batch": int(merge["next_batch"])})
+    res = u.publish(pieces, meta={"count": n, "next_batch": int(merge["next_batch"])})
     return {**res, "rows_out": res["published"].get("pairs"),  # type: ignore[no-any-return]
             "expired_batches": _expire(u, run_)}

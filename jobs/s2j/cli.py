@@ -28,7 +28,7 @@ _UTC = dt.UTC
 
 
 def _table_path(output: str, task: str) -> str:
-    from simjoin.spark.tables import DirTables
+    from simjoin.runtime.tables import DirTables
 
     return os.path.abspath(DirTables(output).task(task))
 
@@ -57,7 +57,7 @@ def snapshots(table: Any, output: str | None = None, task: str | None = None) ->
     if output is not None and task is not None:
         from deltalake import DeltaTable
 
-        from simjoin.spark.tables import DirTables
+        from simjoin.runtime.tables import DirTables
 
         index = DirTables(os.path.abspath(output)).snapshots
         if DeltaTable.is_deltatable(index):

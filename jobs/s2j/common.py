@@ -5,7 +5,7 @@ Tables under the output directory ``DIR``: one pair table per task at ``DIR/<tas
 ``_shed`` (every shed tuple with its micro-batch, τ and shed ratio), ``_quarantine``,
 ``_checkpoint``, ``_work``, and under ``_state``: ``progress`` (the engine's; its meta carries the
 workers, the scaling streaks, the next block id and the snapshot count), ``blocks`` (the window's
-tuple blocks, ``simjoin.spark.s2j``) and ``buffer`` (pairs found since the last snapshot, when
+tuple blocks, ``simjoin.operators.s2j``) and ``buffer`` (pairs found since the last snapshot, when
 snapshots are rarer than micro-batches). State rows carry the ``unit`` that wrote them and a unit
 reads only state of earlier units, so a replay sees what the first attempt saw.
 """
@@ -31,7 +31,7 @@ class S2JRun(StreamRun):
 
     @classmethod
     def tables_at(cls, output: str) -> Any:
-        from simjoin.spark.tables import DirTables
+        from simjoin.runtime.tables import DirTables
 
         return DirTables(output)
 

@@ -33,10 +33,10 @@ from simjoin.core.s2j.adapt import assign_blocks, decide, shed_mask, window_load
 from simjoin.core.s2j.join import Block
 from simjoin.core.s2j.operator import cut_blocks
 from simjoin.log import get_logger
+from simjoin.operators.s2j import block_table, join, read_new
 from simjoin.quality.rows import epoch_us
 from simjoin.spark import delta
 from simjoin.spark.engine import on_time_max
-from simjoin.spark.s2j import block_table, join, read_new
 
 log = get_logger("simjoin.s2j")
 

@@ -111,7 +111,7 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     new_meta = {"workers": int(dec["workers"]), "high": int(dec["high"]), "low": int(dec["low"]),
                 "next_block": int(dec["next_block"]), "snapshots": snaps + (1 if due else 0),
                 "last_snapshot_unit": u.id if due else last}
-    res = u.engine.publish(u.unit, pieces, meta=new_meta, options=options)
+    res = u.publish(pieces, meta=new_meta, options=options)
     if due:
         index_snapshot(spark, run_, u, snaps)
     # blocks no tuple that can still arrive reaches: readers skip them at once, and a DELETE

@@ -41,7 +41,7 @@ class S3JRun(StreamRun):
         return self.state("assignment")
 
     def params(self, dim: int) -> Any:
-        from simjoin.spark.metric import JoinParams
+        from simjoin.operators.metric import JoinParams
 
         c = self.cfg
         return JoinParams(c.metric, float(c.threshold), bool(c.inclusive), int(c.workers), c.algorithm,

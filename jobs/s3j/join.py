@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 from jobs.s3j.common import S3JRun, S3JUnit, assignment_arrow, open_unit, window_state_arrow
 from jobs.s3j.gate import PAIR_ARROW
 from simjoin.contracts import Role, RowKind
+from simjoin.operators.metric import JOIN_ARROW, join_counters_arrow, join_task_arrow, route_by_assignment_arrow
 from simjoin.spark import delta
-from simjoin.spark.metric import JOIN_ARROW, join_counters_arrow, join_task_arrow, route_by_assignment_arrow
 
 MEMBER_COLS = ["w", "we", "partition", "workset_id", "worker", "side", "id", "vector", "role", "is_new"]
 

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from jobs.s3j.common import S3JRun, open_unit, us
-from simjoin.spark.metric import space_partition_arrow
+from simjoin.operators.metric import space_partition_arrow
 
 
 def run(spark: Any, run_: S3JRun) -> dict[str, Any]:

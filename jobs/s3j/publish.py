@@ -22,7 +22,7 @@ def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
     u = open_unit(spark, run_)
     if u is None:
         return {"unit": None}
-    res = u.engine.publish(u.unit, _pieces(run_, u), meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}})
+    res = u.publish(_pieces(run_, u), meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}})
     expire_state(u.engine, run_, res)
     return {**res, "rows_out": res["published"].get("pairs")}  # type: ignore[no-any-return]
 

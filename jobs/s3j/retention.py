@@ -27,7 +27,7 @@ CHUNK = 500
 def _state_table(output: str, tables: Sequence[str], name: str) -> str | None:
     """The state table ``name`` of the output, under the state folder its manifest names (never
     a folder told by its name), when it is among ``tables``."""
-    from simjoin.spark import manifest
+    from simjoin.runtime import manifest
 
     m = manifest.of(output)
     state = m.at("state") if m is not None else None

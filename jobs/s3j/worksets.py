@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.s3j.common import S3JRun, S3JUnit, open_unit, state_arrow, window_state_arrow
-from simjoin.spark.metric import (
+from simjoin.operators.metric import (
     FORM_ARROW,
     clusterjoin_members_arrow,
     formulate_partition_arrow,

@@ -10,7 +10,7 @@ from simjoin.pipeline.spec import Run
 class SSJRun(Run):
     """A run of ``simjoin ssj``; every table is partitioned by ``run_id`` and replaced per run."""
 
-    #: Its stages may run in process (``simjoin.core.setsim.path``): the CLI then validates in the
+    #: Its stages may run in process (``simjoin.runtime.placement``): the CLI then validates in the
     #: warm gate server instead of importing Great Expectations in a thread beside the stages,
     #: where the import took one of two cores from tokenize (the Spark path imports it in its
     #: tokenize stage, beside Spark's work).
@@ -22,7 +22,7 @@ class SSJRun(Run):
 
     @classmethod
     def tables_at(cls, output: str):  # type: ignore[no-untyped-def]
-        from simjoin.spark.tables import SSJTables
+        from simjoin.runtime.tables import SSJTables
 
         return SSJTables(output)
 

@@ -45,7 +45,7 @@ class Increment:
     reason: str
     since: dict[int, int] = field(default_factory=dict)  # side -> the base run's version of that input
     new_records: int | None = None
-    executor: str = "spark"  # where the run's stages run: in_process or spark (simjoin.core.setsim.path)
+    executor: str = "spark"  # where the run's stages run: in_process or spark (simjoin.runtime.placement)
     executor_reason: str = ""
 
     @property

@@ -74,7 +74,7 @@ def prune(output: str, tables: Sequence[str]) -> dict[str, Any]:
     output ``output`` (``tables``: its Delta tables); what was dropped, per table."""
     from deltalake import DeltaTable
 
-    from simjoin.spark import manifest
+    from simjoin.runtime import manifest
 
     m = manifest.of(output)
     have = {os.path.realpath(p) for p in tables}

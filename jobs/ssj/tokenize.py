@@ -23,8 +23,8 @@ from pyspark.sql import functions as F
 
 from jobs.ssj import increment
 from jobs.ssj.common import SSJRun
-from simjoin.core.setsim.path import PathChoice, choose_path
 from simjoin.log import get_logger
+from simjoin.runtime.placement import PathChoice, choose_path
 from simjoin.spark import delta, pins
 from simjoin.spark import setsim as S
 
@@ -70,10 +70,10 @@ def read_versions(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]]
 def check_input(spark: Any, path: str, id_col: str, text_col: str) -> None:
     """The input has the id and text columns, of allowed types: from a local table's Delta log
     (no Spark), else from Spark's schema."""
-    local = delta._local_dir(path)
+    local = delta.local_dir(path)
     if local is not None:
         try:
-            from simjoin.spark.delta_files import open_table
+            from simjoin.io.delta_files import open_table
 
             schema = pa.schema(open_table(local).schema().to_arrow())
         except Exception:  # a reader feature deltalake lacks: Spark reads the schema
@@ -87,7 +87,7 @@ def check_input(spark: Any, path: str, id_col: str, text_col: str) -> None:
 
 
 def choose(job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int]) -> PathChoice:
-    """Where this run's stages run (``simjoin.core.setsim.path``): from the inputs' Delta logs
+    """Where this run's stages run (``simjoin.runtime.placement``): from the inputs' Delta logs
     (records and Parquet bytes at the pinned versions), their text's decoded size (a sample), the
     memory available to this process now (``simjoin.memory``: MemAvailable, the cgroup's limit,
     other in-process runs' reservations) and Spark's master. An in-process choice reserves its
@@ -95,14 +95,14 @@ def choose(job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int]) 
     from simjoin.config import SparkConfig, load_config
     from simjoin.memory import available_memory, died, reserve
 
-    local = all(delta._local_dir(p) is not None for p in [*(p for _, p in sides), job.output])
+    local = all(delta.local_dir(p) is not None for p in [*(p for _, p in sides), job.output])
     records = size = decoded = 0
     if local:
         from deltalake import DeltaTable
 
         for s, p in sides:
             try:
-                table = DeltaTable(str(delta._local_dir(p)), version=versions[s])
+                table = DeltaTable(str(delta.local_dir(p)), version=versions[s])
                 acts = table.get_add_actions(flatten=True)
                 n = np.asarray(acts.column("num_records").to_pylist(), dtype=float)
                 size += int(np.nansum(np.asarray(acts.column("size_bytes").to_pylist(), dtype=float)))
@@ -251,7 +251,7 @@ def _run_in_process(spark: Any, job: SSJRun, sides: list[tuple[int, str]], versi
     t0 = time.perf_counter()
 
     def read(side: int, path: str, since: int | None) -> pa.Table:
-        return L.read_input(delta._local_dir(path) or path, versions[side], cfg.id_col, cfg.text_col, side,
+        return L.read_input(delta.local_dir(path) or path, versions[side], cfg.id_col, cfg.text_col, side,
                             f"input {path}", appended_since=since)
 
     parts = [read(s, p, inc.since[s] if inc.incremental else None) for s, p in sides]

@@ -11,11 +11,10 @@ import shutil
 import tempfile
 from contextlib import AbstractContextManager
 from pathlib import Path
-
-from pyspark.sql import SparkSession
+from typing import Any
 
 from simjoin.log import get_logger, stage
-from simjoin.spark import jvmcache
+from simjoin.spark import jvmcache, session
 
 log = get_logger("simjoin.jvm")
 
@@ -29,7 +28,7 @@ def record(force: bool = False) -> tuple[Path, bool]:
     final = jvmcache.archive_path(packages)
     if final.is_file() and not force:
         return final, False
-    if SparkSession.getActiveSession() is not None:
+    if session.active_session() is not None:
         raise RuntimeError("cache-jvm needs a fresh process: a Spark session is already running here")
     flags, tmp = jvmcache.recording_flags(packages)
     work = Path(tempfile.mkdtemp(prefix="simjoin-cache-jvm-"))
@@ -54,7 +53,7 @@ def own_warehouse(path: Path) -> AbstractContextManager[None]:
     return temp_env("SIMJOIN_WAREHOUSE", str(path))
 
 
-def _workload(spark: SparkSession, work: Path) -> None:
+def _workload(spark: Any, work: Path) -> None:
     from jobs.tools.demo import s3j_demo
     from simjoin.pipeline import get_spec
     from simjoin.pipeline.runner import run_pipeline

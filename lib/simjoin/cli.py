@@ -157,8 +157,8 @@ def _spark_history(path: str, master: str | None) -> list[dict[str, Any]]:
 
 def _owned_by(path: str) -> str:
     """``; the <role> of simjoin <pipeline>'s output <output>``, from the manifest that owns the
-    table (``simjoin.spark.manifest``); empty for a table no output owns."""
-    from simjoin.spark.manifest import find_for
+    table (``simjoin.runtime.manifest``); empty for a table no output owns."""
+    from simjoin.runtime.manifest import find_for
 
     if "://" in path:
         return ""
@@ -262,7 +262,7 @@ def maintain(output: str, retention: str | None, timing_retention: str | None) -
     from simjoin.pipeline.maintain import maintain as run_maintain
     from simjoin.pipeline.runner import one_line
     from simjoin.pipeline.timing import timing_path
-    from simjoin.spark import maintenance
+    from simjoin.runtime import maintenance
 
     try:
         res = run_maintain(output, retention)

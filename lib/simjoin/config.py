@@ -323,6 +323,10 @@ class StreamConfig:
     max_records_per_unit: int = param(1_000_000, "A unit stages at most this many input records (whole commits of "
                                                  "local Delta inputs, a single larger commit alone): a backlog becomes "
                                                  "several bounded units, one after another.", ge=1, state=False)
+    executor: str = param("auto", "Where a unit's stages run: auto (in process when its tables are local and it "
+                                  "has at most SIMJOIN_LOCAL_UNIT_ROWS records, else Spark), in_process (no JVM: "
+                                  "Arrow, numpy and deltalake in this process; local tables only) or spark.",
+                          choices=("auto", "in_process", "spark"), state=False)
 
     @property
     def max_future_s(self) -> float:
@@ -348,6 +352,13 @@ def check_stream_paths(cfg: Any, section: str,
         other = getattr(cfg, k)
         check(cfg.output is None or other is None or not same_path(cfg.output, other), section, "output",
               cfg.output, output_allowed.format(k=k))
+    if getattr(cfg, "executor", "auto") == "in_process":
+        for k in ("left", "right", "output"):
+            v = getattr(cfg, k, None)
+            local = v is None or ("%" not in str(v) and ("://" not in str(v) or str(v).startswith("file:")))
+            check(local, section, "executor", "in_process",
+                  f"auto or spark: --{k} {v} is not a local path, and the in-process executor reads and writes "
+                  "local Delta tables only")
 
 
 T = TypeVar("T")

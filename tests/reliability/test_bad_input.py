@@ -567,9 +567,8 @@ def test_bad_input_is_one_error_line_from_the_cli(spark, bases, tmp_path, monkey
 def _as_typed(spec, needle: str) -> str:
     """A DAG's needle (``ssj.threshold=1.5``: the config key) as the command line says it: the flag
     the user typed (``--threshold 1.5``)."""
-    from simjoin.pipeline.cli import flags
-
     from simjoin.config import flagged
+    from simjoin.pipeline.cli import flags
 
     fl = flags(spec)
     m = re.search(rf"(invalid config )?{re.escape(spec.config_section)}\.(\w+)=", needle)

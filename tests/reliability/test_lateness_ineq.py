@@ -191,8 +191,18 @@ def _drive(c):
     """The pipeline's unit loop on SPO-Join's steps without Spark (as ``jobs/ineq`` runs them):
     late rows dropped by the rule, every state row and the new tuples probed, merge, expiry with
     the lateness after every unit. Returns (pairs in publication order, late ids, most live tuples)."""
-    from simjoin.core.inequality.spo import BATCH, MUTABLE, NEW, IneqParams, Window, expired, merge_state, \
-        new_tuples, probe_row, read_mutable
+    from simjoin.core.inequality.spo import (
+        BATCH,
+        MUTABLE,
+        NEW,
+        IneqParams,
+        Window,
+        expired,
+        merge_state,
+        new_tuples,
+        probe_row,
+        read_mutable,
+    )
 
     m = c["merge"]
     slide = int(m["slide"][:-1]) * SECOND if "slide" in m else None

@@ -44,7 +44,7 @@ def _pairs(out: str) -> list[tuple[int, int, int]]:
     """The output as (left_id, right_id, window start in seconds after T0), with repeats."""
     try:
         t = DeltaTable(out).to_pyarrow_table(columns=["left_id", "right_id", "window_start"]).to_pydict()
-    except Exception:  # noqa: BLE001 - no output yet (nothing published)
+    except Exception:
         return []
     t0 = int(T0.timestamp() * US)
     ws = [(int(w.timestamp() * US) - t0) // US for w in t["window_start"]]
@@ -54,7 +54,7 @@ def _pairs(out: str) -> list[tuple[int, int, int]]:
 def _quarantine(out: str) -> list[tuple[int, int, str]]:
     try:
         t = DeltaTable(out + "_quarantine").to_pyarrow_table(columns=["side", "id", "reason"]).to_pydict()
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []
     return sorted(zip(t["side"], t["id"], t["reason"]))
 

@@ -17,7 +17,7 @@ maintained from a folder that holds tables at the same relative names; and an ss
 
 The clock advances by ageing every commit (its ``commitInfo`` time, the removes' deletion times,
 the log files' modification times: what vacuum and the log cleanup go by). Real Delta tables
-(deltalake), real maintenance (``simjoin.spark.maintenance``). A fast subset runs in ``make test``,
+(deltalake), real maintenance (``simjoin.runtime.maintenance``). A fast subset runs in ``make test``,
 more seeds under ``-m exhaustive``.
 """
 
@@ -33,8 +33,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from simjoin.spark import maintenance, manifest
-from simjoin.spark.tables import StreamTables
+from simjoin.runtime import maintenance, manifest
+from simjoin.runtime.tables import StreamTables
 
 HOUR = 3600.0
 
@@ -166,7 +166,7 @@ class Runs:
     KEEP = 3
 
     def __init__(self, root: Path, name: str) -> None:
-        from simjoin.spark.tables import SSJTables
+        from simjoin.runtime.tables import SSJTables
 
         self.out = root / name
         self.layout = SSJTables(str(self.out)).layout()

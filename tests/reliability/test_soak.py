@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from simjoin.spark.maintenance import COMPACT_MIN_FILES
+from simjoin.runtime.maintenance import COMPACT_MIN_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

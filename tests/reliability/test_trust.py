@@ -170,7 +170,7 @@ def _age(table: Path, version: int, seconds_ago: float) -> None:
 def test_a_retention_that_is_not_whole_hours_keeps_every_version_within_it(tmp_path, monkeypatch):
     """Written 3 h ago, replaced 70 minutes ago; maintained with a 90-minute retention: the table as
     of 75 minutes ago (version 0) still reads, with its file."""
-    from simjoin.spark import maintenance
+    from simjoin.runtime import maintenance
 
     monkeypatch.setenv("SIMJOIN_RETENTION_CHECK", "0")
     t = tmp_path / "out"
@@ -194,7 +194,7 @@ def test_a_retention_that_is_not_whole_hours_keeps_every_version_within_it(tmp_p
 def test_an_output_folder_named_like_a_work_folder_keeps_its_history(tmp_path, monkeypatch):
     """An S2J-like directory output called ``jobs_work``: its task tables are user tables (kept for
     the retention); only its declared ``_state``/``_work`` folders are internal."""
-    from simjoin.spark import maintenance
+    from simjoin.runtime import maintenance
 
     monkeypatch.setenv("SIMJOIN_RETENTION_CHECK", "0")
     out = tmp_path / "jobs_work"
@@ -332,7 +332,7 @@ def test_the_in_process_estimate_counts_decoded_text_and_the_memory_really_avail
     and the reason says so."""
     from jobs.ssj.tokenize import choose
     from simjoin import memory
-    from simjoin.core.setsim.path import in_process_bytes
+    from simjoin.runtime.placement import in_process_bytes
     from simjoin.pipeline import get_spec
 
     n = 20_000

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from simjoin.spark import delta, delta_files
+from simjoin.io import delta_files
+from simjoin.spark import delta
 from tests.helpers import commit_engines
 
 ROWS = "id long, side tinyint, name string, d double, ts timestamp, v array<double>, run_id string"

@@ -51,13 +51,11 @@ def test_background_writes_complete_and_raise(spark, tmp_table):
         delta.overwrite_partition(spark.range(7).withColumn("run_id", F.lit("r")), a, {"run_id": "r"})
         delta.overwrite_partition(spark.range(3).withColumn("run_id", F.lit("r")), b, {"run_id": "r"})
     assert delta.read_table(spark, a).count() == 7 and delta.read_table(spark, b).count() == 3
-    with pytest.raises(ValueError, match="partition columns"):
-        with delta.background_writes():
-            delta.overwrite_partition(spark.range(3), b, {"run_id": "r"})  # checked before submitting
+    with pytest.raises(ValueError, match="partition columns"), delta.background_writes():
+        delta.overwrite_partition(spark.range(3), b, {"run_id": "r"})  # checked before submitting
     bad = spark.range(3).withColumn("run_id", F.lit("r")).selectExpr("id", "run_id", "IF(id = 1, CAST(raise_error('boom') AS long), id) AS x")
-    with pytest.raises(Exception, match="boom"):
-        with delta.background_writes():
-            delta.overwrite_partition(bad, tmp_table("bg_c"), {"run_id": "r"})
+    with pytest.raises(Exception, match="boom"), delta.background_writes():
+        delta.overwrite_partition(bad, tmp_table("bg_c"), {"run_id": "r"})
 
 
 def test_overwrite_rows_is_overwrite_partition_without_spark_jobs(spark, tmp_table, monkeypatch):
@@ -70,7 +68,7 @@ def test_overwrite_rows_is_overwrite_partition_without_spark_jobs(spark, tmp_tab
     p = tmp_table("rows")
     schema = "k int, v string, at timestamp, ls array<int>, ok boolean, run_id string"
     t0 = dt.datetime(2026, 1, 1, 12, 0, 0)
-    from simjoin.spark import delta_files
+    from simjoin.io import delta_files
 
     monkeypatch.setattr(delta_files, "ENABLED", False)  # Spark writes the table first
     delta.overwrite_partition(spark.createDataFrame([(9, "old", t0, [1], True, "r0")], schema), p, {"run_id": "r0"})
@@ -110,7 +108,7 @@ def test_append_rows_shares_spark_txn_and_commit_metadata(spark, tmp_table, monk
     import json
 
     from simjoin import faults
-    from simjoin.spark import delta_files
+    from simjoin.io import delta_files
 
     monkeypatch.setattr(delta_files, "ENABLED", False)  # append_idempotent here is Spark's writer
     p = tmp_table("txn")

@@ -1,5 +1,5 @@
 """Direct ingest: a new S3J output on local tables reads its inputs' new versions by their Delta
-logs (``simjoin.spark.delta_source``), with no streaming query. It must stage exactly what the
+logs (``simjoin.io.delta_source``), with no streaming query. It must stage exactly what the
 streaming query stages (``SIMJOIN_DIRECT_INGEST=0``): the same pairs and the same quarantine,
 run after run, over several appends per run, a compaction of an input (not read again) and an
 empty input; a run that crashes after planning, inside or after staging a micro-batch loses and

@@ -1,6 +1,6 @@
 """Two executors, one truth: a unit on the in-process executor (Arrow and deltalake, no Spark job)
-and the same unit on the Spark executor (``SIMJOIN_LOCAL_UNIT_ROWS=0``: the stage functions inside
-Spark jobs) write identical tables - output, state, stats (less the seconds), quarantine and
+and the same unit on the Spark executor (``--executor spark``: the stage functions inside Spark
+jobs) write identical tables - output, state, stats (less the seconds), quarantine and
 progress - whichever executor ran the units before it.
 
 Property test per pipeline over seeds and shapes: self-joins and two streams, cuts inside
@@ -14,6 +14,7 @@ Every run is also checked pair for pair against the brute force."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import numpy as np
@@ -89,6 +90,11 @@ def _tables(out: str, names: dict[str, str]) -> dict[str, list[tuple]]:
             continue
         cols = sorted(c for c in t.column_names if c not in NOT_RESULTS)
         rows = t.select(cols).to_pylist()
+        for r in rows:  # the progress row records which executor ran its unit: not a result
+            if k == "progress" and r.get("meta"):
+                meta = json.loads(r["meta"])
+                assert meta.pop("executor") in ("in_process", "spark") and meta.pop("executor_reason")
+                r["meta"] = json.dumps(meta, sort_keys=True)
         got[k] = sorted(tuple((c, repr(r[c])) for c in cols) for r in rows)
     return got
 
@@ -103,8 +109,7 @@ def _run(spark, tmp, conf: dict, pieces: list[list[pa.Table]], on_spark, monkeyp
     for u, per_side in enumerate(pieces):
         for path, t in zip([conf["left"], conf.get("right")], per_side, strict=False):
             write_deltalake(path, t, mode="append")
-        monkeypatch.setenv("SIMJOIN_LOCAL_UNIT_ROWS", "0" if on_spark(u) else "200000")
-        _, res = run_named(spark, pipeline, **conf)
+        _, res = run_named(spark, pipeline, **conf, executor="spark" if on_spark(u) else "in_process")
         assert res["rounds"] and all(len(r) > 1 for r in res["rounds"]), res  # every stage ran
     return _tables(conf["output"], names)
 
@@ -521,6 +526,7 @@ def test_task_results_come_back_through_the_result_folder_or_spark_alike(spark, 
 
     import pyarrow.compute as pc
 
+    from simjoin.runtime import executor
     from simjoin.spark import routing
 
     schema = pa.schema([("x", pa.int64()), ("y", pa.int64())])
@@ -540,7 +546,7 @@ def test_task_results_come_back_through_the_result_folder_or_spark_alike(spark, 
         return got
 
     monkeypatch.setattr(routing, "_result_folder", record)
-    want = routing.task_table(t, task, fn, schema)
+    want = executor.task_table(t, task, fn, schema)
     before = routing.files_read
     via_files = routing.spark_task_table(spark, t, task, fn, schema)
     assert routing.files_read - before == 4  # one file per task

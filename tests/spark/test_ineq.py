@@ -75,7 +75,9 @@ def test_two_streams_time_window_in_pieces_with_a_crash(spark, tmp_path, monkeyp
     assert sorted(r["unit"] for r in stats) == [0, 1, 2]
     assert sum(r["result_pairs"] for r in stats) == len(ref)
     assert max(r["live_batches"] for r in stats) >= 2  # probes ran against immutable PO-Join batches
-    from simjoin.report import render  # simjoin report's plots from the real stats table
+    from simjoin.report import (
+        render,  # simjoin report's plots from the real stats table  # simjoin report's plots from the real stats table
+    )
 
     files = render(spark.read.format("delta").load(conf["output"] + "_stats").toPandas(), str(tmp_path / "rep"))
     assert sorted(f.rsplit("/", 1)[1] for f in files) == ["ineq_batches.png", "ineq_load.png", "ineq_times.png"]

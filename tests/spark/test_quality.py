@@ -42,7 +42,7 @@ def test_uniqueness_check_is_great_expectations_own(spark, monkeypatch, on_drive
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
-    from simjoin.quality import unique
+    from simjoin.spark import unique
 
     monkeypatch.setattr(unique, "DRIVER_ROWS", 10**9 if on_driver else 0)
     ctx = gates._context()
@@ -62,7 +62,7 @@ def test_uniqueness_check_is_great_expectations_own(spark, monkeypatch, on_drive
             if not r.success:
                 assert r.failures[0]["unexpected_count"] == theirs.results[0].result["unexpected_count"]
             ds.delete_asset(asset.name)
-    assert list(unique._repeated(__import__("numpy").array([5, 1, 5, 2, 1, 5]))) == [1, 5]
+    assert list(unique.repeated(__import__("numpy").array([5, 1, 5, 2, 1, 5]))) == [1, 5]
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ from pyspark.sql import functions as F
 
 from simjoin.contracts import RowKind
 from simjoin.core.metric import brute_force_join, pairwise
-from simjoin.spark import delta
-from simjoin.spark.metric import (
+from simjoin.operators.metric import (
     FORM_ARROW,
     JOIN_ARROW,
     JoinParams,
@@ -26,11 +25,12 @@ from simjoin.spark.metric import (
     join_task_arrow,
     space_partition_arrow,
 )
+from simjoin.spark import delta
 from simjoin.spark.routing import spark_task_table
 from tests.helpers import commit_engines, run_s3j
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "s3j"
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SCHEMA = "id long, ts timestamp, vector array<double>"
 
 
@@ -143,7 +143,7 @@ def test_pipeline_two_streams_sliding_windows_across_microbatches(spark, tmp_pat
     ``task_files``: the join tasks write the pairs into the output's directory and publish commits
     those files; without (an output that is not local), the units run on the Spark executor, the
     join tasks hand their pairs back as rows and publish appends them."""
-    from simjoin.spark import delta_files
+    from simjoin.io import delta_files
 
     monkeypatch.setattr(delta_files, "ENABLED", task_files)
     if not task_files:  # an output that is not local: its units run on the Spark executor

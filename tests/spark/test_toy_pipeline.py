@@ -101,9 +101,8 @@ def test_cli_command_from_the_spec(spark, tmp_path, toy_input):
 
 
 def test_dag_from_the_spec_runs(spark, tmp_path, toy_input, airflow_db):
-    from airflow.sdk.exceptions import ParamValidationError
-
     from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    from airflow.sdk.exceptions import ParamValidationError
 
     # a DAG file of two lines, as in dags/, loaded by a real DagBag and serialized like the project's
     folder = tmp_path / "dags"

@@ -15,7 +15,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import types as T
 
-from simjoin.spark import delta_source
+from simjoin.io import delta_source
+from simjoin.spark import delta
 
 
 def rows(n: int, start: int = 0, extra: bool = False) -> pa.Table:
@@ -50,15 +51,15 @@ def test_the_newest_version_probed_from_the_last_read_equals_a_listing(tmp_path)
 def test_the_kept_schema_follows_new_commits_and_equals_a_fresh_snapshot(tmp_path):
     p = str(tmp_path / "in")
     write_deltalake(p, rows(3), mode="append")
-    assert delta_source.spark_schema(p, 0) == fresh_schema(p, 0)
+    assert delta.spark_schema(p, 0) == fresh_schema(p, 0)
     for i in range(1, 4):
         write_deltalake(p, rows(3, 10 * i), mode="append")
-    assert delta_source.spark_schema(p, 3) == fresh_schema(p, 3)
+    assert delta.spark_schema(p, 3) == fresh_schema(p, 3)
     write_deltalake(p, rows(3, 100, extra=True), mode="append", schema_mode="merge")  # the schema evolves
-    got = delta_source.spark_schema(p, 4)
+    got = delta.spark_schema(p, 4)
     assert "k" in got.fieldNames() and got == fresh_schema(p, 4)
-    assert delta_source.spark_schema(p, 2) == fresh_schema(p, 2)  # an older version: opened at it
-    assert "k" not in delta_source.spark_schema(p, 2).fieldNames()
+    assert delta.spark_schema(p, 2) == fresh_schema(p, 2)  # an older version: opened at it
+    assert "k" not in delta.spark_schema(p, 2).fieldNames()
     assert delta_source.unsupported(p) is None
 
 
@@ -66,13 +67,13 @@ def test_a_table_written_again_at_the_path_is_not_taken_for_the_kept_one(tmp_pat
     p = str(tmp_path / "in")
     write_deltalake(p, rows(3), mode="append")
     write_deltalake(p, rows(3, 10), mode="append")
-    assert "k" not in delta_source.spark_schema(p, 1).fieldNames()
+    assert "k" not in delta.spark_schema(p, 1).fieldNames()
     shutil.rmtree(p)
     write_deltalake(p, rows(3, extra=True), mode="append")
     write_deltalake(p, rows(3, 10, extra=True), mode="append")
     write_deltalake(p, rows(3, 20, extra=True), mode="append")
-    assert delta_source.spark_schema(p, 2) == fresh_schema(p, 2)
-    assert "k" in delta_source.spark_schema(p, 2).fieldNames()
+    assert delta.spark_schema(p, 2) == fresh_schema(p, 2)
+    assert "k" in delta.spark_schema(p, 2).fieldNames()
 
 
 def test_a_partitioned_input_is_refused_by_its_kept_metadata(tmp_path):
@@ -81,7 +82,7 @@ def test_a_partitioned_input_is_refused_by_its_kept_metadata(tmp_path):
     assert delta_source.unsupported(p) == "it is partitioned by ['k']"
     write_deltalake(p, rows(3, 10, extra=True), mode="append")
     with pytest.raises(ValueError, match=r"at version 1: it is partitioned by \['k'\]"):
-        delta_source.spark_schema(p, 1)
+        delta.spark_schema(p, 1)
 
 
 def test_the_table_id_once_the_first_commits_are_cleaned_up(tmp_path):

@@ -1,4 +1,4 @@
-"""Table maintenance (``simjoin maintain``, ``simjoin.spark.maintenance``) on real Delta tables
+"""Table maintenance (``simjoin maintain``, ``simjoin.runtime.maintenance``) on real Delta tables
 written with deltalake the way a stream pipeline lays them out: compaction keeps every row,
 state written one part per file is never compacted, vacuum and log cleanup honour the retention,
 a direct ingest's old offsets and published units' markers go, the lock is respected, and a
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from simjoin.spark import maintenance
+from simjoin.runtime import maintenance
 
 BIN = Path(sys.executable).parent
 OWNER = "simjoin.owner=ineq"
@@ -131,7 +131,7 @@ def test_retention_floor_and_schedule(tmp_path, monkeypatch):
 
 
 def test_a_table_kept_open_is_read_right_after_its_log_is_cleaned(tmp_path, no_floor):
-    from simjoin.spark.delta_files import open_table
+    from simjoin.io.delta_files import open_table
 
     p = tmp_path / "t"
     for u in range(5):
@@ -215,8 +215,8 @@ def test_ssj_prune_drops_the_partitions_of_runs_let_go(tmp_path, monkeypatch):
                         mode="append")
     monkeypatch.setenv("SIMJOIN_SSJ_KEEP_RUNS", "2")
     tables = [str(out), *(str(tmp_path / f"pairs{x}") for x in ("_tokens", "_runs", "_increments"))]
-    from simjoin.spark import manifest
-    from simjoin.spark.tables import SSJTables
+    from simjoin.runtime import manifest
+    from simjoin.runtime.tables import SSJTables
 
     # the output's manifest, as the run's first stage writes it: the rule finds the tables by role
     manifest.write(manifest.create("ssj", str(out), SSJTables(str(out)).layout(), tables))

@@ -18,8 +18,8 @@ from simjoin.pipeline.lock import output_lock
 from simjoin.pipeline.maintain import layout_of
 from simjoin.pipeline.maintain import maintain as maintain_output
 from simjoin.pipeline.runner import claim_output
-from simjoin.spark import maintenance, manifest
-from simjoin.spark.tables import DirTables, StreamTables
+from simjoin.runtime import maintenance, manifest
+from simjoin.runtime.tables import DirTables, StreamTables
 
 
 def _table(path: Path, owner: str | None, unit: int = 0, mode: str = "append") -> None:

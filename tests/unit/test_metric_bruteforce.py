@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from simjoin.core.metric import METRICS, brute_force_join, brute_force_join_windows
 
 
@@ -13,7 +14,7 @@ def _numpy_pairs(metric, X, ids, side, t, inclusive):  # type: ignore[no-untyped
     else:
         c = np.clip((X @ X.T) / np.outer(np.linalg.norm(X, axis=1), np.linalg.norm(X, axis=1)), -1, 1)
         D = np.arccos(c) / np.pi if metric == "angular" else 1 - c
-    ok = D <= t if inclusive else D < t
+    ok = t >= D if inclusive else t > D
     out = set()
     for i, j in zip(*np.nonzero(ok)):
         if side is None and i < j:
@@ -42,7 +43,7 @@ def test_brute_force_matches_numpy(metric: str, two_stream: bool) -> None:
     assert np.all(np.diff(L) >= 0)  # sorted
     if not two_stream:
         assert (L < R).all()
-    assert (D < t).all()
+    assert (t > D).all()
 
 
 def test_brute_force_windows_never_cross() -> None:

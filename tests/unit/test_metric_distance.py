@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from simjoin.core.metric import (
     METRICS,
     check_metric,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from simjoin.core.metric import (
     METRICS,
     CentroidState,

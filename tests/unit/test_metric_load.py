@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from simjoin.core.metric import (
     assign_worksets_greedy,
     balance_worksets,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from simjoin.core.metric import (
     METRICS,
     pairwise,
@@ -57,7 +58,7 @@ def test_space_partition_home_and_criterion1(metric: str) -> None:
     assert b.criterion1(D[r, p], dmin[r]).all()
     assert routes_outer(sp.home[r], p).all()
     # every record satisfying the nominal criterion + routing is copied
-    nominal = (D <= dmin[:, None] + 2 * b.tau) & routes_outer(sp.home[:, None], np.arange(6)[None, :])
+    nominal = (dmin[:, None] + 2 * b.tau >= D) & routes_outer(sp.home[:, None], np.arange(6)[None, :])
     nominal[np.arange(len(X)), sp.home] = False
     got = np.zeros_like(nominal)
     got[r, p] = True

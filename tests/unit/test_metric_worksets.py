@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from simjoin.core.metric import (
     INNER,
     METRICS,
@@ -177,7 +178,7 @@ def test_pruned_outer_sets_keep_results_and_computations(metric):
         ids = np.concatenate([np.arange(300), np.arange(300)])
         r = s3j_join_window(X, ids, side, metric, t, n_workers=4, centroid_state=state)
         D = pairwise(metric, X[:300], X[300:])
-        want = set(zip(*np.nonzero(D < t)))
+        want = set(zip(*np.nonzero(t > D)))
         assert set(zip(r.left_id.tolist(), r.right_id.tolist())) == want
         space = space_partition(X, random_centroids(4, 2, 42), metric, t)
         full = formulate_worksets(X, space, metric, t, state=state, prune_outer=False)

@@ -11,7 +11,7 @@ import threading
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from simjoin.spark import delta_files
+from simjoin.io import delta_files
 
 
 def _rows(t):

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from simjoin.core.setsim import brute_force_pairs, make_plan
-from simjoin.core.setsim.path import choose_path, in_process_bytes
+from simjoin.runtime.placement import choose_path, in_process_bytes
 from simjoin.spark import setsim as S
 from simjoin.spark import setsim_local as L
 

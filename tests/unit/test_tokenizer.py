@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from simjoin.spark.tokenizer import sort_within, token_codes, tokenize
+from simjoin.operators.tokenizer import sort_within, token_codes, tokenize
 
 
 def _reference(text, q):

@@ -195,7 +195,7 @@ def output_lock(output: str | None, run_id: str, what: str = "") -> Iterator[str
             log.info("output %s is not a local path: no run lock is taken (one run at a time is up to you)", output)
         yield None
         return
-    from simjoin.spark import manifest
+    from simjoin.runtime import manifest
 
     manifest.read(str(output))  # a moved or copied output is refused before its lock is taken (Moved)
     os.makedirs(os.path.dirname(path), exist_ok=True)

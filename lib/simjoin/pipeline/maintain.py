@@ -1,4 +1,4 @@
-"""A pipeline's table maintenance, on the platform's schedule (``simjoin.spark.maintenance`` does
+"""A pipeline's table maintenance, on the platform's schedule (``simjoin.runtime.maintenance`` does
 the work): ``simjoin maintain --output PATH``; a stream run (CLI or ``--follow``) after every
 ``--maintain-every`` units (``SIMJOIN_MAINTAIN_EVERY``, default 100); and each DAG's last task,
 ``maintain``, which maintains a stream's tables once that many units were published since the
@@ -43,7 +43,7 @@ def rules(pipeline: str | PipelineSpec | None) -> dict[str, str]:
 
 def _maintain(output: str, pipeline: str | PipelineSpec | None, retention: str | float | None) -> Any:
     """The pipeline's own retention rule (``PipelineSpec.retain``: ssj's runs), then every table."""
-    from simjoin.spark import maintenance, manifest
+    from simjoin.runtime import maintenance, manifest
 
     spec = None
     if pipeline is not None:
@@ -62,7 +62,7 @@ def _maintain(output: str, pipeline: str | PipelineSpec | None, retention: str |
 def layout_of(spec: PipelineSpec | None, output: str) -> dict[str, str] | None:
     """Role -> path of every part the pipeline writes for ``output`` (its run class's
     ``tables_at(output).layout()``; None: it names none beyond its output): what an output
-    manifest records (``simjoin.spark.manifest``), and what an output of an earlier release
+    manifest records (``simjoin.runtime.manifest``), and what an output of an earlier release
     is migrated with."""
     if spec is None:
         return None
@@ -77,7 +77,7 @@ def maintain(output: str, retention: str | float | None = None, lock: bool = Tru
     output's lock (a run writing it now makes this refused with one line)."""
     from contextlib import nullcontext
 
-    from simjoin.spark import maintenance
+    from simjoin.runtime import maintenance
 
     pipeline = maintenance.pipeline_of(output)
     with output_lock(output, run_id, "maintenance") if lock else nullcontext():
@@ -88,7 +88,7 @@ def after_unit(run: Run, unit: int | None, every: int | None = None) -> Any:
     """In a stream run that holds the output's lock, after ``unit`` was published: maintain the
     output's tables when due. A failure is logged and left for the next due unit: the unit is
     published, and maintenance never changes what a reader sees."""
-    from simjoin.spark import maintenance
+    from simjoin.runtime import maintenance
 
     if run.spec.run_type != "stream" or unit is None:
         return None
@@ -109,7 +109,7 @@ def after_unit(run: Run, unit: int | None, every: int | None = None) -> Any:
 def _timing() -> None:
     """The warehouse's task-timing table (shared by every pipeline; its rows kept 30 days)."""
     from simjoin.pipeline.timing import timing_path
-    from simjoin.spark import maintenance
+    from simjoin.runtime import maintenance
 
     try:
         maintenance.maintain_timing(timing_path())
@@ -121,7 +121,7 @@ def _timing() -> None:
 def run_maintain_task(pipeline: str | PipelineSpec, params: dict[str, Any], run_id: str) -> dict[str, Any]:
     """The DAG's ``maintain`` task: a stream's tables when due (the units published since the last
     maintenance), a batch pipeline's after every run; under the output's lock."""
-    from simjoin.spark import maintenance
+    from simjoin.runtime import maintenance
 
     spec = pipeline if isinstance(pipeline, PipelineSpec) else get_spec(pipeline)
     run = spec.make_run(params, run_id)

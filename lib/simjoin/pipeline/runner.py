@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -76,7 +77,7 @@ def guard_outputs(spark: Any, run: Run) -> None:
 
 
 def claim_output(run: Run) -> Any:
-    """The output's manifest (``simjoin.spark.manifest``), checked before anything is written: an
+    """The output's manifest (``simjoin.runtime.manifest``), checked before anything is written: an
     output moved or copied, or one another pipeline wrote, is refused in one line; an output of an
     earlier release gets its manifest now. A batch pipeline's manifest is written here, at its
     first run, with every part of its layout that is not there yet or is a Delta table of this
@@ -84,7 +85,7 @@ def claim_output(run: Run) -> Any:
     else is refused (simjoin never takes over a foreign file). A stream's is written by its engine
     when it creates the output's checkpoint, after the same checks."""
     from simjoin.pipeline.maintain import layout_of
-    from simjoin.spark import manifest
+    from simjoin.runtime import manifest
 
     out = output_of(run)
     layout = layout_of(run.spec, out) if out is not None and "://" not in out else None
@@ -121,7 +122,7 @@ def claimed(run: Run) -> Iterator[Any]:
     """:func:`claim_output` around the work that first writes the output: a manifest this claim
     wrote is removed again when that work fails before any table it owns exists (a run refused
     for its input leaves nothing behind)."""
-    from simjoin.spark import manifest
+    from simjoin.runtime import manifest
 
     out = output_of(run)
     had = out is not None and "://" not in out and manifest.locate(out) is not None
@@ -321,7 +322,10 @@ def run_task(pipeline: str, stage: str, params: dict[str, Any], run_id: str) -> 
 
         raise AirflowFailException(one_line(e)) from e
     finally:
-        _release_warm_session()
+        if "pyspark" in sys.modules:  # a task that never loaded Spark has no session to end
+            from simjoin.spark.session import release_warm_session
+
+            release_warm_session()
 
 
 def run_kind(ctx: Any) -> tuple[str, Any]:
@@ -332,18 +336,6 @@ def run_kind(ctx: Any) -> tuple[str, Any]:
     trigger = kind if kind in TRIGGERS else "manual"
     end = ctx.get("data_interval_end") if trigger in ("scheduled", "backfill") else None
     return trigger, end
-
-
-def _release_warm_session() -> None:
-    """End this task's session on the warm Spark now (its temp views and settings go with it),
-    not when the server's idle timeout notices the process is gone."""
-    from pyspark.sql import SparkSession
-
-    from simjoin.spark.session import is_remote
-
-    active = SparkSession.getActiveSession()
-    if active is not None and is_remote(active):
-        active.stop()
 
 
 def one_line(e: BaseException) -> str:
@@ -530,7 +522,7 @@ def follow_pipeline(spark: Any, run: Run, trigger_s: float, max_units: int | Non
         raise ValueError(f"--trigger {trigger_s:g}s: allowed a duration > 0, e.g. 5s")
     units: list[dict[str, Any]] = []
     timed: list[Any] = []
-    from simjoin.spark.delta_files import keeping
+    from simjoin.io.delta_files import keeping
 
     state = getattr(getattr(run, "tables", None), "state_dir", None)
     # the state tables stay in memory between units (Delta is the savepoint, read again at a restart)

@@ -23,7 +23,7 @@ class StreamRun(Run):
 
     STATE: ClassVar[dict[str, str]] = {}
     #: state tables written one part per file, so that expiry drops whole files: maintenance
-    #: never compacts them (``simjoin.spark.maintenance``)
+    #: never compacts them (``simjoin.runtime.maintenance``)
     STATE_BY_PART: ClassVar[tuple[str, ...]] = ()
     #: retention rules of state (or side) tables by name, applied by maintenance (``simjoin.pipeline.maintain``):
     #: ``"latest"`` - only the newest unit's rows are ever read (older ones go); ``"history"`` -
@@ -41,7 +41,7 @@ class StreamRun(Run):
 
     @classmethod
     def tables_at(cls, output: str) -> Any:
-        from simjoin.spark.tables import StreamTables
+        from simjoin.runtime.tables import StreamTables
 
         return StreamTables(output)
 
@@ -93,18 +93,20 @@ class StreamRun(Run):
     def open_unit(self, spark: Any) -> Any:
         """The engine's open unit (:class:`OpenUnit`), or None when nothing is staged. Stages of one
         process share it (``frames``; cleared when the run's stages are done). Its records are a
-        pyarrow Table whichever executor runs it; a unit of at most :func:`in_process_rows`
-        records on local tables of a pipeline with ``IN_PROCESS`` runs on the in-process executor,
-        and every task of the unit decides alike."""
+        pyarrow Table whichever executor runs it: the one ``--executor`` asks for, or (``auto``)
+        the in-process executor for a unit of at most :func:`in_process_rows` records on local
+        tables of a pipeline with ``IN_PROCESS``, else Spark (``simjoin.runtime.placement.choose_unit``);
+        every task of the unit decides alike."""
         if "open_unit" in self.frames:
             return self.frames["open_unit"]
-        u = OpenUnit.of(self.engine(spark), self, in_process=self.IN_PROCESS)
+        requested = str(getattr(self.cfg, "executor", "auto") or "auto")
+        u = OpenUnit.of(self.engine(spark), self, requested=requested if self.IN_PROCESS else "spark")
         if u is not None:
             from simjoin.log import get_logger
 
             where = "in-process executor" if u.in_process else "Spark executor (its stages' tasks in Spark jobs)"
-            get_logger("simjoin.pipeline").info("%s: unit %d runs on the %s (%d records)", self.pipeline, u.id, where,
-                                                u.records.num_rows)
+            get_logger("simjoin.pipeline").info("%s: unit %d runs on the %s (%d records): %s", self.pipeline, u.id,
+                                                where, u.records.num_rows, u.executor.reason)
             self.keep("open_unit", u)
         return u
 
@@ -117,7 +119,7 @@ class OpenUnit:
     Every stage is a function of Arrow data on either executor: the unit's records, its state
     (:meth:`read_state`) and its work tables (:meth:`work`, :meth:`write_work`) are pyarrow
     Tables, and the executor decides only where the tasks of a stage that fans out run
-    (:meth:`map_tasks`: a thread pool, or one ``mapInArrow`` Spark job). When every stage of the
+    (:meth:`map_tasks`: the unit's ``executor``, ``simjoin.runtime.executor``). When every stage of the
     run runs in this process (``run.in_process``: the CLI, follow mode), work tables stay in
     memory; an Airflow task writes and reads them as Delta tables with deltalake, so any stage can
     run alone or again."""
@@ -126,20 +128,21 @@ class OpenUnit:
     unit: Any  # simjoin.spark.engine.Unit
     meta: dict[str, Any]
     run: Any = field(default=None, compare=False, repr=False)
-    #: the unit runs on the Spark executor: its stages' tasks run in Spark jobs
-    spark_tasks: bool = False
+    #: where the unit's tasks run and its tables are read and written (``simjoin.runtime.executor``)
+    executor: Any = field(default=None, compare=False)
 
     @classmethod
-    def of(cls, engine: Any, run: Any = None, in_process: bool = False) -> OpenUnit | None:
-        unit, spark_tasks = _open(engine, in_process)
+    def of(cls, engine: Any, run: Any = None, requested: str = "spark") -> OpenUnit | None:
+        """The engine's open unit on the executor ``requested`` (``auto``: chosen for the unit)."""
+        unit, executor = _open(engine, requested)
         if unit is None:
             return None
         meta = {**engine.progress().meta, **(json.loads(unit.meta) if unit.meta else {})}
-        return cls(engine, unit, meta, run, spark_tasks)
+        return cls(engine, unit, meta, run, executor)
 
     def like(self, cls: type[OpenUnit]) -> Any:
-        """This unit as a pipeline's subclass of OpenUnit (same engine, unit, run and frames)."""
-        return cls(self.engine, self.unit, self.meta, self.run, self.spark_tasks)
+        """This unit as a pipeline's subclass of OpenUnit (same engine, unit, run and executor)."""
+        return cls(self.engine, self.unit, self.meta, self.run, self.executor)
 
     @property
     def id(self) -> int:
@@ -164,37 +167,35 @@ class OpenUnit:
     def in_process(self) -> bool:
         """Whether the unit runs on the in-process executor: its tasks on a thread pool of this
         process (no Spark job)."""
-        return not self.spark_tasks
+        return bool(self.executor.name == "in_process")
 
     def map_tasks(self, t: Any, task: Any, fn: Any, schema: Any, name: str = "task") -> Any:
         """A stage's fan-out on the unit's executor: ``fn`` (a task's rows -> its output batches)
         per task id of ``task`` (one per row of ``t``), on a thread pool in process, else in one
         Spark job (``mapInArrow``, each task alone in its partition). The same pyarrow Table of
         ``schema`` either way, in ascending task order."""
-        from simjoin.spark import routing
-
-        if self.in_process:
-            return routing.task_table(t, task, fn, schema, name)
-        return routing.spark_task_table(self.engine.spark, t, task, fn, schema, name)
+        return self.executor.map_tasks(t, task, fn, schema, name)
 
     def read_state(self, path: str, where: Any = None, columns: Any = None) -> Any:
         """A state table's rows (``where``: ``(column, op, value)`` filters, e.g. ``unit < u``) as a
-        pyarrow Table, or None when there is no table: read with deltalake, or with Spark when
-        deltalake cannot (not local)."""
-        from simjoin.spark import delta
+        pyarrow Table, or None when there is no table, through the unit's executor."""
+        return self.executor.read(path, where, columns)
 
-        return delta.read_arrow_any(lambda: self.engine.spark, path, where, columns)
+    def publish(self, pieces: Any, meta: dict[str, Any] | None = None, **kw: Any) -> Any:
+        """Publish the unit's ``pieces`` exactly once (the engine's ``publish``), recording in its
+        progress ``meta`` the executor that ran it and why."""
+        rec = {"executor": self.executor.name, "executor_reason": self.executor.reason}
+        return self.engine.publish(self.unit, pieces, meta={**(meta or {}), **rec}, **kw)
 
     def work(self, name: str, keep_unit: bool = False) -> Any:
         """The work table ``name`` an earlier stage handed over for this unit (without its
         ``unit`` tag unless ``keep_unit``); refuses one left by another unit."""
-        from simjoin.spark import delta
         from simjoin.spark.engine import StaleUnit
 
         t = self.run.frames.get(self._key(name)) if self.in_memory else None
         if t is None:
             path = self.engine.tables.work(name)
-            t = delta.read_arrow_any(lambda: self.engine.spark, path)
+            t = self.executor.read(path)
             if t is None:
                 raise StaleUnit(f"no {name} table at {path}: run the previous stage first")
             units = set(t.column("unit").unique().to_pylist())
@@ -217,19 +218,18 @@ class OpenUnit:
         if self.in_memory:
             self.run.keep(self._key(name), t)
             return f"memory:{self.engine.tables.work(name)}"
-        from simjoin.spark import delta
-
         path = self.engine.tables.work(name)
-        delta.overwrite_arrow(self.engine.spark, _with_unit(t, self.id), path)
+        self.executor.overwrite(_with_unit(t, self.id), path)
         return path
 
     def write_parts(self, path: str, parts: Any) -> Any:
         """The pyarrow Tables ``parts`` as one file each beside the table at ``path``, for
-        ``publish`` to commit in one transaction (``delta.write_parts``: a DELETE of a part's rows
-        then drops its file whole); None when the table takes rows only (append them instead)."""
-        from simjoin.spark import delta
+        ``publish`` to commit in one transaction (``simjoin.io.tables.write_parts``: a DELETE of a
+        part's rows then drops its file whole); None when the table takes rows only (append them
+        instead)."""
+        from simjoin.io import tables
 
-        return delta.write_parts(path, parts)
+        return tables.write_parts(path, parts)
 
     def _key(self, name: str) -> str:
         return f"work:{name}:{self.id}"
@@ -281,32 +281,38 @@ def in_process_rows() -> int:
     return n
 
 
-def _open(engine: Any, in_process: bool) -> tuple[Any, bool]:
-    """The open unit (None if there is none) with its records as a pyarrow Table, and whether its
-    tasks run on Spark: when the pipeline does not allow the in-process executor, for a unit of
-    more than :func:`in_process_rows` records, or for records deltalake cannot read (read with
-    Spark into the driver: a unit is bounded by ``--max-records-per-unit``)."""
+def _open(engine: Any, requested: str) -> tuple[Any, Any]:
+    """The open unit (None if there is none) with its records as a pyarrow Table, and its executor
+    (``simjoin.runtime.placement.choose_unit``): ``requested``, or for ``auto`` the in-process
+    executor for a unit of at most :func:`in_process_rows` records on local tables, else Spark.
+    Records deltalake cannot read are read with Spark into the driver (a unit is bounded by
+    ``--max-records-per-unit``)."""
+    from simjoin.io.tables import NotLocal
     from simjoin.log import get_logger
-    from simjoin.spark import delta
+    from simjoin.runtime.executor import InProcessExecutor
+    from simjoin.runtime.placement import choose_unit
+    from simjoin.spark.executor import SparkExecutor
 
     log = get_logger("simjoin.pipeline")
+    why_not = ""
     if engine.local_tables():
         try:
             u = engine.open_unit_table()
-        except delta.NotLocal as e:
+        except NotLocal as e:
             log.info("%s: the unit is read with Spark: %s", engine.pipeline, e)
+            why_not = str(e)
         else:
             if u is None:
-                return None, False
-            limit = in_process_rows() if in_process else 0
-            big = u.records.num_rows > limit
-            if big and in_process:
-                log.info("%s: unit %d has %d records (> SIMJOIN_LOCAL_UNIT_ROWS=%d): it runs on Spark",
-                         engine.pipeline, u.unit, u.records.num_rows, limit)
-            return u, big
+                return None, None
+            limit = in_process_rows() if requested == "auto" else 0
+            c = choose_unit(requested, u.records.num_rows, limit, True)
+            return u, (InProcessExecutor(c.reason) if c.in_process else SparkExecutor(engine.spark, c.reason))
+    else:
+        why_not = "a stream, the output or its state is not a local table deltalake reads"
+    c = choose_unit(requested, 0, 0, False, why_not)  # refuses --executor in_process here
     u = engine.open_unit()
     if u is None:
-        return None, False
+        return None, None
     import dataclasses
 
-    return dataclasses.replace(u, records=u.records.toArrow()), True
+    return dataclasses.replace(u, records=u.records.toArrow()), SparkExecutor(engine.spark, c.reason)

@@ -128,7 +128,7 @@ def record(rows: list[TaskTiming], path: str | None = None) -> None:
         table = pa.Table.from_pydict(cols, schema=schema)
         target = path or timing_path()
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        from simjoin.spark.delta_files import open_table
+        from simjoin.io.delta_files import open_table
 
         kept = open_table(target) if os.path.isdir(os.path.join(target, "_delta_log")) else target
         write_deltalake(kept, table, mode="append", schema_mode="merge")  # tables of older versions gain columns

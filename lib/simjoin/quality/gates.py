@@ -16,8 +16,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame
-
 from simjoin.log import get_logger
 
 __all__ = ["GateFailed", "GateResult", "Expect", "preload", "run_suite", "pairs_expectations", "columns_expectations"]
@@ -203,10 +201,16 @@ def _is_arrow(df: Any) -> bool:
     return isinstance(df, pa.Table)
 
 
+def _is_spark(df: Any) -> bool:
+    """A Spark DataFrame (classic or Connect), told by its type's module: this package never
+    imports pyspark (a Spark frame's gate runs its Spark part in ``simjoin.spark``)."""
+    return type(df).__module__.startswith("pyspark.")
+
+
 def _check_unique(df: Any, e: Any, key: list[str]) -> dict[str, Any] | None:
-    """A uniqueness expectation, checked by ``unique.duplicates`` (``duplicates_table`` on a
-    pandas DataFrame); its failure entry, or None."""
-    from simjoin.quality.unique import duplicates, duplicates_table
+    """A uniqueness expectation, checked by ``simjoin.spark.unique.duplicates`` (``duplicates_table`` on a
+    table in this process); its failure entry, or None."""
+    from simjoin.quality.unique import duplicates_table
 
     one = len(key) == 1 and not hasattr(e, "column_list")
     entry = {"expectation": e.expectation_type, "kwargs": {"column": key[0]} if one else {"column_list": key}}
@@ -216,7 +220,12 @@ def _check_unique(df: Any, e: Any, key: list[str]) -> dict[str, Any] | None:
     if missing:
         return {**entry, "unexpected_count": None, "samples": [],
                 "exception": f"columns {missing} are not in the DataFrame columns {columns}"}
-    d = duplicates(df, key) if isinstance(df, DataFrame) else duplicates_table(df, key)
+    if _is_spark(df):
+        from simjoin.spark.unique import duplicates
+
+        d = duplicates(df, key)
+    else:
+        d = duplicates_table(df, key)
     if not d.rows:
         return None
     return {**entry, "unexpected_count": d.rows,
@@ -355,7 +364,7 @@ def validate(df: Any, suite: str, expectations: list[Any], raise_on_failure: boo
     import great_expectations as gx
 
     expectations = [materialize(e) for e in expectations]
-    local = not isinstance(df, DataFrame)
+    local = not _is_spark(df)
     if local:
         expectations = [_on_pandas(e) for e in expectations]
     ours = [(e, key) for e in expectations if (key := _uniqueness_key(e)) is not None]

@@ -21,15 +21,26 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 
 from simjoin import faults
+from simjoin.io import delta_files
+from simjoin.io.tables import (
+    Files,
+    NotLocal,
+    abs_ref,
+    by_deltalake,
+    file_target,
+    is_path,
+    local_dir,
+    read_arrow,
+    write_parts,
+)
 from simjoin.log import get_logger
-from simjoin.spark import delta_files
+from simjoin.spark import delta_tasks
 
 __all__ = [
     "is_path",
@@ -95,15 +106,6 @@ def in_order() -> Iterator[None]:
 
 
 
-def is_path(ref: str) -> bool:
-    """A reference with a slash, a leading dot or a URI scheme is a path; otherwise a table name."""
-    return "/" in ref or ref.startswith(".") or ":" in ref or os.path.exists(ref)
-
-
-def _abs(ref: str) -> str:
-    return ref if ":" in ref else os.path.abspath(ref)
-
-
 _COMMIT = re.compile(r"^[0-9]{20}\.(json|checkpoint(\.[0-9]+\.[0-9]+)?\.parquet)$")
 
 
@@ -111,7 +113,7 @@ def table_exists(spark: SparkSession, ref: str) -> bool:
     """A Delta table at a path (a ``_delta_log`` with a commit or checkpoint) or of a name."""
     if not is_path(ref):
         return bool(spark.catalog.tableExists(ref))
-    path = _abs(ref)
+    path = abs_ref(ref)
     if path.startswith("file:") or "://" not in path:
         log_dir = os.path.join(path.removeprefix("file://").removeprefix("file:"), "_delta_log")
         return any(_COMMIT.match(os.path.basename(f)) for f in glob.glob(os.path.join(log_dir, "0*")))
@@ -122,38 +124,6 @@ def table_exists(spark: SparkSession, ref: str) -> bool:
     return row is not None and row[0] == "delta"
 
 
-def _local_dir(ref: str) -> str | None:
-    """The directory of a table at a local path (``/x``, ``file:/x``, ``file:///x``), else None.
-    None too for a path with a ``%``: ``deltalake`` percent-decodes its table path (``%41`` reads
-    as ``A``), committing at one path and reading back another; Spark reads and writes it."""
-    if not is_path(ref):
-        return None
-    path = _abs(ref)
-    if path.startswith("file:") or "://" not in path:
-        local = path.removeprefix("file://").removeprefix("file:")
-        return None if "%" in local else local
-    return None
-
-
-def _by_deltalake(ref: str, what: str, write: Any) -> bool:
-    """Run ``write(local_dir)`` (a deltalake commit) for a table at a local path; True once it
-    committed (counted for ``SIMJOIN_FAULTS``). False when ``ref`` is not local or deltalake
-    cannot (a writer feature or predicate it lacks): the caller then uses Spark, and the log says so."""
-    local = _local_dir(ref)
-    if local is None:
-        return False
-    try:
-        write(local)
-    except faults.InjectedFault:
-        raise
-    except Exception as e:  # a table or predicate deltalake cannot handle: Spark does it
-        log.info("delta: %s on %s runs on Spark: deltalake cannot (%s)", what, ref,
-                 str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
-        return False
-    faults.after_commit(ref)
-    return True
-
-
 def small_rows(spark: SparkSession, ref: str) -> list[dict[str, Any]]:
     """Every row of a small table (a run's bookkeeping: pins, increments), as dicts; none if there is
     no table. A local table is read with ``deltalake``, from its log and files, with no Spark job:
@@ -161,7 +131,7 @@ def small_rows(spark: SparkSession, ref: str) -> list[dict[str, Any]]:
     cold JVM. Other tables, or a table deltalake cannot read, are read with Spark."""
     if not table_exists(spark, ref):
         return []
-    local = _local_dir(ref)
+    local = local_dir(ref)
     if local is not None:
         try:
             return delta_files.open_table(local).to_pyarrow_table().to_pylist()  # type: ignore[no-any-return]
@@ -180,7 +150,7 @@ def read_small(spark: SparkSession, ref: str, where: Any = None) -> DataFrame | 
     when the table is not local, larger than ``SMALL_TABLE_BYTES``, or deltalake cannot read it.
     Spark's first read of a table costs snapshot and file-filtering jobs (a second or more on 2
     cores); a stage that reads a few state tables per unit pays that every unit."""
-    local = _local_dir(ref)
+    local = local_dir(ref)
     if local is None or not table_exists(spark, ref):
         return None
     try:
@@ -201,27 +171,6 @@ def read_small(spark: SparkSession, ref: str, where: Any = None) -> DataFrame | 
         log.info("delta: %s is read with Spark: deltalake cannot (%s)", ref,
                  str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
         return None
-
-
-class NotLocal(LookupError):
-    """A table this process cannot read with ``deltalake`` (not local, or a feature it lacks): the
-    caller reads it with Spark."""
-
-
-def read_arrow(ref: str, where: Any = None, columns: Sequence[str] | None = None) -> Any:
-    """A table at a local path read in this process with ``deltalake`` (``where``: its
-    ``filters``), as a pyarrow Table; None when there is no table. Raises ``NotLocal`` when the
-    table is not local or deltalake cannot read it (``NotLocal``; the caller then reads it with Spark)."""
-    local = _local_dir(ref)
-    if local is None:
-        raise NotLocal(f"{ref} is not a local table")
-    if not os.path.isdir(os.path.join(local, "_delta_log")):
-        return None
-    try:
-
-        return delta_files.read_kept(local, where, None if columns is None else list(columns))
-    except Exception as e:  # a reader feature deltalake lacks
-        raise NotLocal(f"deltalake cannot read {ref}: {e}") from e
 
 
 _OPS = {"<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__", "=": "__eq__", "==": "__eq__",
@@ -254,7 +203,7 @@ def owner(spark: SparkSession, ref: str) -> str | None:
     """The pipeline that owns the existing table ``ref`` (``delta_files.OWNER`` in its description,
     set in the commit that created it), or None when it is unmarked: from the Delta log with
     ``deltalake`` when local (no Spark), else Spark's ``DESCRIBE DETAIL``."""
-    local = _local_dir(ref)
+    local = local_dir(ref)
     if local is not None:
         try:
 
@@ -269,7 +218,7 @@ def owner(spark: SparkSession, ref: str) -> str | None:
 def columns(spark: SparkSession, ref: str) -> list[str]:
     """The column names of an existing table: from its Delta log with ``deltalake`` when local
     (no Spark), else from Spark."""
-    local = _local_dir(ref)
+    local = local_dir(ref)
     if local is not None:
         try:
 
@@ -282,7 +231,7 @@ def columns(spark: SparkSession, ref: str) -> list[str]:
 def _sql_ref(ref: str) -> str:
     """A table in Delta SQL: ``delta.`/abs/path``` or the table name."""
     if is_path(ref):
-        return "delta.`" + _abs(ref).replace("`", "``") + "`"
+        return "delta.`" + abs_ref(ref).replace("`", "``") + "`"
     return ref
 
 
@@ -300,7 +249,7 @@ def read_table(
     if timestamp is not None:
         r = r.option("timestampAsOf", timestamp)
     if is_path(ref):
-        return r.load(_abs(ref))
+        return r.load(abs_ref(ref))
     if version is None and timestamp is None:
         return spark.table(ref)
     return r.table(ref)
@@ -319,7 +268,7 @@ def _save(w: Any, ref: str) -> None:
     """Commit ``w`` to ``ref``; every commit is counted for ``SIMJOIN_FAULTS`` (``simjoin.faults``)."""
     try:
         if is_path(ref):
-            w.save(_abs(ref))
+            w.save(abs_ref(ref))
         else:
             w.saveAsTable(ref)
     except Exception as e:
@@ -335,7 +284,7 @@ def overwrite(df: DataFrame, ref: str, partition_by: Sequence[str] | None = None
     opts = {**({"overwriteSchema": "true"} if overwrite_schema else {}), **(options or {})}
     if set(options or {}) <= {"userMetadata"}:
         exists = table_exists(df.sparkSession, ref)
-        if _by_task_files(ref, "the overwrite", lambda local: delta_files.write(
+        if _by_task_files(ref, "the overwrite", lambda local: delta_tasks.write(
                 df, local, replace=True, partition_by=list(partition_by or []),
                 metadata=(options or {}).get("userMetadata"), exists=exists)):
             return
@@ -378,7 +327,7 @@ def _overwrite_partition_now(df: DataFrame, ref: str, partition: Mapping[str, An
     _check_partition(df, partition)
     spark = df.sparkSession
     exists = table_exists(spark, ref)
-    if _by_task_files(ref, "the partition overwrite", lambda local: delta_files.write(
+    if _by_task_files(ref, "the partition overwrite", lambda local: delta_tasks.write(
             df, local, partition=partition, exists=exists)):
         return
     if not exists:
@@ -423,7 +372,7 @@ def overwrite_rows(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: s
     the table (a writer feature it lacks), Spark writes it."""
     if not partition:
         raise ValueError("overwrite_rows needs at least one partition column")
-    if _by_deltalake(ref, "the write", lambda local: _overwrite_rows_deltalake(
+    if by_deltalake(ref, "the write", lambda local: _overwrite_rows_deltalake(
             rows, schema, local, partition, merge_schema, table_exists(spark, ref))):
         return
     from simjoin.spark.session import small_frame
@@ -473,7 +422,7 @@ def overwrite_partition_arrow(spark: Any, t: Any, ref: str, partition: Mapping[s
 
 def _overwrite_partition_arrow_now(spark: Any, t: Any, ref: str, partition: Mapping[str, Any],
                                    merge_schema: bool) -> None:
-    if _by_deltalake(ref, "the partition overwrite", lambda local: _overwrite_rows_deltalake(
+    if by_deltalake(ref, "the partition overwrite", lambda local: _overwrite_rows_deltalake(
             t, "", local, partition, merge_schema, table_exists(spark, ref))):
         return
     from simjoin.spark.session import arrow_frame, real_session
@@ -483,18 +432,11 @@ def _overwrite_partition_arrow_now(spark: Any, t: Any, ref: str, partition: Mapp
 
 def overwrite_arrow(spark: SparkSession, t: Any, ref: str) -> None:
     """Replace the whole table at ``ref`` (a unit's work table) by the pyarrow Table ``t``: one
-    ``deltalake`` commit for a local table (its schema replaced too), else Spark's overwrite."""
-    def write(local: str) -> None:
-        from deltalake import write_deltalake
+    ``deltalake`` commit for a local table (``simjoin.io.tables.overwrite_arrow``), else Spark's
+    overwrite."""
+    from simjoin.io import tables
 
-        faults.check_rows(t.num_rows)
-        exists = table_exists(spark, ref)
-        write_deltalake(delta_files.open_table(local) if exists else local, t, mode="overwrite",
-                        schema_mode="overwrite" if exists else None,
-                        description=None if exists else delta_files.owner_description(),
-                        writer_properties=delta_files.writer_properties(t.schema))
-
-    if _by_deltalake(ref, "the overwrite", write):
+    if by_deltalake(ref, "the overwrite", lambda local: tables.overwrite_arrow(t, local)):
         return
     from simjoin.spark.session import arrow_frame
 
@@ -506,68 +448,17 @@ def append_idempotent(df: DataFrame, ref: str, app_id: str, version: int,
     """Append once per (app_id, version): Delta skips a write whose txn it has already committed.
     ``options``: more writer options, e.g. ``userMetadata`` recorded in the commit. A local table
     whose columns the frame has is written by the tasks with pyarrow and committed with deltalake
-    (``simjoin.spark.delta_files``); otherwise by Spark's Delta writer."""
+    (``simjoin.io.delta_files``); otherwise by Spark's Delta writer."""
     opts = {**(options or {}), "txnAppId": app_id, "txnVersion": int(version)}
     spark = df.sparkSession
     exists = table_exists(spark, ref)
     if set(options or {}) <= {"userMetadata", "mergeSchema"} and _by_task_files(
-            ref, "the append", lambda local: delta_files.write(
+            ref, "the append", lambda local: delta_tasks.write(
                 df, local, app_id=app_id, version=int(version), partition_by=list(partition_by or []),
                 metadata=opts.get("userMetadata"), exists=exists)):
         return
     by = partition_by if not exists else None
     _save(_writer(df, "append", by, opts), ref)
-
-
-@dataclass(frozen=True)
-class Files:
-    """Parquet files tasks wrote into a table's directory (``delta_files.write_file`` rows, paths
-    relative to ``root``), in ``schema``'s columns, that no commit names yet."""
-
-    root: str
-    schema: Any  # pyarrow.Schema
-    rows: tuple[dict[str, Any], ...]
-
-    @property
-    def paths(self) -> list[str]:
-        return [os.path.join(self.root, r["path"]) for r in self.rows if int(r["n"]) > 0]
-
-    @property
-    def n(self) -> int:
-        return sum(int(r["n"]) for r in self.rows)
-
-
-def file_target(ref: str, schema: Any) -> tuple[str, Any] | None:
-    """Where tasks may write files for ``ref`` (``delta_files.write_file``): its local directory and
-    the Arrow schema its files need (the table's, or ``schema`` for a new table); None when the
-    table is not local, task writes are off, or the table's columns or partitioning differ."""
-    local = _local_dir(ref)
-    if local is None or not delta_files.ENABLED:
-        return None
-    try:
-        return local, delta_files.target_schema(local, schema)
-    except delta_files.Unsupported as e:
-        log.info("delta: tasks write no files for %s: %s", ref, e)
-        return None
-
-
-def write_parts(ref: str, parts: Sequence[Any]) -> Files | None:
-    """Each pyarrow Table of ``parts`` as its own Parquet file in ``ref``'s directory, for
-    ``publish`` to commit all in one transaction; None when no files can be written there (not
-    local, task writes off, other columns or a partitioned table): then append the rows instead.
-
-    A DELETE whose rows fill whole files drops those files without rewriting anything: state that
-    expires part by part (an inequality join's PO-Join batches, a window's tuples) written one
-    part per file expires without copying the parts that stay."""
-    parts = [t for t in parts if t.num_rows]
-    if not parts:
-        return None
-    target = file_target(ref, parts[0].schema)
-    if target is None:
-        return None
-    root, schema = target
-    rows = tuple(delta_files.write_file(root, t.select(schema.names).cast(schema)) for t in parts)
-    return Files(root, schema, rows)
 
 
 def files_frame(spark: SparkSession, files: Files) -> DataFrame:
@@ -603,11 +494,11 @@ def append_files(spark: SparkSession, files: Files, ref: str, app_id: str, versi
 
 
 def _by_task_files(ref: str, what: str, write: Any) -> bool:
-    """Run ``write(local_dir)`` (``delta_files.write``) for a table at a local path; True once it
+    """Run ``write(local_dir)`` (``delta_tasks.write``) for a table at a local path; True once it
     committed (counted for ``SIMJOIN_FAULTS``). False when ``ref`` is not local, task writes are
     off, or the write is ``Unsupported`` (nothing was committed): the caller then uses Spark. A
     failure of the frame itself (its tasks) is raised, not retried with Spark."""
-    local = _local_dir(ref)
+    local = local_dir(ref)
     if local is None or not delta_files.ENABLED:
         return False
     try:
@@ -685,7 +576,7 @@ def delete(spark: SparkSession, ref: str, cond: str) -> None:
 
         delta_files.open_table(local).delete(cond)
 
-    if _by_deltalake(ref, "DELETE", rewrite):
+    if by_deltalake(ref, "DELETE", rewrite):
         return
     spark.sql(f"DELETE FROM {_sql_ref(ref)} WHERE {cond}").collect()
     faults.after_commit(ref)
@@ -701,7 +592,7 @@ def history_rows(spark: Any, ref: str) -> list[dict[str, Any]]:
     """The table's commits, newest first: ``version``, ``timestamp_ms``, ``operation`` and
     ``operationParameters`` (string values). From a local table's log with deltalake (no Spark),
     else Spark's ``DESCRIBE HISTORY``."""
-    local = _local_dir(ref)
+    local = local_dir(ref)
     if local is not None and table_exists(spark, ref):
         try:
             got = delta_files.open_table(local).history()
@@ -724,7 +615,7 @@ def count_partition(spark: Any, ref: str, partition: Mapping[str, Any]) -> int:
     with deltalake (no data read), else counted by Spark."""
     if not table_exists(spark, ref):
         return 0
-    local = _local_dir(ref)
+    local = local_dir(ref)
     if local is not None:
         try:
             dt = delta_files.open_table(local)
@@ -749,7 +640,7 @@ def count_partition(spark: Any, ref: str, partition: Mapping[str, Any]) -> int:
 def latest_version(spark: SparkSession, ref: str) -> int:
     """The table's newest version: read from a local table's log by deltalake (milliseconds),
     else (or when deltalake cannot read the table) by Spark's ``DESCRIBE HISTORY`` (a job)."""
-    local = _local_dir(ref)
+    local = local_dir(ref)
     if local is not None and table_exists(spark, ref):
         try:
 
@@ -807,7 +698,7 @@ def append_rows(spark: SparkSession, rows: Any, schema: str, ref: str, app_id: s
         _append_rows_deltalake(data, local, app_id, int(version), partition_by, metadata, merge_schema,
                                table_exists(spark, ref))
 
-    if _by_deltalake(ref, "the append", write):
+    if by_deltalake(ref, "the append", write):
         return
     from simjoin.spark.session import arrow_frame, small_frame
 
@@ -833,3 +724,13 @@ def _append_rows_deltalake(data: Any, path: str, app_id: str, version: int, part
                     schema_mode="merge" if merge_schema and exists else None, commit_properties=props,
                     description=None if exists else delta_files.owner_description(),
                     writer_properties=delta_files.writer_properties(data.schema))
+
+
+def spark_schema(path: str, version: int) -> Any:
+    """A stream's schema at ``version`` read from its Delta log (``delta_source.schema_json``) as a
+    Spark ``StructType``. Raises ValueError when the table no longer qualifies."""
+    from pyspark.sql import types as T
+
+    from simjoin.io import delta_source
+
+    return T.StructType.fromJson(json.loads(delta_source.schema_json(path, version)))

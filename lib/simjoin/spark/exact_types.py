@@ -46,7 +46,8 @@ class ExactTypes:
 
 
 def _schema(spark: SparkSession | None, path: str, k: int = 0) -> Any:
-    from simjoin.spark import delta_source
+    from simjoin.io import delta_source
+    from simjoin.spark import delta
     from simjoin.spark.engine import local_path
     from simjoin.spark.engine.rules import missing_stream
 
@@ -55,7 +56,7 @@ def _schema(spark: SparkSession | None, path: str, k: int = 0) -> Any:
         if delta_source.latest_version(loc) < 0:  # no table: refused in one line, before any JVM starts
             raise missing_stream(path, k)
         try:
-            return delta_source.spark_schema(loc, delta_source.latest_version(loc))
+            return delta.spark_schema(loc, delta_source.latest_version(loc))
         except Exception:  # not a plain local table: Spark reads it
             pass
     if spark is None:

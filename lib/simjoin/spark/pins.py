@@ -18,7 +18,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from simjoin.spark import delta, delta_files
+from simjoin.io import delta_files
+from simjoin.spark import delta, delta_tasks
 from simjoin.spark.session import small_frame
 
 __all__ = ["PIN_SCHEMA", "version_as_of", "pin_inputs", "mark_published", "last_published", "published_runs",
@@ -129,6 +130,6 @@ def appended(spark: SparkSession, ref: str, df: Any, since: int) -> Any:
     file percent-encoded (``_metadata.file_path``)."""
     old = {delta_files.file_key(f) for f in delta.read_table(spark, ref, version=since).inputFiles()}
     files = small_frame(spark, [(f,) for f in sorted(old)], "_file string").withColumn("_old", F.lit(True))
-    return (df.withColumn("_file", delta_files.file_key_col(F.col("_metadata.file_path")))
+    return (df.withColumn("_file", delta_tasks.file_key_col(F.col("_metadata.file_path")))
             .join(F.broadcast(files), "_file", "left")
             .withColumn("_appended", F.col("_old").isNull()).drop("_file", "_old"))

@@ -10,8 +10,8 @@ SSJ routes its units (Fier & Freytag's n x m units), the inequality join its PO-
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,11 +20,10 @@ from pyspark.sql import functions as F
 
 from simjoin.core.hashing import spark_hash_long
 from simjoin.core.unique import unique
+from simjoin.runtime.executor import TaskFn
 
-__all__ = ["spark_hash_long", "partition_keys", "route_to_tasks", "take_rows", "map_tasks", "task_table",
-           "spark_task_table"]
+__all__ = ["spark_hash_long", "partition_keys", "route_to_tasks", "spark_task_table"]
 
-R = TypeVar("R")
 
 
 def partition_keys(n: int) -> np.ndarray:
@@ -52,55 +51,6 @@ def route_to_tasks(df: DataFrame, task_col: str, n: int) -> DataFrame:
             .repartition(n, "_route").drop("_route"))
 
 
-#: ``take_rows`` slices at most this many runs of consecutive rows; more are gathered by ``take``
-SLICE_RUNS = 4096
-
-
-def take_rows(t: pa.Table, idx: np.ndarray) -> pa.Table:
-    """``t.take(idx)``, without copying when ``idx`` is a few runs of consecutive rows: the runs as
-    zero-copy slices. A table of a few large rows (serialized indexes) is routed or filtered in
-    place; a table of many small rows in random order is gathered as by ``take``."""
-    idx = np.asarray(idx, np.int64)
-    if idx.size == 0:
-        return t.slice(0, 0)
-    cut = np.flatnonzero(np.diff(idx) != 1) + 1
-    if cut.size >= SLICE_RUNS:
-        return t.take(pa.array(idx))
-    starts = [0, *cut.tolist()]
-    ends = [*cut.tolist(), int(idx.size)]
-    return pa.concat_tables([t.slice(int(idx[a]), b - a) for a, b in zip(starts, ends, strict=True)])
-
-
-def map_tasks(t: pa.Table, task: np.ndarray, fn: Callable[[pa.Table], R], name: str = "task") -> list[R]:
-    """The in-process executor's ``groupBy(task).applyInArrow``: ``fn`` on the rows of each task
-    (``task``: a task id per row of ``t``; rows keep their order), task ids ascending, on a thread
-    pool of at most one thread per core. The Spark executor runs the same ``fn`` per task."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    task = np.asarray(task)
-    if t.num_rows == 0:
-        return []
-    order = np.argsort(task, kind="stable")
-    ids, start = np.unique(task[order], return_index=True)
-    bounds = [*start.tolist(), int(task.size)]
-    groups = [take_rows(t, order[bounds[i]:bounds[i + 1]]) for i in range(ids.size)]
-    if len(groups) == 1:
-        return [fn(groups[0])]
-    with ThreadPoolExecutor(min(len(groups), os.cpu_count() or 1), thread_name_prefix=name) as pool:
-        return list(pool.map(fn, groups))
-
-
-#: A task function of the unit runner: a task's rows in, its output batches out.
-TaskFn = Callable[[pa.Table], Iterable[pa.RecordBatch]]
-
-
-def task_table(t: pa.Table, task: np.ndarray, fn: TaskFn, schema: pa.Schema, name: str = "task") -> pa.Table:
-    """The in-process executor: ``fn`` per task on a thread pool (:func:`map_tasks`), its
-    batches as one Table of ``schema`` in ascending task order."""
-    got = map_tasks(t, task, lambda g: list(fn(g)), name)
-    return pa.Table.from_batches([b for bs in got for b in bs], schema=schema)
-
-
 #: rows per Arrow IPC message a task's input or output travels in (``spark_task_table``)
 TASK_CHUNK_ROWS = 1 << 20
 
@@ -125,8 +75,8 @@ def spark_task_table(spark: Any, t: pa.Table, task: np.ndarray, fn: TaskFn, sche
     """The Spark executor: the same ``fn`` per task in one Spark job, each task alone in its Spark
     partition (:func:`route_to_tasks`). A task's rows travel to it, and its batches back, as Arrow
     IPC messages (a few rows of ``(slot, seq, blob)``, not one Spark row per record: no row
-    conversion, and a shuffle of a few rows); the result is :func:`task_table`'s, in the same
-    order."""
+    conversion, and a shuffle of a few rows); the result is the in-process executor's
+    (``simjoin.runtime.executor.task_table``), in the same order."""
     task = np.asarray(task)
     if t.num_rows == 0:
         return schema.empty_table()

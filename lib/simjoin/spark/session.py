@@ -524,3 +524,18 @@ def serve(host: str = "127.0.0.1", port: int = CONNECT_PORT, cfg: SparkConfig | 
 def _remove(path: str) -> None:
     with suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def active_session() -> Any:
+    """The SparkSession active in this process, or None (no JVM or Connect session started)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
+def release_warm_session() -> None:
+    """End this task's session on the warm Spark now (its temp views and settings go with it),
+    not when the server's idle timeout notices the process is gone."""
+    active = active_session()
+    if active is not None and is_remote(active):
+        active.stop()

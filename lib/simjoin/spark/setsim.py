@@ -25,11 +25,11 @@ from pyspark.sql import functions as F
 from simjoin.contracts import RowKind
 from simjoin.core.setsim import Plan, PlanUnit, gather_rows, ppjoin
 from simjoin.core.unique import unique
+from simjoin.operators.tokenizer import sort_within, token_codes
+from simjoin.operators.tokenizer import tokenize as tokenize_arrow
+from simjoin.runtime.tables import SSJTables
 from simjoin.spark.routing import partition_keys
 from simjoin.spark.session import small_frame
-from simjoin.spark.tables import SSJTables
-from simjoin.spark.tokenizer import sort_within, token_codes
-from simjoin.spark.tokenizer import tokenize as tokenize_arrow
 
 __all__ = [
     "SSJTables",
@@ -165,7 +165,7 @@ def prepare(df: DataFrame, qgram: int | None) -> DataFrame:
     """(side, id, text) -> (side, id, text, tokens, reason), one vectorized pass.
 
     ``tokens`` are lower-cased words split on whitespace or character q-grams, duplicates inside
-    a record removed (``simjoin.spark.tokenizer``). ``reason`` is '' for a good row; otherwise it
+    a record removed (``simjoin.operators.tokenizer``). ``reason`` is '' for a good row; otherwise it
     names every broken rule: null id, null text, empty text, text without tokens.
     """
     return df.mapInArrow(_prepare(qgram), PREPARED_SCHEMA)

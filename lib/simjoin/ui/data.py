@@ -150,7 +150,7 @@ def card(path: str, version: int | None = None) -> TableCard:
     schema = [(f.name, str(f.type)) for f in _arrow_schema(t)]
     h = t.history(1)
     when = dt.datetime.fromtimestamp(h[0]["timestamp"] / 1000, dt.UTC) if h and "timestamp" in h[0] else None
-    from simjoin.spark.manifest import find_for
+    from simjoin.runtime.manifest import find_for
 
     m = find_for(path)  # the owner is the pipeline whose output's manifest owns the table, else its mark
     owner = m.pipeline if m is not None and m.pipeline else owner_of(md.description, md.configuration)
@@ -482,7 +482,7 @@ def run_tables(pipeline: str, params: dict[str, Any], run_id: str, start: dt.dat
     pipeline keeps for it with the versions committed between ``start`` and ``end`` (one run holds
     an output's lock at a time, so those are this run's)."""
     from simjoin.pipeline import get_spec
-    from simjoin.spark.maintenance import tables_of
+    from simjoin.runtime.maintenance import tables_of
 
     root = root or warehouse_root()
     run = get_spec(pipeline).make_run(dict(params), run_id)
@@ -490,7 +490,7 @@ def run_tables(pipeline: str, params: dict[str, Any], run_id: str, start: dt.dat
     output = str(getattr(run.cfg, "output", None) or paths.get("output") or paths.get("pairs") or "")
     roles = {os.path.realpath(p): k for k, p in paths.items()}
     if output:
-        from simjoin.spark.manifest import of
+        from simjoin.runtime.manifest import of
 
         m = of(output)
         for p in tables_of(output):  # what the output's manifest owns, by its role there

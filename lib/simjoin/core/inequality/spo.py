@@ -266,7 +266,7 @@ def expired(window: Window, ts_max: int, seq_max: int, other_max_ts: int | None,
 
 
 # ----------------------------------------------------------------------------- the pipeline's steps
-# One state row (``simjoin.spark.inequality.STATE_ARROW``) is a dict: batch_id, side, kind (BATCH,
+# One state row (``simjoin.operators.inequality.STATE_ARROW``) is a dict: batch_id, side, kind (BATCH,
 # MUTABLE or NEW - the unit's own tuples), worker, n, ts/seq min and max, and the serialized
 # index per stored role (blob_l, blob_r) plus, for a mutable part, its tuples (blob_t).
 

@@ -33,7 +33,7 @@ API:
   inclusive=False, *, side=None, exact_distances=False) -> WorkerWindowJoin``:
   one worker's join for one window - new rows with each other (``join_worksets``),
   new x earlier rows (``cross_join``), the Definition 5 load per workset and the
-  worker's counters. Both the Spark tasks (``simjoin.spark.metric``) and
+  worker's counters. Both the Spark tasks (``simjoin.operators.metric``) and
   ``s3j_join_window`` (all rows new) call it;
 * ``s3j_join_window(X, ids, side, metric, t, inclusive=False, n_workers=5,
   seed=42, centroid_state=None, exact_distances=False, *, space_centroids=None)

@@ -4,7 +4,7 @@ Siachamis et al., DEBS'23, Section 7 describes a record-at-a-time operator; the 
 pipeline feeds it micro-batches. A micro-batch holds, for one space partition, the new
 copies of several windows (tumbling or sliding), and a window may span micro-batches.
 ``formulate_partition_microbatch`` is the driver each formulation task runs
-(``simjoin.spark.metric.formulate_partition_arrow``) and the in-process reference
+(``simjoin.operators.metric.formulate_partition_arrow``) and the in-process reference
 (``stream.S3JStream``) runs too, on numpy arrays only:
 
 * windows in ascending order (``w``, their start), so a workset opened by an earlier

@@ -49,6 +49,7 @@ time (joined, but no mark's: docs/operations.md, "Lateness").
 from __future__ import annotations
 
 from simjoin.quality.rows import aware, epoch_us, spark_ts_string
+from simjoin.runtime.tables import StreamTables
 from simjoin.spark.engine.publish import Publisher
 from simjoin.spark.engine.rules import INTEGRAL, NUMERIC, stream_schema_check
 from simjoin.spark.engine.sources import Sources
@@ -63,7 +64,6 @@ from simjoin.spark.engine.units import (
     local_path,
     on_time_max,
 )
-from simjoin.spark.tables import StreamTables
 
 __all__ = [
     "StreamTables",

@@ -15,7 +15,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from simjoin.config import fingerprint_changes
-from simjoin.spark import delta, delta_source, manifest
+from simjoin.io import delta_source
+from simjoin.runtime import manifest
+from simjoin.runtime.tables import StreamTables
+from simjoin.spark import delta
 from simjoin.spark.engine.units import (
     IDENTITY_FILE,
     UTC,
@@ -28,7 +31,6 @@ from simjoin.spark.engine.units import (
     path_inside,
     same_path,
 )
-from simjoin.spark.tables import StreamTables
 
 
 class EngineBase:
@@ -163,7 +165,7 @@ class EngineBase:
                 "new path or an empty folder (an output never takes over files it did not write)")
 
     def output_manifest(self) -> manifest.Manifest | None:
-        """The output's manifest (``simjoin.spark.manifest``); an output of an earlier release gets
+        """The output's manifest (``simjoin.runtime.manifest``); an output of an earlier release gets
         one from its identity file (written: the run holds the output's lock). None: not created yet."""
         out = local_path(self.tables.output)
         return None if out is None else manifest.of(out, self.tables.layout(), save=True)
@@ -337,7 +339,7 @@ class EngineBase:
         if local is None or not os.path.isdir(os.path.join(local, "_delta_log")):
             return delta.small_rows(self.spark, self.tables.progress)
         try:
-            from simjoin.spark.delta_files import open_table
+            from simjoin.io.delta_files import open_table
 
             t = open_table(local).to_pyarrow_table()
         except Exception:  # a reader feature deltalake lacks: Spark reads it
@@ -474,7 +476,7 @@ class EngineBase:
                 return None
             raise delta.NotLocal(f"{self.tables.records} is not a local Delta table")
         try:
-            from simjoin.spark.delta_files import open_table
+            from simjoin.io.delta_files import open_table
 
             t = open_table(local).to_pyarrow_table(columns=None if columns is None else [
                 *columns, "unit", "fingerprint", "checkpoint_id", "meta"],

@@ -61,7 +61,7 @@ class Follow(Staging):
                 busy.clear()
 
         writer = (stream.writeStream.foreachBatch(on_batch)
-                  .option("checkpointLocation", delta._abs(self.tables.checkpoint))
+                  .option("checkpointLocation", delta.abs_ref(self.tables.checkpoint))
                   .trigger(processingTime=f"{max(1, round(follow.trigger_s * 1000))} milliseconds"))
         if max_files_per_trigger:
             writer = writer.option("maxFilesPerTrigger", int(max_files_per_trigger))

@@ -13,8 +13,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from simjoin.faults import maybe_fail
+from simjoin.io import delta_source
 from simjoin.quality.rows import aware, epoch_us
-from simjoin.spark import delta, delta_source
+from simjoin.spark import delta
 from simjoin.spark.engine.base import EngineBase
 from simjoin.spark.engine.units import (
     PROGRESS_SCHEMA,

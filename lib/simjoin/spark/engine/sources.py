@@ -15,8 +15,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from simjoin.faults import maybe_fail
+from simjoin.io import delta_files, delta_source
 from simjoin.quality.rows import InputSpec
-from simjoin.spark import delta, delta_files, delta_source
+from simjoin.spark import delta
 from simjoin.spark.engine.follow import Follow
 from simjoin.spark.engine.rules import kind_checks, missing_stream, stream_schema_check, ts_expr
 from simjoin.spark.engine.staging import LiveIds
@@ -30,7 +31,7 @@ class Sources(Follow):
               payload_text: str, casts: dict[str, str]) -> DataFrame:
         if not delta.table_exists(self.spark, path):
             raise missing_stream(path, k)
-        src = self.spark.readStream.format("delta").load(delta._abs(path))
+        src = self.spark.readStream.format("delta").load(delta.abs_ref(path))
         return self._shape(k, path, src, src.schema, payload, payload_text, casts)
 
     def _shape(self, k: int, path: str, src: DataFrame, schema: T.StructType,
@@ -63,7 +64,7 @@ class Sources(Follow):
                 if direct:
                     loc = local_path(src)
                     assert loc is not None
-                    stream_schema_check(delta_source.spark_schema(loc, delta_source.latest_version(loc)), src,
+                    stream_schema_check(delta.spark_schema(loc, delta_source.latest_version(loc)), src,
                                         self.ts_unit, per_source[k], payload_text)
                 else:
                     self._read(k, src, per_source[k], payload_text, casts)
@@ -138,7 +139,7 @@ class Sources(Follow):
                 raise
 
         writer = stream.writeStream.foreachBatch(on_batch).option(
-            "checkpointLocation", delta._abs(self.tables.checkpoint)).trigger(availableNow=True)
+            "checkpointLocation", delta.abs_ref(self.tables.checkpoint)).trigger(availableNow=True)
         if max_files_per_trigger:
             writer = writer.option("maxFilesPerTrigger", int(max_files_per_trigger))
         q = writer.queryName(f"simjoin_{self.pipeline}_{ident[:8]}").start()
@@ -153,7 +154,7 @@ class Sources(Follow):
                        payload_text: str, casts: dict[str, str], prog: Progress, ident: str) -> dict[str, Any]:
         """``direct`` mode: no streaming query. A micro-batch is the inputs' versions since the last
         batch (the first takes each input's snapshot), read by their Delta logs
-        (``simjoin.spark.delta_source``) and staged as any micro-batch. Exactly once as a query's
+        (``simjoin.io.delta_source``) and staged as any micro-batch. Exactly once as a query's
         checkpoint: the batch's version ranges are written to ``<checkpoint>/offsets/<id>`` before it
         is staged and ``commits/<id>`` after; a batch planned but not committed is staged again with
         the same ranges (its writes are idempotent, and one a committed unit staged is skipped).
@@ -250,7 +251,7 @@ class Sources(Follow):
         for k, (src, r) in enumerate(zip(self.sources, ranges, strict=True)):
             loc = local_path(src)
             assert loc is not None
-            schema = delta_source.spark_schema(loc, max(r.end, 0))
+            schema = delta.spark_schema(loc, max(r.end, 0))
             files = files_of[k]
             got = self._shape_arrow(k, src, files, schema, per_source[k], payload_text, casts)
             if got is not None:
@@ -331,10 +332,10 @@ class Sources(Follow):
         landing = self.tables.work("landing")
         self.spark.conf.set("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "true")
         writer = stream.writeStream.format("delta").option(
-            "checkpointLocation", delta._abs(self.tables.checkpoint)).trigger(availableNow=True)
+            "checkpointLocation", delta.abs_ref(self.tables.checkpoint)).trigger(availableNow=True)
         if max_files_per_trigger:
             writer = writer.option("maxFilesPerTrigger", int(max_files_per_trigger))
-        q = writer.queryName(f"simjoin_{self.pipeline}_{ident[:8]}").start(delta._abs(landing))
+        q = writer.queryName(f"simjoin_{self.pipeline}_{ident[:8]}").start(delta.abs_ref(landing))
         q.awaitTermination()
         maybe_fail(f"{self.pipeline}.ingest.landed")
         if not delta.table_exists(self.spark, landing):
@@ -342,7 +343,7 @@ class Sources(Follow):
         last = delta.latest_version(self.spark, landing)
         for version in range(int(prog.meta.get("landed", -1)) + 1, last + 1):
             batch = (self.spark.read.format("delta").option("readChangeFeed", "true")
-                     .option("startingVersion", version).option("endingVersion", version).load(delta._abs(landing))
+                     .option("startingVersion", version).option("endingVersion", version).load(delta.abs_ref(landing))
                      .where(F.col("_change_type") == "insert")
                      .drop("_change_type", "_commit_version", "_commit_timestamp"))
             stage(batch, version)

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from simjoin.log import get_logger
 from simjoin.quality.rows import spark_ts_string
-from simjoin.spark.tables import StreamTables
+from simjoin.runtime.tables import StreamTables
 
 log = get_logger("simjoin.engine")
 UTC = dt.UTC
@@ -278,7 +278,7 @@ def path_inside(child: str, parent: str) -> bool:
 
 def is_dir_tables(tables: StreamTables) -> bool:
     """An output that is a directory holding the pipeline's tables (S2J), not a table."""
-    from simjoin.spark.tables import DirTables
+    from simjoin.runtime.tables import DirTables
 
     return isinstance(tables, DirTables)
 

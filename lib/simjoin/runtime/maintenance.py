@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from simjoin.log import get_logger
-from simjoin.spark import manifest
+from simjoin.runtime import manifest
 
 __all__ = ["DEFAULT_RETENTION", "DEFAULT_EVERY", "TableResult", "Result", "parse_retention", "maintain_output",
            "maintain_table", "due", "every_units", "delta_tables", "pipeline_of", "last_unit",
@@ -403,7 +403,7 @@ def maintain_timing(path: str, keep: str | None = None, retention: str | float |
 
 def tables_of(output: str, layout: Mapping[str, str] | None = None) -> list[str]:
     """The paths of the Delta tables the output's manifest says it owns (``layout``: the
-    pipeline's, to migrate an output of an earlier release, :func:`simjoin.spark.manifest.legacy`)."""
+    pipeline's, to migrate an output of an earlier release, :func:`simjoin.runtime.manifest.legacy`)."""
     m = manifest.of(output, layout)
     return [] if m is None else tables_in(m)
 
@@ -423,7 +423,7 @@ def maintain_output(output: str, retention: str | float | None = None, by_part: 
     output of an earlier release gets its manifest from it, written now). A table's retention
     class is its role's in the manifest: ``internal`` tables (state, work) keep only what an open
     unit needs. The caller holds the output's lock. Raises ``ValueError`` (one line) when no
-    pipeline's table is there, :class:`simjoin.spark.manifest.Moved` for a moved or copied output."""
+    pipeline's table is there, :class:`simjoin.runtime.manifest.Moved` for a moved or copied output."""
     t0 = time.perf_counter()
     output = os.path.abspath(output)
     retention_s = float(retention) if isinstance(retention, (int, float)) else parse_retention(retention)
@@ -464,6 +464,6 @@ def maintain_output(output: str, retention: str | float | None = None, by_part: 
 def _forget_open_tables(tables: Sequence[str]) -> None:
     """This thread's kept ``DeltaTable`` objects of ``tables`` are opened again on their next use
     (their early log entries may be gone now)."""
-    from simjoin.spark.delta_files import forget_open
+    from simjoin.io.delta_files import forget_open
 
     forget_open(tables)

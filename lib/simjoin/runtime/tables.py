@@ -52,7 +52,7 @@ class SSJTables:
         return self._side("increments")
 
     def layout(self) -> dict[str, str]:
-        """Role -> path of every part of the output (``simjoin.spark.manifest``)."""
+        """Role -> path of every part of the output (``simjoin.runtime.manifest``)."""
         return {"output": self.output, "tokens": self.tokens, "lengths": self.lengths, "plan": self.plan,
                 "stats": self.stats, "quarantine": self.quarantine, "runs": self.runs,
                 "increments": self.increments, "staging": self.staging,
@@ -110,11 +110,11 @@ class StreamTables:
 
     @property
     def manifest(self) -> str:
-        """The output manifest (``simjoin.spark.manifest``), beside the output."""
+        """The output manifest (``simjoin.runtime.manifest``), beside the output."""
         return f"{self.output.rstrip('/')}_manifest.json"
 
     def layout(self) -> dict[str, str]:
-        """Role -> path of every part of the output (``simjoin.spark.manifest``): its tables, the
+        """Role -> path of every part of the output (``simjoin.runtime.manifest``): its tables, the
         records and progress tables, the publish markers' folder and the manifest itself."""
         return {**self.paths(), "records": self.records, "progress": self.progress,
                 "markers": f"{self.work_dir}/_publishing", "manifest": self.manifest}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["Range", "bounded", "version_rows", "plain_uri", "latest_version", "unsupported", "spark_schema",
+__all__ = ["Range", "bounded", "version_rows", "plain_uri", "latest_version", "unsupported", "schema_json",
            "files_between", "table_id", "commit_exists"]
 
 _JSON = re.compile(r"^([0-9]{20})\.json$")
@@ -104,7 +104,7 @@ def _table(path: str, version: int | None = None) -> Any:
     version (``delta_files.open_table``), else opened at it."""
     from deltalake import DeltaTable
 
-    from simjoin.spark.delta_files import open_table
+    from simjoin.io.delta_files import open_table
 
     t = open_table(path)
     return t if version is None or t.version() == version else DeltaTable(path, version=version)
@@ -207,18 +207,16 @@ def _why(m: _Meta) -> str | None:
     return None
 
 
-def spark_schema(path: str, version: int) -> Any:
-    """The table's schema at ``version`` as a Spark ``StructType`` (Delta's schema string is
-    Spark's). Raises ValueError when the table no longer qualifies (:func:`unsupported`)."""
-    from pyspark.sql import types as T
-
+def schema_json(path: str, version: int) -> str:
+    """The table's schema at ``version`` as Delta's schema string (Spark's ``StructType`` JSON).
+    Raises ValueError when the table no longer qualifies (:func:`unsupported`)."""
     m = _meta_at(path, version)
     why = _why(m)
     if why is not None:
         raise ValueError(f"input {path} at version {version}: {why}; this output reads it by its Delta log: "
                          "allowed: an unpartitioned append-only table without column mapping or deletion "
                          "vectors, or --reset (then a streaming query reads it)")
-    return T.StructType.fromJson(json.loads(m.schema_json))
+    return m.schema_json
 
 
 def files_between(path: str, r: Range) -> list[str]:

@@ -55,7 +55,7 @@ from simjoin.core.metric import (
     split_rows,
 )
 from simjoin.core.unique import unique
-from simjoin.spark.delta_files import write_file
+from simjoin.io.delta_files import write_file
 
 __all__ = [
     "BUFFER",

@@ -226,7 +226,7 @@ def table_owner(path: str) -> str | None:
 
 
 def _stream_layout(output: str, directory: bool) -> dict[str, str]:
-    from simjoin.spark.tables import DirTables, StreamTables
+    from simjoin.runtime.tables import DirTables, StreamTables
 
     return (DirTables if directory else StreamTables)(output).layout()
 

@@ -1,16 +1,20 @@
-"""Where a set-similarity join runs (issue 43): in this process, or on Spark.
+"""Where a run's stages run: the in-process executor or the Spark executor, and why.
 
-The in-process path runs the same stages as the Spark path without a JVM; it is chosen when the
-tables are local, the join fits in this machine's memory by the estimate below, and no cluster
-would do the work faster. Pure Python: the caller gives the numbers (the inputs' Delta logs give
-records and bytes; the machine its memory).
+- A stream's unit (:func:`choose_unit`): in process when its tables are local and it has at most
+  ``SIMJOIN_LOCAL_UNIT_ROWS`` records, else on Spark.
+- A set-similarity join (:func:`choose_path`, issue 43): the in-process path runs the same stages
+  as the Spark path without a JVM; it is chosen when the tables are local, the join fits in this
+  machine's memory by the estimate below, and no cluster would do the work faster.
+
+Pure Python: the caller gives the numbers (the inputs' Delta logs give records and bytes; the
+machine its memory).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EXECUTORS", "PathChoice", "choose_path", "in_process_bytes"]
+__all__ = ["EXECUTORS", "PathChoice", "choose_path", "choose_unit", "in_process_bytes"]
 
 #: The executors a user may ask for; ``auto`` lets :func:`choose_path` decide.
 EXECUTORS = ("auto", "in_process", "spark")
@@ -80,3 +84,24 @@ def choose_path(records: int, input_bytes: int, memory_bytes: int, *, local_tabl
         return PathChoice("spark", f"{est}; a cluster takes more than {CLUSTER_IN_PROCESS_RECORDS:,} records", need)
     return PathChoice("in_process", f"{est}, within {MEMORY_SHARE:.0%} of the "
                       f"{memory_bytes / 2**30:.1f} GiB available{where}", need)
+
+
+def choose_unit(requested: str, rows: int, limit: int, local_tables: bool, why_not_local: str = "") -> PathChoice:
+    """The executor of a stream's unit of ``rows`` staged records: ``requested`` (the pipeline's
+    ``--executor``), else in process when its tables are local (``local_tables``; else
+    ``why_not_local`` says why not) and it has at most ``limit`` records
+    (``SIMJOIN_LOCAL_UNIT_ROWS``), else Spark. ``in_process`` where it cannot run is refused."""
+    if requested not in EXECUTORS:
+        raise ValueError(f"--executor {requested!r}: allowed {', '.join(EXECUTORS)}")
+    if requested == "spark":
+        return PathChoice("spark", "set by the user: --executor spark", 0)
+    if not local_tables:
+        if requested == "in_process":
+            raise ValueError(f"--executor in_process: {why_not_local or 'a table is not local'}; the streams, the "
+                             "output and its state must be local Delta tables; allowed: auto or spark")
+        return PathChoice("spark", f"a table is not local ({why_not_local or 'deltalake cannot reach it'})", 0)
+    if requested == "in_process":
+        return PathChoice("in_process", f"set by the user: --executor in_process ({rows:,} records)", 0)
+    if rows > limit:
+        return PathChoice("spark", f"{rows:,} records > SIMJOIN_LOCAL_UNIT_ROWS={limit:,}", 0)
+    return PathChoice("in_process", f"{rows:,} records <= SIMJOIN_LOCAL_UNIT_ROWS={limit:,}, local tables", 0)

@@ -1,0 +1,146 @@
+"""Local Delta tables as Arrow, with ``deltalake`` only: which references are local, the reader
+of a unit's state and work tables, a deltalake write with its fallback signal, and Parquet files
+written beside a table for one commit (``Files``). The Spark executor's I/O
+(``simjoin.spark.delta``) uses these for local tables and Spark for the rest."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from simjoin import faults
+from simjoin.io import delta_files
+from simjoin.log import get_logger
+
+__all__ = ["is_path", "abs_ref", "local_dir", "by_deltalake", "NotLocal", "read_arrow", "overwrite_arrow", "Files",
+           "file_target", "write_parts"]
+
+log = get_logger("simjoin.delta")
+
+
+def is_path(ref: str) -> bool:
+    """A reference with a slash, a leading dot or a URI scheme is a path; otherwise a table name."""
+    return "/" in ref or ref.startswith(".") or ":" in ref or os.path.exists(ref)
+
+
+def abs_ref(ref: str) -> str:
+    return ref if ":" in ref else os.path.abspath(ref)
+
+
+def local_dir(ref: str) -> str | None:
+    """The directory of a table at a local path (``/x``, ``file:/x``, ``file:///x``), else None.
+    None too for a path with a ``%``: ``deltalake`` percent-decodes its table path (``%41`` reads
+    as ``A``), committing at one path and reading back another; Spark reads and writes it."""
+    if not is_path(ref):
+        return None
+    path = abs_ref(ref)
+    if path.startswith("file:") or "://" not in path:
+        local = path.removeprefix("file://").removeprefix("file:")
+        return None if "%" in local else local
+    return None
+
+
+def by_deltalake(ref: str, what: str, write: Any) -> bool:
+    """Run ``write(local_dir)`` (a deltalake commit) for a table at a local path; True once it
+    committed (counted for ``SIMJOIN_FAULTS``). False when ``ref`` is not local or deltalake
+    cannot (a writer feature or predicate it lacks): the caller then uses Spark, and the log says so."""
+    local = local_dir(ref)
+    if local is None:
+        return False
+    try:
+        write(local)
+    except faults.InjectedFault:
+        raise
+    except Exception as e:  # a table or predicate deltalake cannot handle: Spark does it
+        log.info("delta: %s on %s runs on Spark: deltalake cannot (%s)", what, ref,
+                 str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+        return False
+    faults.after_commit(ref)
+    return True
+
+
+class NotLocal(LookupError):
+    """A table this process cannot read with ``deltalake`` (not local, or a feature it lacks): the
+    caller reads it with Spark."""
+
+
+def read_arrow(ref: str, where: Any = None, columns: Sequence[str] | None = None) -> Any:
+    """A table at a local path read in this process with ``deltalake`` (``where``: its
+    ``filters``), as a pyarrow Table; None when there is no table. Raises ``NotLocal`` when the
+    table is not local or deltalake cannot read it (``NotLocal``; the caller then reads it with Spark)."""
+    local = local_dir(ref)
+    if local is None:
+        raise NotLocal(f"{ref} is not a local table")
+    if not os.path.isdir(os.path.join(local, "_delta_log")):
+        return None
+    try:
+
+        return delta_files.read_kept(local, where, None if columns is None else list(columns))
+    except Exception as e:  # a reader feature deltalake lacks
+        raise NotLocal(f"deltalake cannot read {ref}: {e}") from e
+
+
+@dataclass(frozen=True)
+class Files:
+    """Parquet files tasks wrote into a table's directory (``delta_files.write_file`` rows, paths
+    relative to ``root``), in ``schema``'s columns, that no commit names yet."""
+
+    root: str
+    schema: Any  # pyarrow.Schema
+    rows: tuple[dict[str, Any], ...]
+
+    @property
+    def paths(self) -> list[str]:
+        return [os.path.join(self.root, r["path"]) for r in self.rows if int(r["n"]) > 0]
+
+    @property
+    def n(self) -> int:
+        return sum(int(r["n"]) for r in self.rows)
+
+
+def file_target(ref: str, schema: Any) -> tuple[str, Any] | None:
+    """Where tasks may write files for ``ref`` (``delta_files.write_file``): its local directory and
+    the Arrow schema its files need (the table's, or ``schema`` for a new table); None when the
+    table is not local, task writes are off, or the table's columns or partitioning differ."""
+    local = local_dir(ref)
+    if local is None or not delta_files.ENABLED:
+        return None
+    try:
+        return local, delta_files.target_schema(local, schema)
+    except delta_files.Unsupported as e:
+        log.info("delta: tasks write no files for %s: %s", ref, e)
+        return None
+
+
+def write_parts(ref: str, parts: Sequence[Any]) -> Files | None:
+    """Each pyarrow Table of ``parts`` as its own Parquet file in ``ref``'s directory, for
+    ``publish`` to commit all in one transaction; None when no files can be written there (not
+    local, task writes off, other columns or a partitioned table): then append the rows instead.
+
+    A DELETE whose rows fill whole files drops those files without rewriting anything: state that
+    expires part by part (an inequality join's PO-Join batches, a window's tuples) written one
+    part per file expires without copying the parts that stay."""
+    parts = [t for t in parts if t.num_rows]
+    if not parts:
+        return None
+    target = file_target(ref, parts[0].schema)
+    if target is None:
+        return None
+    root, schema = target
+    rows = tuple(delta_files.write_file(root, t.select(schema.names).cast(schema)) for t in parts)
+    return Files(root, schema, rows)
+
+
+def overwrite_arrow(t: Any, local: str) -> None:
+    """Replace the whole table at the local directory ``local`` by the pyarrow Table ``t``: one
+    ``deltalake`` commit (its schema replaced too; a new table gets the owner mark)."""
+    from deltalake import write_deltalake
+
+    faults.check_rows(t.num_rows)
+    exists = os.path.isdir(os.path.join(local, "_delta_log"))
+    write_deltalake(delta_files.open_table(local) if exists else local, t, mode="overwrite",
+                    schema_mode="overwrite" if exists else None,
+                    description=None if exists else delta_files.owner_description(),
+                    writer_properties=delta_files.writer_properties(t.schema))
