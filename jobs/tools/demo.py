@@ -152,21 +152,21 @@ def run_demo(con: Console, warehouse: str) -> None:
         spark.stop()
         # the main job's run: its stages, rows, balance, plots
         state["page"] = render_run(pairs, run_id=state["ssj_run"])
-        return rel(state["page"])
+        return "written"
 
-    step("report", "the ssj run's page", report)
-    page = rel(state["page"])
+    step("report", "the ssj run's page: its stages, rows, balance, plots", report)
+    d, home = rel(demo), rel(os.environ["AIRFLOW_HOME"])
     for line in (
-        f"demo: done in {time.perf_counter() - t0:.0f} s; every table is a Delta table under {rel(demo)} "
+        f"demo: done in {time.perf_counter() - t0:.0f} s; every table is a Delta table under {d} "
         "(docs/demo.md says what each holds)",
-        "demo: look next:",
-        f"demo:   the ssj run's report       {page}",
-        f"demo:   HyperCube's and S2J's plots {rel(demo)}/hypercube_demo/report/index.html, "
-        f"{rel(demo)}/s2j_demo/report/index.html",
-        f"demo:   the pairs                  .venv/bin/simjoin show {rel(pairs)} --limit 10",
-        f"demo:   an S2J task's snapshots    .venv/bin/simjoin s2j query --output {rel(demo)}/s2j_demo/out --task pm25",
-        "demo:   the Airflow UI             make airflow, then http://127.0.0.1:8080 (user admin, password in "
-        f"{rel(os.environ['AIRFLOW_HOME'])}/simple_auth_manager_passwords.json.generated)",
+        "demo: look next",
+        f"demo:   the ssj run's page  {rel(state['page'])}",
+        f"demo:   the plots           {d}/hypercube_demo/report/index.html, {d}/s2j_demo/report/index.html",
+        f"demo:   a table             .venv/bin/simjoin show {rel(pairs)} --limit 10",
+        f"demo:   an S2J snapshot     .venv/bin/simjoin s2j query --output {d}/s2j_demo/out --task pm25 --limit 10",
+        "demo:   the Airflow UI      make airflow, then http://127.0.0.1:8080: the demo's DAG runs, each with its",
+        f"demo:                       simjoin outputs tab (user admin, password in {home}/"
+        "simple_auth_manager_passwords.json.generated)",
     ):
         con.say(line)
 
