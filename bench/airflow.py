@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jobs.tools.airflow_stack import Stack, free_port  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402
+from jobs.tools.airflow_stack import Stack, free_port  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402
 
 BIN = Path(sys.executable).parent
 OUT = ROOT / "bench" / "results" / "airflow.md"

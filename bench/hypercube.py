@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from capped import capped  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py
+from capped import capped  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

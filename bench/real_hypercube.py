@@ -71,7 +71,7 @@ def duckdb_pairs(left: str, right: str, window_us: int, out: str) -> tuple[np.nd
 def spark_window(spark, work, window_us: int, timeout: float, workers: int) -> dict:
     """Spark's own plan for the windowed join (AQE on, sort-merge on k plus the time filter), counted,
     stopped at the timeout."""
-    from capped import capped  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py
+    from capped import capped  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py
     from pyspark.sql import functions as fn
 
     spark.conf.set("spark.sql.adaptive.enabled", "true")

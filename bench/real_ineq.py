@@ -229,7 +229,7 @@ def run_spark(ctx, stream: Path, kind: str, cap: float) -> dict:
     plan = df._jdf.queryExecution().executedPlan().toString()
     ops = re.findall(r"(BroadcastNestedLoopJoin|CartesianProduct|SortMergeJoin|BroadcastHashJoin|ShuffledHashJoin)",
                      plan)
-    from capped import capped  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py
+    from capped import capped  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py  # bench/capped.py
 
     r = capped(spark, df.count, cap, f"real-ineq-{kind}")
     if r["timed_out"]:

@@ -281,7 +281,7 @@ def cli_part(a: argparse.Namespace) -> list[dict]:
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from microbatch import warm_spark  # bench/microbatch.py  # bench/microbatch.py  # bench/microbatch.py  # bench/microbatch.py
+    from microbatch import warm_spark  # bench/microbatch.py  # bench/microbatch.py  # bench/microbatch.py  # bench/microbatch.py  # bench/microbatch.py  # bench/microbatch.py  # bench/microbatch.py  # bench/microbatch.py
 
     port = 15013
     srv = warm_spark({**os.environ, "PYSPARK_PYTHON": sys.executable}, port)

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
-from simjoin.operators.tokenizer import tokenize  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402
+from simjoin.operators.tokenizer import tokenize  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402
 
 GOAL = 3.0
 QS = (2, 3, 4)

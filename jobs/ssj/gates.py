@@ -10,9 +10,9 @@ from pyspark.sql import functions as F
 
 from jobs.ssj import increment
 from jobs.ssj.common import SSJRun
+from simjoin.operators import setsim as O
 from simjoin.quality.gates import Expect, columns_expectations, pairs_expectations, run_suite
 from simjoin.spark import delta
-from simjoin.spark import setsim as S
 
 
 def records(spark: SparkSession, job: SSJRun, inc: increment.Increment) -> Any:
@@ -20,7 +20,7 @@ def records(spark: SparkSession, job: SSJRun, inc: increment.Increment) -> Any:
     (with deltalake on the in-process path)."""
     if inc.in_process:
         return job.frame("records", lambda: delta.read_arrow_any(
-            spark, job.tables.tokens, [("run_id", "=", job.run_id)], list(S.RECORD_COLUMNS)))
+            spark, job.tables.tokens, [("run_id", "=", job.run_id)], list(O.RECORD_COLUMNS)))
     return job.frame("records", lambda: delta.read_table(spark, job.tables.tokens)
                      .filter(F.col("run_id") == job.run_id))
 

@@ -17,6 +17,7 @@ from jobs.ssj.common import SSJRun
 from jobs.ssj.optimize import load_plan
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.log import get_logger
+from simjoin.operators import setsim as O
 from simjoin.spark import delta
 from simjoin.spark import setsim as S
 
@@ -51,7 +52,7 @@ def stats_rows(job: SSJRun, plan: Any, unit_stats: list[dict[str, Any]]) -> list
 def _run_in_process(spark: Any, job: SSJRun, plan: Any, inc: increment.Increment) -> tuple[list, Any]:
     """The units on this process's thread pool (``setsim_local.join_units``): stats rows, pairs."""
     from jobs.ssj.gates import records as read_records
-    from simjoin.spark import setsim_local as L
+    from simjoin.operators import setsim_local as L
 
     records = read_records(spark, job, inc)
     if inc.incremental:
@@ -101,7 +102,7 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
         pairs = pairs.withColumn("run_id", F.lit(job.run_id))
         # one stats row per unit (summed over an increment's blocks), completed with the plan's estimates
         stats = res.filter(F.col("kind") == int(RowKind.STATS))
-        stat_rows = stats_rows(job, plan, [S.unit_stats(r) for r in stats.select("unit", "stats").collect()])
+        stat_rows = stats_rows(job, plan, [O.unit_stats(r) for r in stats.select("unit", "stats").collect()])
         delta.overwrite_rows(spark, stat_rows, STATS_SCHEMA, job.tables.stats, job.part, merge_schema=True)
         delta.overwrite_partition(pairs, job.tables.staging, job.part)
         job.keep("pairs", pairs)

@@ -15,6 +15,7 @@ from jobs.ssj.common import SSJRun
 from simjoin.core.setsim import Plan, RamFactors, make_plan, search_plan
 from simjoin.core.setsim.work import measured_costs
 from simjoin.log import get_logger
+from simjoin.operators import setsim as O
 from simjoin.spark import delta
 from simjoin.spark import setsim as S
 
@@ -30,7 +31,7 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
             "reason": plan.reason, "executor": increment.load(spark, job).executor}
 
 
-def budget(spark: SparkSession, job: SSJRun, in_process: bool) -> S.UnitBudget:
+def budget(spark: SparkSession, job: SSJRun, in_process: bool) -> O.UnitBudget:
     """Memory per unit and slots: from the Spark session, or on the in-process path from the
     configuration such a session would have (so both paths plan alike on one machine)."""
     if not in_process:
@@ -66,7 +67,7 @@ def make(spark: SparkSession, job: SSJRun) -> Plan:
         records = read_records(spark, job, inc)
         n = int(counts.sum())
         if inc.in_process:
-            from simjoin.spark import setsim_local as L
+            from simjoin.operators import setsim_local as L
 
             work, fraction, results, sampled = L.measure_slices(records, cfg.threshold, cfg.similarity, job.rs, n)
         else:
@@ -82,8 +83,8 @@ def make(spark: SparkSession, job: SSJRun) -> Plan:
         log.info("ssj optimize: memory per unit %.2f GiB (%s)", room.memory_bytes / 2**30, room.source)
         for c in plan.search:
             log.info("ssj optimize: t=%d n=%d m=%d %s: %s", c.t, c.n, c.m, c.verdict, c.reason)
-    delta.overwrite_rows(spark, [(*r, inc.executor, inc.executor_reason, job.run_id) for r in S.plan_rows(plan)],
-                         S.PLAN_SCHEMA + ", executor string, executor_reason string, run_id string",
+    delta.overwrite_rows(spark, [(*r, inc.executor, inc.executor_reason, job.run_id) for r in O.plan_rows(plan)],
+                         O.PLAN_SCHEMA + ", executor string, executor_reason string, run_id string",
                          job.tables.plan, job.part, merge_schema=True)
     log.info("ssj optimize: n=%d m=%d -> %d units, cost deviation %.2f, %s", plan.n, plan.m, plan.n_units,
              plan.deviation, inc.executor.replace("_", " "))
@@ -95,4 +96,4 @@ def load_plan(spark: SparkSession, job: SSJRun) -> Plan:
     if "plan" in job.frames:
         return job.frames["plan"]  # type: ignore[no-any-return]
     rows = delta.read_arrow_any(spark, job.tables.plan, [("run_id", "=", job.run_id)]).to_pylist()
-    return S.plan_from_rows(rows)
+    return O.plan_from_rows(rows)

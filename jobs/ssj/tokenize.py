@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from jobs.ssj import increment
 from jobs.ssj.common import SSJRun
 from simjoin.log import get_logger
+from simjoin.operators import setsim as O
 from simjoin.runtime.placement import PathChoice, choose_path
 from simjoin.spark import delta, pins
 from simjoin.spark import setsim as S
@@ -79,7 +80,7 @@ def check_input(spark: Any, path: str, id_col: str, text_col: str) -> None:
         except Exception:  # a reader feature deltalake lacks: Spark reads the schema
             schema = None
         if schema is not None:
-            from simjoin.spark.setsim_local import check_input_schema
+            from simjoin.operators.setsim_local import check_input_schema
 
             check_input_schema(schema, id_col, text_col, f"input {path}")
             return
@@ -192,7 +193,7 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
         inc = replace(increment.full(f"the appended row id {clash} repeats an id of an earlier row"),
                       executor=inc.executor, executor_reason=inc.executor_reason)
         log.info("ssj tokenize: %s", inc.reason)
-        rows = rows.withColumn("side", (F.col("side") % S.APPENDED).cast("int"))
+        rows = rows.withColumn("side", (F.col("side") % O.APPENDED).cast("int"))
     # Two passes over the input, each tokenizing it: the profile (token frequencies, lengths, ids),
     # then the encoding, which needs the profile's global token order. Nothing but the encoded
     # (integer) records is cached. Repeated ids, rare, take the slow road: prepared rows, cached.
@@ -208,11 +209,11 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     log.info("quality %s: %d rows in, %d good, %d quarantined", " + ".join(p for _, p in sides), n_in,
              prof.good, prof.bad)
     encoded = S.encode(source, prof, cfg.qgram).persist()
-    records = encoded.filter(F.col("reason") == "").select(*S.RECORD_COLUMNS)
+    records = encoded.filter(F.col("reason") == "").select(*O.RECORD_COLUMNS)
     bad = None
     if prof.bad:
         bad = (encoded.filter(F.col("reason") != "")
-               .select((F.col("side") % S.APPENDED).cast("int").alias("side"), "id", "text", "reason")
+               .select((F.col("side") % O.APPENDED).cast("int").alias("side"), "id", "text", "reason")
                .withColumn("stage", F.lit("tokenize")).withColumn("run_id", F.lit(job.run_id)))
     # materialize once here, before a writer thread and the next stage both read it
     n = records.count()
@@ -228,7 +229,7 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     delta.overwrite_rows(spark, [(r["length"], r["count"], job.run_id) for r in length_rows],
                          "length int, count long, run_id string", job.tables.lengths, job.part)
     delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
-    new = records.filter(F.col("side") >= S.APPENDED).count() if inc.incremental else n
+    new = records.filter(F.col("side") >= O.APPENDED).count() if inc.incremental else n
     inc = increment.write(spark, job, increment.with_new_records(inc, new))
     job.keep("records", records)
     job.keep("length_rows", length_rows)
@@ -241,10 +242,10 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
 
 def _run_in_process(spark: Any, job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int],
                     inc: increment.Increment) -> dict[str, Any]:
-    """The tokenize stage without Spark (``simjoin.spark.setsim_local``): the same tables."""
+    """The tokenize stage without Spark (``simjoin.operators.setsim_local``): the same tables."""
     import time
 
-    from simjoin.spark import setsim_local as L
+    from simjoin.operators import setsim_local as L
 
     cfg = job.cfg
     L.warm_kernels(cfg.similarity)
@@ -263,7 +264,7 @@ def _run_in_process(spark: Any, job: SSJRun, sides: list[tuple[int, str]], versi
         inc = replace(increment.full(f"the appended row id {clash} repeats an id of an earlier row"),
                       executor=inc.executor, executor_reason=inc.executor_reason)
         log.info("ssj tokenize: %s", inc.reason)
-        side = rows.column("side").to_numpy() % S.APPENDED
+        side = rows.column("side").to_numpy() % O.APPENDED
         tok = L.tokenize(rows.set_column(0, "side", pa.array(side.astype(np.int32))), cfg.qgram)
     t1 = time.perf_counter()
     n_in, good, n_bad = rows.num_rows, tok.records.num_rows, tok.bad.num_rows
@@ -276,7 +277,7 @@ def _run_in_process(spark: Any, job: SSJRun, sides: list[tuple[int, str]], versi
     delta.overwrite_rows(spark, [(r["length"], r["count"], job.run_id) for r in length_rows],
                          "length int, count long, run_id string", job.tables.lengths, job.part)
     delta.overwrite_partition_arrow(spark, tok.records, job.tables.tokens, job.part)
-    new = int((tok.records.column("side").to_numpy() >= S.APPENDED).sum()) if inc.incremental else good
+    new = int((tok.records.column("side").to_numpy() >= O.APPENDED).sum()) if inc.incremental else good
     inc = increment.write(spark, job, increment.with_new_records(inc, new))
     job.keep("records", tok.records)
     job.keep("length_rows", length_rows)

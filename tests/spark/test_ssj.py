@@ -7,6 +7,7 @@ import pytest
 from jobs.ssj.config import SSJConfig
 from simjoin.config import ConfigError
 from simjoin.core.setsim import brute_force_pairs
+from simjoin.operators import setsim as O
 from simjoin.spark import delta
 from tests.helpers import run_ssj
 
@@ -220,14 +221,14 @@ def test_measure_slices_equals_the_core_on_all_records(spark, rs):
     records = arrow_frame(spark, table).repartition(3)
     work, f_w, results, f_r = S.measure_slices(records, 0.6, "jaccard", rs, n, work_rows=n, result_rows=n)
     assert f_w == f_r == 1.0
-    flat, off = S.token_csr(tokens)
+    flat, off = O.token_csr(tokens)
     assert work == pytest.approx(slice_work(*prefix_counts(flat, off, side, 0.6), theta=0.6, rs=rs))
     assert results == slice_results(flat, off, np.arange(n), side, 0.6, rs=rs)
     _, f_half, _, f_tenth = S.measure_slices(records, 0.6, "jaccard", rs, n, work_rows=n // 2, result_rows=n // 10)
     assert (f_half, f_tenth) == (0.5, 0.1)
     # the in-process path: the same per-partition scan and merge, the same sample (drawn by side and
     # id, not by rid or partition) at a sampled fraction too
-    from simjoin.spark import setsim_local as L
+    from simjoin.operators import setsim_local as L
 
     big = 2_000_000  # as if sampled from 2M records: 1/4 of the work rows, 1/100 of the result rows
     spark_got = S.measure_slices(records, 0.6, "jaccard", rs, big)
@@ -240,11 +241,10 @@ def test_token_csr_joins_sliced_chunks():
     import numpy as np
     import pyarrow as pa
 
-    from simjoin.spark import setsim as S
 
     lists = pa.list_(pa.int32())
     chunked = pa.chunked_array([pa.array([[1, 2], [3], []], lists).slice(1), pa.array([[4, 5, 6]], lists)])
-    flat, off = S.token_csr(chunked)
+    flat, off = O.token_csr(chunked)
     assert flat.dtype == np.int32 and flat.tolist() == [3, 4, 5, 6] and off.tolist() == [0, 1, 1, 4]
-    flat, off = S.token_csr(pa.chunked_array([], lists))
+    flat, off = O.token_csr(pa.chunked_array([], lists))
     assert flat.size == 0 and off.tolist() == [0]

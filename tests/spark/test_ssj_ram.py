@@ -1,5 +1,5 @@
 """The optimizer's RAM estimate (Fier & Freytag Sec. 2.3, with ``RamFactors.kernel()``) against
-the measured peak of one unit's kernel at 200k records: the product's ``_unit_kernel`` (Arrow
+the measured peak of one unit's kernel at 200k records: the product's ``unit_kernel`` (Arrow
 batch in, ``ppjoin``, pairs out as Arrow) runs in a fresh Python process, as in a Spark worker,
 and its resident-memory peak above the warmed-up worker is compared with the unit's estimate."""
 
@@ -20,8 +20,8 @@ MEASURE = r"""
 import json, os, sys
 import pyarrow as pa
 from simjoin.core.setsim import make_plan
-from simjoin.spark import setsim
-from simjoin.spark.setsim import _unit_kernel
+from simjoin.operators import setsim
+from simjoin.operators.setsim import unit_kernel
 
 # the kernel's own peak: without the heap a worker faults in once and keeps (keep_freed_memory),
 # which the unit's arrays would reuse without raising the resident size
@@ -36,7 +36,7 @@ plan = make_plan([1], [1], theta)
 with pa.OSFile(sys.argv[1], "rb") as f:
     table = pa.ipc.open_file(f).read_all().combine_chunks()
 # warm the worker up on a small slice (numba, Arrow compute kernels): that is the worker's static part
-list(_unit_kernel(table.slice(0, 2000), plan, False, 0))
+list(unit_kernel(table.slice(0, 2000), plan, False, 0))
 def hwm():
     with open("/proc/self/status") as f:
         return next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM"))
@@ -44,14 +44,14 @@ def hwm():
 base = rss() - table.nbytes  # the unit's own batch counts as its memory
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # reset the peak (VmHWM) to the current resident size
-pairs = sum(b.num_rows for b in _unit_kernel(table, plan, False, 0))
+pairs = sum(b.num_rows for b in unit_kernel(table, plan, False, 0))
 peak = hwm()
 print(json.dumps({"peak": peak - base, "rows": pairs}))
 """
 
 
 def _unit_table(n: int, theta: float, nodes: int, mod: int, seed: int) -> tuple[pa.Table, int]:
-    """One unit's records as its task unpacks them from the shuffle (``_unpack``): Zipf sets in
+    """One unit's records as its task unpacks them from the shuffle (``unpack``): Zipf sets in
     canonical order, a quarter of them copies of earlier records (many results); and the unit's RAM
     estimate."""
     rng = np.random.default_rng(seed)

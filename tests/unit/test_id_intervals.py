@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simjoin.spark.setsim import _ranges_overlap, id_intervals
+from simjoin.operators.setsim import id_intervals, ranges_overlap
 
 
 def test_intervals_cover_every_id_and_are_disjoint() -> None:
@@ -24,9 +24,9 @@ def test_partitions_read_from_interleaved_blocks_do_not_overlap() -> None:
     b = np.concatenate([np.arange(100, 200), np.arange(300, 400)])
     (la, ha), (lb, hb) = id_intervals(a), id_intervals(b)
     side = np.zeros(la.size + lb.size, np.int32)
-    assert not _ranges_overlap(side, np.concatenate([la, lb]), np.concatenate([ha, hb]))
+    assert not ranges_overlap(side, np.concatenate([la, lb]), np.concatenate([ha, hb]))
     one_range = np.array([0, 100]), np.array([299, 399])
-    assert _ranges_overlap(np.zeros(2, np.int32), *one_range)
+    assert ranges_overlap(np.zeros(2, np.int32), *one_range)
     b2 = np.sort(np.append(b, 250))  # id 250 in both partitions
     lb, hb = id_intervals(b2)
-    assert _ranges_overlap(np.zeros(la.size + lb.size, np.int32), np.concatenate([la, lb]), np.concatenate([ha, hb]))
+    assert ranges_overlap(np.zeros(la.size + lb.size, np.int32), np.concatenate([la, lb]), np.concatenate([ha, hb]))

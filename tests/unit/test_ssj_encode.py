@@ -5,6 +5,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from simjoin.operators import setsim as O
 from simjoin.spark import setsim as S
 
 TEXTS = ["b a c", "a a b", None, "   ", "c", "d e f g", "B A", "", "x y", "a", "q r s t u v w x y z", "a b"]
@@ -34,7 +35,7 @@ def _run(tokenized):
         prep = S._prepare(None)
         batches = list(prep(iter(batches)))
     read = S._reader(None, tokenized)
-    prof, overlap = S.summarize_profile(pa.Table.from_batches(list(S._profile(read)(iter(batches)))))
+    prof, overlap = O.summarize_profile(pa.Table.from_batches(list(S._profile(read)(iter(batches)))))
     out = pa.Table.from_batches(list(S._encode(read, prof.dictionary, prof.rid_base)(iter(batches))))
     return prof, overlap, out
 

@@ -7,8 +7,8 @@ import pytest
 
 from simjoin.core.setsim import brute_force_pairs, make_plan
 from simjoin.runtime.placement import choose_path, in_process_bytes
-from simjoin.spark import setsim as S
-from simjoin.spark import setsim_local as L
+from simjoin.operators import setsim as O
+from simjoin.operators import setsim_local as L
 
 GiB = 2**30
 
@@ -78,7 +78,7 @@ def test_in_process_stages_equal_brute_force(seed, monkeypatch):
 
 
 def test_increment_blocks_and_self_pairs():
-    rec = pa.table({"rid": pa.array([0, 1, 2], pa.int64()), "side": pa.array([0, S.APPENDED, 0], pa.int32()),
+    rec = pa.table({"rid": pa.array([0, 1, 2], pa.int64()), "side": pa.array([0, O.APPENDED, 0], pa.int32()),
                     "id": pa.array([10, 11, 12], pa.int64()), "length": pa.array([1, 1, 1], pa.int32()),
                     "tokens": pa.array([[1], [1], [1]], pa.list_(pa.int32()))})
     (b,) = L.increment_blocks(rec, False)

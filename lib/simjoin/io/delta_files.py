@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from simjoin import faults
-from simjoin.contracts import OWNER, owner_of  # noqa: F401 - the owner mark, read without Spark  # noqa: F401 - the owner mark, read without Spark  # noqa: F401 - the owner mark, read without Spark  # noqa: F401 - the owner mark, read without Spark
+from simjoin.contracts import OWNER, owner_of  # noqa: F401 - the owner mark, read without Spark  # noqa: F401 - the owner mark, read without Spark  # noqa: F401 - the owner mark, read without Spark  # noqa: F401 - the owner mark, read without Spark  # noqa: F401 - the owner mark, read without Spark  # noqa: F401 - the owner mark, read without Spark  # noqa: F401 - the owner mark, read without Spark  # noqa: F401 - the owner mark, read without Spark
 from simjoin.log import get_logger
 
 log = get_logger("simjoin.delta")

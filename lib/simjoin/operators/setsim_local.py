@@ -3,7 +3,7 @@ without a JVM, for inputs that fit in this process.
 
 Each stage runs the very per-partition functions a Spark task of the Spark path runs, on a thread
 pool over Arrow slices of the input (its "partitions"): ``tokenize_partition`` and
-``profile_partition`` (profile), ``_encode_partition`` (encode), ``measure_partition`` (the
+``profile_partition`` (profile), ``encode_partition`` (encode), ``measure_partition`` (the
 optimizer's slice costs), and ``join_unit`` per plan unit. Only the driver's part differs: the
 profile rows are summed with Arrow's group-by instead of a Spark aggregation, and a unit's records
 are gathered from the records in memory instead of a shuffle. So both paths give the same records,
@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from simjoin.core.setsim import Plan, gather_rows
 from simjoin.log import get_logger
-from simjoin.spark import setsim as S
+from simjoin.operators import setsim as O
 
 __all__ = ["Tokenized", "tokenize", "measure_slices", "join_units", "slices", "threads", "read_input",
            "check_input_schema"]
@@ -71,7 +71,7 @@ _SPARK_NAMES = {pa.int64(): "bigint", pa.int32(): "int", pa.int16(): "smallint",
 
 def check_input_schema(schema: pa.Schema, id_col: str, text_col: str, what: str) -> None:
     """``check_input_columns`` on an Arrow schema: the same rule, the same message."""
-    S.check_input_types({f.name: _SPARK_NAMES.get(f.type, str(f.type)) for f in schema}, id_col, text_col, what)
+    O.check_input_types({f.name: _SPARK_NAMES.get(f.type, str(f.type)) for f in schema}, id_col, text_col, what)
 
 
 def read_input(local: str, version: int, id_col: str, text_col: str, side: int, what: str,
@@ -104,7 +104,7 @@ def read_input(local: str, version: int, id_col: str, text_col: str, side: int, 
             flags.append(np.full(got.num_rows, frag.path not in old))
         t = (pa.concat_tables(parts) if parts else pa.schema(ds.schema).empty_table().select([id_col, text_col]))
         new = np.concatenate(flags) if flags else np.zeros(0, bool)
-        sides = np.where(new, side + S.APPENDED, side).astype(np.int32)
+        sides = np.where(new, side + O.APPENDED, side).astype(np.int32)
     return pa.table({"side": pa.array(sides, pa.int32()), "id": t.column(id_col).cast(pa.int64()),
                      "text": t.column(text_col).cast(pa.string())})
 
@@ -116,7 +116,7 @@ class Tokenized:
 
     records: pa.Table
     bad: pa.Table
-    prof: S.TokenProfile
+    prof: O.TokenProfile
     seconds: dict[str, float]  # tokenize, statistics (profile and its sum), encode
 
 
@@ -170,7 +170,7 @@ def warm_kernels(sim: str) -> None:
         from simjoin.core.setsim import make_plan
 
         try:
-            S.keep_freed_memory()
+            O.keep_freed_memory()
             toy = pa.table({"rid": pa.array([0, 1], pa.int64()), "side": pa.array([0, 0], pa.int32()),
                             "id": pa.array([1, 2], pa.int64()), "length": pa.array([2, 2], pa.int32()),
                             "tokens": pa.array([[0, 1], [0, 1]], pa.list_(pa.int32()))})
@@ -189,7 +189,7 @@ def tokenize(rows: pa.Table, qgram: int | None) -> Tokenized:
     and the bad rows with their reason; what ``profile`` then ``encode`` give on Spark."""
     t0 = time.perf_counter()
     chunks = slices(rows)
-    parts = [p for p in pool_map(lambda it: S.tokenize_partition(it[1], qgram, it[0]), list(enumerate(chunks)))
+    parts = [p for p in pool_map(lambda it: O.tokenize_partition(it[1], qgram, it[0]), list(enumerate(chunks)))
              if p is not None]
     t1 = time.perf_counter()
     if parts:
@@ -197,20 +197,20 @@ def tokenize(rows: pa.Table, qgram: int | None) -> Tokenized:
         n_dup = int(sum(d.sum() for d in drops))
         if n_dup:
             log.info("ssj tokenize: %d rows repeat the id of a good row; keeping the first row of each", n_dup)
-            parts = [S.with_duplicates(p, d) for p, d in zip(parts, drops)]
-    got = [b for bs in pool_map(lambda p: list(S.profile_partition(p)), parts) for b in bs]
-    prof, _ = S.summarize_profile(S.sum_profile_rows(pa.Table.from_batches(got, S._PROFILE_ARROW)))
+            parts = [O.with_duplicates(p, d) for p, d in zip(parts, drops)]
+    got = [b for bs in pool_map(lambda p: list(O.profile_partition(p)), parts) for b in bs]
+    prof, _ = O.summarize_profile(O.sum_profile_rows(pa.Table.from_batches(got, O.PROFILE_ARROW)))
     if prof.duplicates:  # every repeat was marked above: a partition finding one is a bug
         raise AssertionError(f"ssj tokenize: ids still repeated after marking duplicates: {prof.duplicates[:5]}")
     t2 = time.perf_counter()
-    enc = [b for bs in pool_map(lambda p: list(S._encode_partition(p, prof.dictionary, prof.rid_base)), parts)
+    enc = [b for bs in pool_map(lambda p: list(O.encode_partition(p, prof.dictionary, prof.rid_base)), parts)
            for b in bs]
-    table = pa.Table.from_batches(enc, S._ENCODED_ARROW)
+    table = pa.Table.from_batches(enc, O.ENCODED_ARROW)
     ok = pc.equal(table.column("reason"), "")
-    records = table.filter(ok).select(list(S.RECORD_COLUMNS))
+    records = table.filter(ok).select(list(O.RECORD_COLUMNS))
     bad = table.filter(pc.invert(ok)).select(["side", "id", "text", "reason"])
     # a quarantined row is named by its input side (an appended row's side + APPENDED is dropped)
-    bad = bad.set_column(0, "side", pa.array(bad.column("side").to_numpy().astype(np.int32) % S.APPENDED,
+    bad = bad.set_column(0, "side", pa.array(bad.column("side").to_numpy().astype(np.int32) % O.APPENDED,
                                              pa.int32()))
     t3 = time.perf_counter()
     log.info("ssj tokenize: %d rows in %d partitions: tokenized %.2fs, profiled %.2fs, encoded %.2fs",
@@ -221,11 +221,11 @@ def tokenize(rows: pa.Table, qgram: int | None) -> Tokenized:
 def measure_slices(records: pa.Table, theta: float, sim: str, rs: bool, n_records: int
                    ) -> tuple[dict[int, float], float, dict[int, float], float]:
     """``setsim.measure_slices`` in process: the same per-partition scan, the same merge."""
-    f_work, f_res = S.measure_fractions(n_records)
+    f_work, f_res = O.measure_fractions(n_records)
     cols = records.select(["rid", "side", "id", "tokens"])
-    got = [b for bs in pool_map(lambda c: list(S.measure_partition(c.to_batches(), theta, sim, f_work, f_res)),
+    got = [b for bs in pool_map(lambda c: list(O.measure_partition(c.to_batches(), theta, sim, f_work, f_res)),
                                 slices(cols)) for b in bs]
-    return S.merge_measures(pa.Table.from_batches(got, S._MEASURE_ARROW), theta, sim, rs, f_work, f_res)
+    return O.merge_measures(pa.Table.from_batches(got, O.MEASURE_ARROW), theta, sim, rs, f_work, f_res)
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ def join_units(records: pa.Table, plan: Plan, rs: bool) -> Joined:
                       "similarity": pa.array([], pa.float64())})
     if records.num_rows == 0:
         return Joined(empty, [])
-    flat, offsets = S.token_csr(records.column("tokens"))
+    flat, offsets = O.token_csr(records.column("tokens"))
     rids = records.column("rid").to_numpy()
     order = np.argsort(rids, kind="stable")
     if not (order == np.arange(order.size)).all():
@@ -268,8 +268,8 @@ def join_units(records: pa.Table, plan: Plan, rs: bool) -> Joined:
         g = groups[u]
         p = pos[g]
         f, o = gather_rows(flat, offsets, p)
-        rec = S.UnitRecords(f, o, rids[p], ids[p], sides[p], is_index[g], is_probe[g])
-        return u, S.join_unit(rec, plan, rs, slot)
+        rec = O.UnitRecords(f, o, rids[p], ids[p], sides[p], is_index[g], is_probe[g])
+        return u, O.join_unit(rec, plan, rs, slot)
 
     done = dict(pool_map(run, todo))
     stats, cols = [], []
@@ -290,7 +290,7 @@ def appended_id_clash(records: pa.Table) -> int | None:
     side = records.column("side").to_numpy()
     ids = records.column("id").to_numpy()
     for s in (0, 1):
-        new, old = ids[side == s + S.APPENDED], ids[side == s]
+        new, old = ids[side == s + O.APPENDED], ids[side == s]
         hit = np.intersect1d(new, old)
         if hit.size:
             return int(hit[0])
@@ -311,8 +311,8 @@ def increment_blocks(records: pa.Table, rs: bool) -> list[pa.Table]:
         return pa.concat_tables(parts)
 
     if not rs:
-        return [block(side == S.APPENDED, np.ones(side.size, bool))]
-    return [block(side == S.APPENDED, np.isin(side, (1, 1 + S.APPENDED))), block(side == 0, side == 1 + S.APPENDED)]
+        return [block(side == O.APPENDED, np.ones(side.size, bool))]
+    return [block(side == O.APPENDED, np.isin(side, (1, 1 + O.APPENDED))), block(side == 0, side == 1 + O.APPENDED)]
 
 
 def self_pairs(pairs: pa.Table) -> pa.Table:
