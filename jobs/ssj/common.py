@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from simjoin.pipeline.spec import Run
 
@@ -41,3 +41,13 @@ class SSJRun(Run):
     @property
     def part(self) -> dict[str, str]:
         return {"run_id": self.run_id}
+
+    def executor(self, spark: Any, inc: Any) -> Any:
+        """The executor this run's stages run on (``inc.executor``, chosen by tokenize), one per
+        process."""
+        got = self.frames.get("executor")
+        if got is None or got.name != inc.executor:
+            from simjoin.pipeline.executors import executor
+
+            got = self.keep("executor", executor(inc.executor, spark, inc.executor_reason))
+        return got

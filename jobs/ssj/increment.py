@@ -8,7 +8,7 @@ v_b only appended rows. Then
 
 So the run tokenizes the whole input under one token order (prefix filtering stays exact under
 any global order, as long as every record uses the same one), joins only the appended records
-against all records (``simjoin.spark.setsim.increment_blocks``), and publishes b's pairs with the
+against all records (``simjoin.operators.setsim_steps.increment_blocks``), and publishes b's pairs with the
 new ones. A run falls back to a full join, and says why in ``<output>_increments``, when:
 
 - there is no such published run (``--no-incremental``, other parameters, other inputs);
@@ -25,8 +25,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from jobs.ssj.common import SSJRun
 from simjoin.spark import delta, pins
@@ -69,12 +67,12 @@ def full(reason: str) -> Increment:
     return Increment(None, f"a full join: {reason}")
 
 
-def read_rows(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
+def read_rows(spark: Any, job: SSJRun) -> dict[str, Any]:
     """``<output>_increments`` by run id (empty if there is no table yet)."""
     return {r["run_id"]: r for r in delta.small_rows(spark, job.tables.increments)}  # one row per run: small
 
 
-def choose(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int],
+def choose(spark: Any, job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int],
            done: dict[str, Any] | None = None, runs: list[Any] | None = None) -> Increment:
     """The latest published run this one can build on, or a full join and why. ``done`` and ``runs``:
     the increments and pins tables' rows, if already read."""
@@ -100,7 +98,7 @@ def choose(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]], versi
     return full("no published run of these inputs with these parameters to build on")
 
 
-def write(spark: SparkSession, job: SSJRun, inc: Increment, pairs: int | None = None) -> Increment:
+def write(spark: Any, job: SSJRun, inc: Increment, pairs: int | None = None) -> Increment:
     """This run's row of ``<output>_increments`` (its ``run_id`` partition, replaced); ``pairs`` is set
     by the publish stage, which makes the run a base for later ones, with ``published_at``: the time
     of its last publish (a rerun's too), by which ssj's retention rule counts a run's age."""
@@ -119,23 +117,26 @@ def with_new_records(inc: Increment, n: int) -> Increment:
 
 #: The columns of a published pair; a run's output partition is unique by the first two.
 PAIR_COLS = ("left_id", "right_id", "similarity")
+PAIR_ARROW = pa.schema([("left_id", pa.int64()), ("right_id", pa.int64()), ("similarity", pa.float64())])
 
 
-def published(spark: SparkSession, job: SSJRun, inc: Increment, staged: Any) -> Any:
-    """The pairs this run publishes (``PAIR_COLS``): its staged pairs, with its base run's pairs for
-    an incremental run. Unique by (left_id, right_id) when the appended rows were told apart
-    exactly (``pins.appended``): the ``ssj_published`` gate (``jobs.ssj.gates.pairs``) checks it."""
-    staged = staged.select(list(PAIR_COLS)) if isinstance(staged, pa.Table) else staged.select(*PAIR_COLS)
+def published(spark: Any, job: SSJRun, inc: Increment, staged: Any) -> Any:
+    """The pairs this run publishes (``PAIR_COLS``, the executor's partitions): its staged pairs,
+    with its base run's pairs for an incremental run. Unique by (left_id, right_id) when the
+    appended rows were told apart exactly (``pins.appended``): the ``ssj_published`` gate
+    (``jobs.ssj.gates.pairs``) checks it."""
     if not inc.incremental:
         return staged
-    if isinstance(staged, pa.Table):  # the in-process path: the base run's pairs read with deltalake
-        carried = delta.read_arrow(job.output, [("run_id", "=", inc.base_run)], list(PAIR_COLS))
-        return pa.concat_tables([carried.cast(staged.schema), staged])
-    carried = delta.read_table(spark, job.output).filter(F.col("run_id") == F.lit(inc.base_run)).select(*PAIR_COLS)
-    return carried.unionByName(staged)
+    ex = job.executor(spark, inc)
+    carried = ex.scan(job.output, list(PAIR_COLS), where=[("run_id", "=", inc.base_run)])
+    return ex.union([ex.map(carried, _pair_types, PAIR_ARROW), staged])
 
 
-def load(spark: SparkSession, job: SSJRun) -> Increment:
+def _pair_types(t: Any, part: int) -> Any:
+    return t.select(list(PAIR_COLS)).cast(PAIR_ARROW)
+
+
+def load(spark: Any, job: SSJRun) -> Increment:
     """The increment the tokenize stage chose: kept in this process, else its table row."""
     if "increment" in job.frames:
         return job.frames["increment"]  # type: ignore[no-any-return]

@@ -1,25 +1,20 @@
-"""Stage 3: the distributed join. Each plan unit runs as its own Spark task with a local PPJoin;
-pairs go to the staging table, one stats row per unit to the stats table. An incremental run
-(``jobs.ssj.increment``) stages only the pairs with an appended record."""
+"""Stage 3: the distributed join. Each plan unit runs as its own task of the run's executor with a
+local PPJoin (``simjoin.operators.setsim_steps.join_units``); pairs go to the staging table, one
+stats row per unit to the stats table. An incremental run (``jobs.ssj.increment``) stages only the
+pairs with an appended record."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-import pyarrow as pa
-from pyspark import StorageLevel
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-
 from jobs.ssj import increment
 from jobs.ssj.common import SSJRun
 from jobs.ssj.optimize import load_plan
-from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
+from simjoin.contracts import STATS_COMMON_SCHEMA
 from simjoin.log import get_logger
-from simjoin.operators import setsim as O
+from simjoin.operators import setsim_steps as steps
 from simjoin.spark import delta
-from simjoin.spark import setsim as S
 
 log = get_logger("simjoin.ssj")
 STATS_SCHEMA = ("unit int, records_indexed long, records_probed long, candidates long, verified long, results long, "
@@ -49,66 +44,38 @@ def stats_rows(job: SSJRun, plan: Any, unit_stats: list[dict[str, Any]]) -> list
     return stat_rows
 
 
-def _run_in_process(spark: Any, job: SSJRun, plan: Any, inc: increment.Increment) -> tuple[list, Any]:
-    """The units on this process's thread pool (``setsim_local.join_units``): stats rows, pairs."""
+def run(spark: Any, job: SSJRun) -> dict[str, Any]:
+    """Run every unit; write the stats table and this run's staging pairs; keep the pairs for the
+    gate and the publish stage of this process."""
     from jobs.ssj.gates import records as read_records
-    from simjoin.operators import setsim_local as L
 
-    records = read_records(spark, job, inc)
-    if inc.incremental:
-        done = [L.join_units(b, plan, True) for b in L.increment_blocks(records, job.rs)]
-        pairs = pa.concat_tables([d.pairs for d in done])
-        if not job.rs:
-            pairs = L.self_pairs(pairs)
-        unit_stats = [st for d in done for st in d.stats]
-    else:
-        one = L.join_units(records, plan, job.rs)
-        pairs, unit_stats = one.pairs, one.stats
-    stat_rows = stats_rows(job, plan, unit_stats)
-    delta.overwrite_rows(spark, stat_rows, STATS_SCHEMA, job.tables.stats, job.part, merge_schema=True)
-    delta.overwrite_partition_arrow(spark, pairs, job.tables.staging, job.part)
-    job.keep("pairs", pairs)
-    return stat_rows, pairs
-
-
-def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
-    """Run every unit; write the stats table and this run's staging pairs; keep the pairs
-    (persisted) for the gate and the publish stage of this process."""
     plan = load_plan(spark, job)
     inc = increment.load(spark, job)
-    if inc.in_process:
+    if inc.in_process:  # a killed in-process join goes on on Spark (``_still_in_process``)
         inc = _still_in_process(spark, job, inc)
-    if inc.in_process:
-        stat_rows, pairs = _run_in_process(spark, job, plan, inc)
-        return summarize(stat_rows, inc, pairs.num_rows)
-    records = job.frame("records", lambda: delta.read_table(spark, job.tables.tokens)
-                        .filter(F.col("run_id") == job.run_id))
-    # one partition per unit: no coalescing of the shuffle by AQE
-    prev = spark.conf.get("spark.sql.adaptive.coalescePartitions.enabled") or "true"
-    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
-    try:
-        inc = increment.load(spark, job)
-        if inc.incremental:  # only the pairs with an appended record: R-S joins against all records
-            blocks = [S.join_units(S.route_to_units(b, plan), plan, True) for b in S.increment_blocks(records, job.rs)]
-            res = blocks[0]
-            for b in blocks[1:]:
-                res = res.unionByName(b)
-        else:
-            res = S.join_units(S.route_to_units(records, plan), plan, job.rs)
-        res = res.persist(StorageLevel.MEMORY_AND_DISK)
-        pairs = res.filter(F.col("kind") == int(RowKind.PAIR)).select("left_id", "right_id", "similarity")
-        if inc.incremental and not job.rs:
-            pairs = S.self_pairs(pairs)
-        pairs = pairs.withColumn("run_id", F.lit(job.run_id))
-        # one stats row per unit (summed over an increment's blocks), completed with the plan's estimates
-        stats = res.filter(F.col("kind") == int(RowKind.STATS))
-        stat_rows = stats_rows(job, plan, [O.unit_stats(r) for r in stats.select("unit", "stats").collect()])
-        delta.overwrite_rows(spark, stat_rows, STATS_SCHEMA, job.tables.stats, job.part, merge_schema=True)
-        delta.overwrite_partition(pairs, job.tables.staging, job.part)
-        job.keep("pairs", pairs)
-    finally:
-        spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", prev)
-    n_pairs = job.frames["pairs"].count() if inc.incremental and not job.rs else None
+    ex = job.executor(spark, inc)
+    records = read_records(spark, job, inc)
+    kept = []
+    if inc.incremental:  # only the pairs with an appended record: R-S joins against all records
+        parts, unit_stats = [], []
+        for block in steps.increment_blocks(ex, records, job.rs):
+            pairs, st, res = steps.join_units(ex, block, plan, True)
+            parts.append(pairs)
+            unit_stats += st
+            kept.append(res)
+        pairs = ex.union(parts)
+        if not job.rs:
+            pairs = ex.persist(steps.self_pairs(ex, pairs))
+            kept.append(pairs)
+    else:
+        pairs, unit_stats, res = steps.join_units(ex, records, plan, job.rs)
+        kept.append(res)
+    stat_rows = stats_rows(job, plan, unit_stats)
+    delta.overwrite_rows(spark, stat_rows, STATS_SCHEMA, job.tables.stats, job.part, merge_schema=True)
+    ex.write(pairs, job.tables.staging, job.part)
+    job.keep("pairs", pairs)
+    job.keep("join_results", kept)
+    n_pairs = ex.count(pairs) if inc.incremental and not job.rs else None
     return summarize(stat_rows, inc, n_pairs)
 
 

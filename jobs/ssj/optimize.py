@@ -9,20 +9,19 @@ import time
 from typing import Any
 
 import numpy as np
-from pyspark.sql import SparkSession
 
 from jobs.ssj.common import SSJRun
 from simjoin.core.setsim import Plan, RamFactors, make_plan, search_plan
 from simjoin.core.setsim.work import measured_costs
 from simjoin.log import get_logger
 from simjoin.operators import setsim as O
+from simjoin.operators.setsim_steps import measure_slices
 from simjoin.spark import delta
-from simjoin.spark import setsim as S
 
 log = get_logger("simjoin.ssj")
 
 
-def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
+def run(spark: Any, job: SSJRun) -> dict[str, Any]:
     plan = make(spark, job)
     mods = sorted({plan.unit_mod(u) for u in plan.units})
     from jobs.ssj import increment
@@ -31,20 +30,7 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
             "reason": plan.reason, "executor": increment.load(spark, job).executor}
 
 
-def budget(spark: SparkSession, job: SSJRun, in_process: bool) -> O.UnitBudget:
-    """Memory per unit and slots: from the Spark session, or on the in-process path from the
-    configuration such a session would have (so both paths plan alike on one machine)."""
-    if not in_process:
-        return S.unit_budget(spark, job.cfg.memory_gb)
-    from simjoin.config import SparkConfig, load_config
-
-    sc = load_config(SparkConfig, "spark")
-    master = sc.master if sc.master.startswith("local") else "local[*]"
-    return S.unit_budget(None, job.cfg.memory_gb, conf={"spark.master": master,
-                                                        "spark.driver.memory": sc.driver_memory})
-
-
-def make(spark: SparkSession, job: SSJRun) -> Plan:
+def make(spark: Any, job: SSJRun) -> Plan:
     from jobs.ssj import increment
     from jobs.ssj.gates import records as read_records
 
@@ -62,16 +48,12 @@ def make(spark: SparkSession, job: SSJRun) -> Plan:
         plan = Plan(theta=plan.theta, sim=plan.sim, n=plan.n, m=plan.m, units=plan.units, deviation=plan.deviation,
                     reason=f"set by the user: --workers {cfg.workers or 1} --mod {cfg.mod or 1}")
     else:
-        room = budget(spark, job, inc.in_process)
+        ex = job.executor(spark, inc)
+        room = ex.unit_budget(cfg.memory_gb)
         t0 = time.perf_counter()
         records = read_records(spark, job, inc)
         n = int(counts.sum())
-        if inc.in_process:
-            from simjoin.operators import setsim_local as L
-
-            work, fraction, results, sampled = L.measure_slices(records, cfg.threshold, cfg.similarity, job.rs, n)
-        else:
-            work, fraction, results, sampled = S.measure_slices(records, cfg.threshold, cfg.similarity, job.rs, n)
+        work, fraction, results, sampled = measure_slices(ex, records, cfg.threshold, cfg.similarity, job.rs, n)
         log.info("ssj optimize: slice costs measured in %.1fs: %.3g posting visits (%s of the records), "
                  "%.3g result pairs (from a join of %s of them)", time.perf_counter() - t0, sum(work.values()),
                  "all" if fraction >= 1 else f"{fraction:.1%}", sum(results.values()),
@@ -91,7 +73,7 @@ def make(spark: SparkSession, job: SSJRun) -> Plan:
     return job.keep("plan", plan)  # type: ignore[no-any-return]
 
 
-def load_plan(spark: SparkSession, job: SSJRun) -> Plan:
+def load_plan(spark: Any, job: SSJRun) -> Plan:
     """The plan kept by this process's optimizer, else this run's plan table."""
     if "plan" in job.frames:
         return job.frames["plan"]  # type: ignore[no-any-return]

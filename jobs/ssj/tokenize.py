@@ -1,9 +1,10 @@
 """Stage 1: tokenize + length statistics. Bad rows (null/empty text, no tokens, null or duplicate
 id) go to the quarantine table with a reason; good rows become integer-token records.
 
-The input is read and tokenized twice, never cached as strings: one pass with one small shuffle
-profiles it (token frequencies, lengths per partition, repeated ids, bad rows), and one narrow
-pass encodes the records (cached as integers).
+The stage chooses the run's executor (``choose``: in process or Spark, recorded in
+``<output>_increments``) and runs ``simjoin.operators.setsim_steps`` on it: one pass profiles the
+rows (token frequencies, lengths per partition, repeated ids, bad rows), one encodes the records
+(kept as integers, never as strings).
 An incremental run (``jobs.ssj.increment``) tags the rows appended since its base run with side + 2.
 """
 
@@ -18,22 +19,20 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+import pyarrow.compute as pc
 
 from jobs.ssj import increment
 from jobs.ssj.common import SSJRun
 from simjoin.log import get_logger
 from simjoin.operators import setsim as O
+from simjoin.operators import setsim_steps as steps
 from simjoin.runtime.placement import PathChoice, choose_path
 from simjoin.spark import delta, pins
-from simjoin.spark import setsim as S
 
 log = get_logger("simjoin.ssj")
-QUARANTINE_SCHEMA = "side int, id long, text string, reason string, stage string, run_id string"
 
 
-def read_versions(spark: SparkSession, job: SSJRun, sides: list[tuple[int, str]]
+def read_versions(spark: Any, job: SSJRun, sides: list[tuple[int, str]]
                   ) -> tuple[dict[int, int], increment.Increment]:
     """The input versions this run reads (pinned in ``<output>_runs``); a scheduled or
     asset-triggered run whose inputs are those of the last published run has nothing new.
@@ -80,11 +79,9 @@ def check_input(spark: Any, path: str, id_col: str, text_col: str) -> None:
         except Exception:  # a reader feature deltalake lacks: Spark reads the schema
             schema = None
         if schema is not None:
-            from simjoin.operators.setsim_local import check_input_schema
-
-            check_input_schema(schema, id_col, text_col, f"input {path}")
+            steps.check_input_schema(schema, id_col, text_col, f"input {path}")
             return
-    S.check_input_columns(delta.read_table(spark, path), id_col, text_col, f"input {path}")
+    O.check_input_types(dict(delta.read_table(spark, path).dtypes), id_col, text_col, f"input {path}")
 
 
 def choose(job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int]) -> PathChoice:
@@ -164,9 +161,12 @@ def decoded_text_bytes(table: Any, text_col: str, records: int, files: int = 3) 
     return 0 if rows == 0 else int(seen / rows * records)
 
 
-def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
-    """Write the tokens, lengths and quarantine tables; keep the records (persisted) and the
-    length statistics for the later stages of this process."""
+def run(spark: Any, job: SSJRun) -> dict[str, Any]:
+    """Write the tokens, lengths and quarantine tables; keep the records for the later stages of
+    this process."""
+    import time
+
+    from simjoin.operators.setsim_steps import warm_kernels
     from simjoin.quality.gates import preload
 
     cfg = job.cfg
@@ -176,118 +176,56 @@ def run(spark: SparkSession, job: SSJRun) -> dict[str, Any]:
     inc = replace(inc, executor=where.executor, executor_reason=where.reason)
     log.info("ssj tokenize: %s", inc.reason)
     log.info("ssj tokenize: runs %s: %s", where.executor.replace("_", " "), where.reason)
-    if where.in_process:
-        preload(process=True)  # the gates run in the warm gate server: no Great Expectations import here
-        return _run_in_process(spark, job, sides, versions, inc)
-    preload()  # Great Expectations imports in the background while Spark tokenizes
-    rows: DataFrame | None = None
-    for side, path in sides:
-        df = delta.read_table(spark, path, version=versions[side])
-        S.check_input_columns(df, cfg.id_col, cfg.text_col, f"input {path}")
-        if inc.incremental:  # rows appended since the base run get side + APPENDED
-            df = pins.appended(spark, path, df, inc.since[side])
-        one = S.select_input(df, cfg.id_col, cfg.text_col, side, appended="_appended" if inc.incremental else None)
-        rows = one if rows is None else rows.unionByName(one)
-    assert rows is not None
-    if inc.incremental and (clash := S.appended_id_clash(S.prepare(rows, cfg.qgram))) is not None:
-        inc = replace(increment.full(f"the appended row id {clash} repeats an id of an earlier row"),
-                      executor=inc.executor, executor_reason=inc.executor_reason)
-        log.info("ssj tokenize: %s", inc.reason)
-        rows = rows.withColumn("side", (F.col("side") % O.APPENDED).cast("int"))
-    # Two passes over the input, each tokenizing it: the profile (token frequencies, lengths, ids),
-    # then the encoding, which needs the profile's global token order. Nothing but the encoded
-    # (integer) records is cached. Repeated ids, rare, take the slow road: prepared rows, cached.
-    prof = S.profile(rows, cfg.qgram)
-    source, cached = rows, []
-    if prof.duplicates:
-        log.info("ssj tokenize: %d ids occur more than once; keeping the first row of each", len(prof.duplicates))
-        cached.append(S.prepare(rows, cfg.qgram).cache())
-        source = S.drop_duplicates(cached[0], prof.duplicates).cache()
-        cached.append(source)
-        prof = S.profile(source)
-    n_in = prof.good + prof.bad
-    log.info("quality %s: %d rows in, %d good, %d quarantined", " + ".join(p for _, p in sides), n_in,
-             prof.good, prof.bad)
-    encoded = S.encode(source, prof, cfg.qgram).persist()
-    records = encoded.filter(F.col("reason") == "").select(*O.RECORD_COLUMNS)
-    bad = None
-    if prof.bad:
-        bad = (encoded.filter(F.col("reason") != "")
-               .select((F.col("side") % O.APPENDED).cast("int").alias("side"), "id", "text", "reason")
-               .withColumn("stage", F.lit("tokenize")).withColumn("run_id", F.lit(job.run_id)))
-    # materialize once here, before a writer thread and the next stage both read it
-    n = records.count()
-    if n != prof.good:
-        raise AssertionError(f"ssj tokenize lost rows: {n} records encoded, {prof.good} good rows")
-    for c in cached:
-        c.unpersist()
-    if bad is not None:
-        delta.overwrite_partition(bad, job.tables.quarantine, job.part)
-    else:  # nothing to quarantine: still replace this run's partition, without a scan
-        delta.overwrite_rows(spark, [], QUARANTINE_SCHEMA, job.tables.quarantine, job.part)
-    length_rows = [{"length": int(a), "count": int(c)} for a, c in zip(prof.lengths, prof.counts)]
-    delta.overwrite_rows(spark, [(r["length"], r["count"], job.run_id) for r in length_rows],
-                         "length int, count long, run_id string", job.tables.lengths, job.part)
-    delta.overwrite_partition(records.withColumn("run_id", F.lit(job.run_id)), job.tables.tokens, job.part)
-    new = records.filter(F.col("side") >= O.APPENDED).count() if inc.incremental else n
-    inc = increment.write(spark, job, increment.with_new_records(inc, new))
-    job.keep("records", records)
-    job.keep("length_rows", length_rows)
-    log.info("ssj tokenize: %d records in, %d tokenized (%d to join: %s), %d quarantined", n_in, prof.good, new,
-             inc.mode, prof.bad)
-    return {"records_in": n_in, "records": prof.good, "quarantined": prof.bad, "mode": inc.mode,
-            "base_run": inc.base_run, "new_records": new, "versions": {p: versions[s] for s, p in sides},
-            "executor": inc.executor}
-
-
-def _run_in_process(spark: Any, job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int],
-                    inc: increment.Increment) -> dict[str, Any]:
-    """The tokenize stage without Spark (``simjoin.operators.setsim_local``): the same tables."""
-    import time
-
-    from simjoin.operators import setsim_local as L
-
-    cfg = job.cfg
-    L.warm_kernels(cfg.similarity)
+    # in process the gates run in the warm gate server (no Great Expectations import here); on
+    # Spark Great Expectations imports in the background while Spark tokenizes
+    preload(process=where.in_process)
+    warm_kernels(cfg.similarity)
+    ex = job.executor(spark, inc)
     t0 = time.perf_counter()
-
-    def read(side: int, path: str, since: int | None) -> pa.Table:
-        return L.read_input(delta.local_dir(path) or path, versions[side], cfg.id_col, cfg.text_col, side,
-                            f"input {path}", appended_since=since)
-
-    parts = [read(s, p, inc.since[s] if inc.incremental else None) for s, p in sides]
-    rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    rows = steps.input_rows(ex, [(s, p, versions[s], inc.since[s] if inc.incremental else None) for s, p in sides],
+                            cfg.id_col, cfg.text_col)
     read_s = time.perf_counter() - t0
-    log.info("ssj tokenize: read %d rows in %.2fs", rows.num_rows, read_s)
-    tok = L.tokenize(rows, cfg.qgram)
-    if inc.incremental and (clash := L.appended_id_clash(tok.records)) is not None:
+    tok = steps.tokenize(ex, rows, cfg.qgram)
+    if inc.incremental and (clash := steps.appended_id_clash(ex, tok.records)) is not None:
         inc = replace(increment.full(f"the appended row id {clash} repeats an id of an earlier row"),
                       executor=inc.executor, executor_reason=inc.executor_reason)
         log.info("ssj tokenize: %s", inc.reason)
-        side = rows.column("side").to_numpy() % O.APPENDED
-        tok = L.tokenize(rows.set_column(0, "side", pa.array(side.astype(np.int32))), cfg.qgram)
+        ex.release(tok.encoded)
+        tok = steps.tokenize(ex, steps.retag_full(ex, rows), cfg.qgram)
     t1 = time.perf_counter()
-    n_in, good, n_bad = rows.num_rows, tok.records.num_rows, tok.bad.num_rows
+    good, n_bad = ex.count(tok.records), tok.prof.bad
+    n_in = tok.prof.good + n_bad
     if good != tok.prof.good:
         raise AssertionError(f"ssj tokenize lost rows: {good} records encoded, {tok.prof.good} good rows")
     log.info("quality %s: %d rows in, %d good, %d quarantined", " + ".join(p for _, p in sides), n_in, good, n_bad)
-    bad = tok.bad.append_column("stage", pa.array(["tokenize"] * n_bad, pa.string()))
-    delta.overwrite_partition_arrow(spark, bad, job.tables.quarantine, job.part)
+    ex.write(ex.map(tok.bad, _tokenize_stage, QUARANTINE_ARROW), job.tables.quarantine, job.part)
     length_rows = [{"length": int(a), "count": int(c)} for a, c in zip(tok.prof.lengths, tok.prof.counts)]
     delta.overwrite_rows(spark, [(r["length"], r["count"], job.run_id) for r in length_rows],
                          "length int, count long, run_id string", job.tables.lengths, job.part)
-    delta.overwrite_partition_arrow(spark, tok.records, job.tables.tokens, job.part)
-    new = int((tok.records.column("side").to_numpy() >= O.APPENDED).sum()) if inc.incremental else good
+    ex.write(tok.records, job.tables.tokens, job.part)
+    new = ex.count(ex.map(tok.records, _appended, steps.RECORD_ARROW)) if inc.incremental else good
     inc = increment.write(spark, job, increment.with_new_records(inc, new))
     job.keep("records", tok.records)
+    job.keep("encoded", tok.encoded)
     job.keep("length_rows", length_rows)
     log.info("ssj tokenize: %d records in, %d tokenized (%d to join: %s), %d quarantined", n_in, good, new,
              inc.mode, n_bad)
-    steps = {"read": read_s, **tok.seconds, "write": time.perf_counter() - t1}
-    log_steps("tokenize", steps)
+    took = {"read": read_s, **tok.seconds, "write": time.perf_counter() - t1}
+    log_steps("tokenize", took)
     return {"records_in": n_in, "records": good, "quarantined": n_bad, "mode": inc.mode,
             "base_run": inc.base_run, "new_records": new, "versions": {p: versions[s] for s, p in sides},
-            "executor": inc.executor, "steps": steps}
+            "executor": inc.executor, "steps": took}
+
+
+QUARANTINE_ARROW = pa.schema([*steps.BAD_ARROW, pa.field("stage", pa.string())])
+
+
+def _tokenize_stage(t: pa.Table, part: int) -> pa.Table:
+    return t.append_column("stage", pa.array(["tokenize"] * t.num_rows, pa.string()))
+
+
+def _appended(t: pa.Table, part: int) -> pa.Table:
+    return t.filter(pc.greater_equal(t.column("side"), O.APPENDED))
 
 
 def log_steps(stage: str, steps: dict[str, float]) -> None:

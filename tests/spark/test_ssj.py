@@ -167,21 +167,37 @@ def test_rerun_same_run_id_replaces_not_appends(spark, tmp_path):
     assert sorted((r.node, r.modgroup) for r in plan) == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
-def test_profile_finds_repeated_ids_inside_and_across_partitions(spark):
-    from simjoin.spark import setsim as S
+def test_tokenize_finds_repeated_ids_inside_and_across_partitions(spark):
+    """Repeated (side, id) keys: each kept once (the first good row by text), the others
+    quarantined as ``duplicate id``, found inside one partition or across partitions (then by a
+    shuffle of the good ids), on Spark and in process alike."""
 
-    def dups(rows, parts):
-        df = spark.createDataFrame(rows, "side int, id long, text string").repartitionByRange(parts, "id")
-        return sorted(S.profile(S.prepare(df, None)).duplicates)
+    from simjoin.operators import setsim_steps as steps
+    from simjoin.runtime.executor import InProcessExecutor, slices
+    from simjoin.spark.executor import SparkExecutor
+
+    def dups(rows, parts, by_range=True):
+        df = spark.createDataFrame(rows, "side int, id long, text string")
+        df = df.repartitionByRange(parts, "id") if by_range else df.repartition(parts)
+        got = []
+        for ex, data in ((SparkExecutor(spark), df), (InProcessExecutor(), slices(df.toArrow(), 1 + len(rows) // parts))):
+            tok = steps.tokenize(ex, data, None)
+            bad = ex.collect(tok.bad)
+            kept = {(r["side"], r["id"]): r for r in ex.collect(tok.records).to_pylist()}
+            got.append((sorted({(r["side"], r["id"]) for r in bad.to_pylist() if r["reason"].startswith("duplicate")}),
+                        sorted(kept)))
+            ex.release(tok.encoded)
+        assert got[0] == got[1]
+        return got[0][0]
 
     inside = [(0, i, "a b") for i in range(20)] + [(0, 3, "c"), (0, 15, "d"), (0, 15, "e")]
     assert dups(inside, 1) == [(0, 3), (0, 15)]
     assert dups(inside, 3) == [(0, 3), (0, 15)]  # disjoint ranges: each repeat stays in one partition
     across = [(0, i, "a") for i in range(10)] + [(0, 5, "b")]
-    df = spark.createDataFrame(across, "side int, id long, text string").repartition(2)  # ranges overlap
-    assert sorted(S.profile(S.prepare(df, None)).duplicates) == [(0, 5)]
+    assert dups(across, 2, by_range=False) == [(0, 5)]  # ranges overlap: found by the shuffle
     # the same id on the two sides of an R-S join is no repeat; a bad row is no repeat either
     assert dups([(0, 1, "a"), (1, 1, "a"), (0, 2, None), (0, 2, "b")], 2) == []
+
 
 
 def test_partition_keys_match_spark_hash(spark):
@@ -206,7 +222,9 @@ def test_measure_slices_equals_the_core_on_all_records(spark, rs):
     import pyarrow as pa
 
     from simjoin.core.setsim.work import prefix_counts, slice_results, slice_work
-    from simjoin.spark import setsim as S
+    from simjoin.operators.setsim_steps import measure_slices
+    from simjoin.runtime.executor import InProcessExecutor, slices
+    from simjoin.spark.executor import SparkExecutor
     from simjoin.spark.session import arrow_frame
 
     rng = np.random.default_rng(3)
@@ -219,20 +237,21 @@ def test_measure_slices_equals_the_core_on_all_records(spark, rs):
     table = pa.table({"rid": np.arange(n, dtype=np.int64), "side": side, "id": np.arange(n, dtype=np.int64) * 7,
                       "tokens": tokens})
     records = arrow_frame(spark, table).repartition(3)
-    work, f_w, results, f_r = S.measure_slices(records, 0.6, "jaccard", rs, n, work_rows=n, result_rows=n)
+    ex = SparkExecutor(spark)
+    work, f_w, results, f_r = measure_slices(ex, records, 0.6, "jaccard", rs, n, work_rows=n, result_rows=n)
     assert f_w == f_r == 1.0
     flat, off = O.token_csr(tokens)
     assert work == pytest.approx(slice_work(*prefix_counts(flat, off, side, 0.6), theta=0.6, rs=rs))
     assert results == slice_results(flat, off, np.arange(n), side, 0.6, rs=rs)
-    _, f_half, _, f_tenth = S.measure_slices(records, 0.6, "jaccard", rs, n, work_rows=n // 2, result_rows=n // 10)
+    _, f_half, _, f_tenth = measure_slices(ex, records, 0.6, "jaccard", rs, n, work_rows=n // 2,
+                                           result_rows=n // 10)
     assert (f_half, f_tenth) == (0.5, 0.1)
-    # the in-process path: the same per-partition scan and merge, the same sample (drawn by side and
-    # id, not by rid or partition) at a sampled fraction too
-    from simjoin.operators import setsim_local as L
-
+    # in process: the same per-partition scan and merge, the same sample (drawn by side and id, not
+    # by rid or partition) at a sampled fraction too
     big = 2_000_000  # as if sampled from 2M records: 1/4 of the work rows, 1/100 of the result rows
-    spark_got = S.measure_slices(records, 0.6, "jaccard", rs, big)
-    local_got = L.measure_slices(table.take(np.random.default_rng(1).permutation(n)), 0.6, "jaccard", rs, big)
+    spark_got = measure_slices(ex, records, 0.6, "jaccard", rs, big)
+    local_got = measure_slices(InProcessExecutor(), slices(table.take(np.random.default_rng(1).permutation(n)), 700),
+                               0.6, "jaccard", rs, big)
     assert spark_got[1] == local_got[1] and spark_got[3] == local_got[3] < 1
     assert spark_got[0] == pytest.approx(local_got[0]) and spark_got[2] == pytest.approx(local_got[2])
 

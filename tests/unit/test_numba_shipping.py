@@ -59,13 +59,17 @@ def test_no_closure_names_a_numba_kernel():
     assert not found, f"closures that would ship numba kernels by value (uncached): {found}"
 
 
-def test_the_ssj_encode_closure_ships_no_kernel():
-    """What the rule prevents, seen by pickling the real closure: no dispatcher is pickled."""
+def test_the_ssj_encode_task_ships_no_kernel():
+    """What the rule prevents, seen by pickling the real task function: no dispatcher is pickled."""
+    import functools
+
+    import pyarrow as pa
     from numba.core import dispatcher
 
-    from simjoin.spark import setsim
+    from simjoin.operators import setsim_steps as steps
 
-    fn = setsim._encode(lambda batches: None, None, {})
+    fn = functools.partial(steps._encode_part, qgram=None, cache=steps.PartitionCache(), drops=None,
+                           dictionary=pa.array([], pa.string()), rid_base={})
     shipped: list[str] = []
     orig = dispatcher.Dispatcher._reduce_states
 

@@ -1,12 +1,11 @@
-"""The tokenize stage's partition functions, without Spark: the profile of a partition and its
-encoding, from text (tokenized in the task) and from prepared rows, agree with a per-row reference."""
+"""The tokenize step's partition functions, without Spark: the profile of a partition and its
+encoding agree with a per-row reference."""
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from simjoin.operators import setsim as O
-from simjoin.spark import setsim as S
 
 TEXTS = ["b a c", "a a b", None, "   ", "c", "d e f g", "B A", "", "x y", "a", "q r s t u v w x y z", "a b"]
 IDS = [5, 3, 9, None, 7, 1, 2, 4, 8, 6, 10, 11]
@@ -29,20 +28,19 @@ def _reason(i, text):
     return "; ".join(out)
 
 
-def _run(tokenized):
-    batches = _batches()
-    if tokenized:
-        prep = S._prepare(None)
-        batches = list(prep(iter(batches)))
-    read = S._reader(None, tokenized)
-    prof, overlap = O.summarize_profile(pa.Table.from_batches(list(S._profile(read)(iter(batches)))))
-    out = pa.Table.from_batches(list(S._encode(read, prof.dictionary, prof.rid_base)(iter(batches))))
+def _partition():
+    return O.from_text(iter(_batches()), None, 0)
+
+
+def _run():
+    p = _partition()
+    prof, overlap = O.summarize_profile(pa.Table.from_batches(list(O.profile_partition(p))))
+    out = pa.Table.from_batches(list(O.encode_partition(p, prof.dictionary, prof.rid_base)))
     return prof, overlap, out
 
 
-@pytest.mark.parametrize("tokenized", [False, True])
-def test_profile_and_encode_of_one_partition(tokenized):
-    prof, overlap, out = _run(tokenized)
+def test_profile_and_encode_of_one_partition():
+    prof, overlap, out = _run()
     good = [(s, i, t) for s, i, t in zip([0] * 7 + [1] * 5, IDS, TEXTS) if not _reason(i, t)]
     assert prof.good == len(good) and prof.bad == len(TEXTS) - len(good) and not overlap and not prof.duplicates
     # token ids by ascending frequency, ties by text
@@ -66,9 +64,8 @@ def test_profile_and_encode_of_one_partition(tokenized):
 
 
 def test_encode_refuses_a_partition_that_changed_since_its_profile():
-    prof, _, _ = _run(False)
+    prof, _, _ = _run()
     lengths, first, counts = prof.rid_base[0]
     wrong = {0: (lengths, first, counts + np.eye(1, counts.size, 0, dtype=np.int64)[0])}
-    read = S._reader(None, False)
     with pytest.raises(RuntimeError, match="partition 0 holds other records than when it was profiled"):
-        list(S._encode(read, prof.dictionary, wrong)(iter(_batches())))
+        list(O.encode_partition(_partition(), prof.dictionary, wrong))

@@ -1,14 +1,18 @@
-"""The set-similarity join's in-process pieces without Spark: the path choice, the duplicate rule,
-the incremental blocks and pairs, and the in-process stages against the core's brute force."""
+"""The set-similarity join's steps on the in-process executor, without Spark: the path choice, the
+duplicate rule, the incremental blocks and pairs, and the steps against the core's brute force
+(``tests/spark/test_ssj_executors.py`` runs the same steps on Spark)."""
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from simjoin.core.setsim import brute_force_pairs, make_plan
-from simjoin.runtime.placement import choose_path, in_process_bytes
 from simjoin.operators import setsim as O
-from simjoin.operators import setsim_local as L
+from simjoin.operators import setsim_steps as steps
+from simjoin.runtime import executor as E
+from simjoin.runtime.placement import choose_path, in_process_bytes
+
+EX = E.InProcessExecutor()
 
 GiB = 2**30
 
@@ -37,15 +41,19 @@ def _rows(pairs):
                      "text": pa.array([t for _, _, t in pairs], pa.string())})
 
 
-def test_tokenize_marks_repeats_keeps_first_by_text_and_quarantines_bad_rows(monkeypatch):
-    monkeypatch.setattr(L, "PARTITION_ROWS", 3)  # several partitions: repeats across them
+def _tokenize(rows, rows_per_part=E.PARTITION_ROWS):
+    tok = steps.tokenize(EX, E.slices(rows, rows_per_part), None)
+    return tok, EX.collect(tok.records), EX.collect(tok.bad)
+
+
+def test_tokenize_marks_repeats_keeps_first_by_text_and_quarantines_bad_rows():
     rows = _rows([(0, 5, "b c"), (0, 1, "a b"), (0, 5, "a c"), (0, 2, None), (0, 3, "  "), (0, None, "x"),
                   (0, 5, "z z"), (0, 4, "a b c")])
-    tok = L.tokenize(rows, None)
-    bad = dict(zip(tok.bad.column("id").to_pylist(), tok.bad.column("reason").to_pylist()))
+    tok, records, bad_rows = _tokenize(rows, 3)  # several partitions: repeats across them
+    bad = dict(zip(bad_rows.column("id").to_pylist(), bad_rows.column("reason").to_pylist()))
     assert bad[2] == "null text" and bad[3] == "empty text" and bad[None] == "null id"
-    assert sorted(tok.bad.column("reason").to_pylist()).count("duplicate id 5") == 2
-    rec = tok.records.to_pylist()
+    assert sorted(bad_rows.column("reason").to_pylist()).count("duplicate id 5") == 2
+    rec = records.to_pylist()
     assert sorted(r["id"] for r in rec) == [1, 4, 5]
     assert sorted(r["rid"] for r in rec) == [0, 1, 2]  # dense, in length order
     d = tok.prof.dictionary.to_pylist()
@@ -56,24 +64,24 @@ def test_tokenize_marks_repeats_keeps_first_by_text_and_quarantines_bad_rows(mon
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_in_process_stages_equal_brute_force(seed, monkeypatch):
+def test_in_process_stages_equal_brute_force(seed):
     rng = np.random.default_rng(seed)
-    monkeypatch.setattr(L, "PARTITION_ROWS", 37)
     n = 150
     texts = [" ".join(f"w{x}" for x in rng.choice(25, size=rng.integers(1, 7), replace=False)) for _ in range(n)]
     texts += texts[:10]  # exact copies: similarity 1
     ids = list(range(100, 100 + len(texts)))
-    tok = L.tokenize(_rows([(0, i, t) for i, t in zip(ids, texts)]), None)
+    tok, records, _ = _tokenize(_rows([(0, i, t) for i, t in zip(ids, texts)]), 37)
     theta = (0.5, 0.6, 0.75, 0.8, 1.0)[seed]
     plan = make_plan(tok.prof.lengths, tok.prof.counts, theta, "jaccard", n=2, m=2)
-    got = L.join_units(tok.records, plan, False)
-    pairs = set(zip(got.pairs.column("left_id").to_pylist(), got.pairs.column("right_id").to_pylist()))
+    got_pairs, stats, _ = steps.join_units(EX, tok.records, plan, False)
+    got = EX.collect(got_pairs)
+    pairs = set(zip(got.column("left_id").to_pylist(), got.column("right_id").to_pylist()))
     sets = [sorted(set(t.split())) for t in texts]
     vocab = {w: k for k, w in enumerate(sorted({w for s in sets for w in s}))}
     ref = {(ids[x], ids[y]) for x, y, _ in brute_force_pairs([sorted(vocab[w] for w in s) for s in sets], theta)}
-    assert pairs == ref and len(pairs) == got.pairs.num_rows
-    assert sum(s["results"] for s in got.stats) == len(ref)
-    work, f, results, fr = L.measure_slices(tok.records, theta, "jaccard", False, tok.records.num_rows)
+    assert pairs == ref and len(pairs) == got.num_rows
+    assert sum(s["results"] for s in stats) == len(ref)
+    _, f, results, fr = steps.measure_slices(EX, tok.records, theta, "jaccard", False, records.num_rows)
     assert f == 1.0 and fr == 1.0 and sum(results.values()) == len(ref)
 
 
@@ -81,14 +89,15 @@ def test_increment_blocks_and_self_pairs():
     rec = pa.table({"rid": pa.array([0, 1, 2], pa.int64()), "side": pa.array([0, O.APPENDED, 0], pa.int32()),
                     "id": pa.array([10, 11, 12], pa.int64()), "length": pa.array([1, 1, 1], pa.int32()),
                     "tokens": pa.array([[1], [1], [1]], pa.list_(pa.int32()))})
-    (b,) = L.increment_blocks(rec, False)
+    (b,) = steps.increment_blocks(EX, [rec], False)
+    b = EX.collect(b)
     assert b.column("side").to_pylist() == [0, 1, 1, 1]
     assert b.column("rid").to_pylist() == [2, 1, 3, 5]
-    assert L.appended_id_clash(rec) is None
-    assert L.appended_id_clash(rec.set_column(2, "id", pa.array([10, 10, 12], pa.int64()))) == 10
-    p = pa.table({"left_id": [11, 11, 12, 11], "right_id": [11, 10, 11, 12],
+    assert steps.appended_id_clash(EX, [rec]) is None
+    assert steps.appended_id_clash(EX, [rec.set_column(2, "id", pa.array([10, 10, 12], pa.int64()))]) == 10
+    p = pa.table({"left_id": pa.array([11, 11, 12, 11], pa.int64()), "right_id": pa.array([11, 10, 11, 12], pa.int64()),
                   "similarity": [1.0, 0.9, 0.8, 0.8]})
-    out = L.self_pairs(p)
+    out = EX.collect(steps.self_pairs(EX, [p.slice(0, 2), p.slice(2)])).sort_by([("left_id", "ascending")])
     assert out.to_pylist() == [{"left_id": 10, "right_id": 11, "similarity": 0.9},
                                {"left_id": 11, "right_id": 12, "similarity": 0.8}]
 
@@ -96,16 +105,16 @@ def test_increment_blocks_and_self_pairs():
 def test_slices_cover_the_table_once():
     t = pa.table({"x": np.arange(1001)})
     for rows, parts in ((100, None), (5000, 3), (1, 1)):
-        got = L.slices(t, rows, parts)
+        got = E.slices(t, rows, parts)
         assert sum(s.num_rows for s in got) == 1001
         assert np.concatenate([s.column("x").to_numpy() for s in got]).tolist() == list(range(1001))
-    assert L.slices(pa.table({"x": pa.array([], pa.int64())}))[0].num_rows == 0
+    assert E.slices(pa.table({"x": pa.array([], pa.int64())}))[0].num_rows == 0
 
 
 def test_no_records_no_units():
-    tok = L.tokenize(_rows([(0, 1, None), (0, 2, "   ")]), None)
-    assert tok.records.num_rows == 0 and tok.bad.num_rows == 2
+    tok, records, bad = _tokenize(_rows([(0, 1, None), (0, 2, "   ")]))
+    assert records.num_rows == 0 and bad.num_rows == 2
     plan = make_plan(np.array([1]), np.array([1]), 0.8, "jaccard", n=1, m=1)
-    got = L.join_units(tok.records, plan, False)
-    assert got.pairs.num_rows == 0 and got.stats == []
-    assert L.tokenize(_rows([]), None).records.num_rows == 0
+    pairs, stats, _ = steps.join_units(EX, tok.records, plan, False)
+    assert EX.count(pairs) == 0 and stats == []
+    assert EX.count(_tokenize(_rows([]))[0].records) == 0

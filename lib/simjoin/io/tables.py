@@ -5,8 +5,10 @@ written beside a table for one commit (``Files``). The Spark executor's I/O
 
 from __future__ import annotations
 
+import glob
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +17,7 @@ from simjoin.io import delta_files
 from simjoin.log import get_logger
 
 __all__ = ["is_path", "abs_ref", "local_dir", "by_deltalake", "NotLocal", "read_arrow", "overwrite_arrow", "Files",
-           "file_target", "write_parts"]
+           "file_target", "write_parts", "overwrite_partition_arrow", "sql_literal", "has_commit"]
 
 log = get_logger("simjoin.delta")
 
@@ -144,3 +146,81 @@ def overwrite_arrow(t: Any, local: str) -> None:
                     schema_mode="overwrite" if exists else None,
                     description=None if exists else delta_files.owner_description(),
                     writer_properties=delta_files.writer_properties(t.schema))
+
+
+_COMMIT = re.compile(r"^[0-9]{20}\.(json|checkpoint(\.[0-9]+\.[0-9]+)?\.parquet)$")
+
+
+def has_commit(local: str) -> bool:
+    """Whether the local directory holds a Delta table: a ``_delta_log`` with a commit or checkpoint."""
+    log_dir = os.path.join(local, "_delta_log")
+    return any(_COMMIT.match(os.path.basename(f)) for f in glob.glob(os.path.join(log_dir, "0*")))
+
+
+def sql_literal(v: Any) -> str:
+    """A partition value as a SQL literal (a Delta predicate's)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return "'" + str(v).replace("'", "''") + "'"
+
+
+def overwrite_partition_arrow(t: Any, local: str, partition: Mapping[str, Any], merge_schema: bool = False) -> None:
+    """Replace the rows of ``partition`` (column -> value; added to ``t`` where missing) in the table
+    at the local directory ``local`` by the pyarrow Table ``t``: one ``deltalake`` commit. A new table
+    is created, partitioned by the partition's columns, with the owner mark; an existing one keeps
+    its own column types."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    if not partition:
+        raise ValueError("a partition overwrite needs at least one partition column")
+    for k, v in partition.items():
+        if k not in t.column_names:
+            t = t.append_column(k, pa.array([v] * t.num_rows, pa.string() if isinstance(v, str) else None))
+    faults.check_rows(t.num_rows)  # a rows@N fault fails the write before its commit, as in a Spark task
+    if not has_commit(local):
+        write_deltalake(local, t, mode="overwrite", partition_by=list(partition),
+                        description=delta_files.owner_description(),
+                        writer_properties=delta_files.writer_properties(t.schema))
+        return
+    table = delta_files.open_table(local)
+    have = pa.schema(table.schema().to_arrow())
+    if set(have.names) == set(t.column_names):  # the table's own types (a Spark-made table's too)
+        t = pa.Table.from_arrays([t.column(f.name).cast(f.type) for f in have], schema=have)
+    cond = " AND ".join(f"{k} = {sql_literal(v)}" for k, v in partition.items())
+    write_deltalake(table, t, mode="overwrite", predicate=cond, schema_mode="merge" if merge_schema else None,
+                    writer_properties=delta_files.writer_properties(t.schema))
+
+
+def read_version(local: str, version: int, columns: list[str], appended_since: int | None = None) -> Any:
+    """``columns`` of the Delta table at the local directory ``local`` at ``version``, read with
+    deltalake. With ``appended_since``, a boolean ``_appended``: the row is in a data file version
+    ``appended_since`` did not have (as ``simjoin.spark.pins.appended`` tags rows on Spark: exact
+    when the commits since only appended)."""
+    import numpy as np
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(local, version=version)
+    if appended_since is None:
+        return dt.to_pyarrow_table(columns=columns)
+    from urllib.parse import unquote
+
+    def names(t: DeltaTable) -> set[str]:
+        return {unquote(f) for f in t.get_add_actions(flatten=True).column("path").to_pylist()}
+
+    old, now = names(DeltaTable(local, version=appended_since)), names(dt)
+    ds = dt.to_pyarrow_dataset()
+    parts, flags = [], []
+    for frag in ds.get_fragments():
+        if frag.path not in now:  # a name this reader spells otherwise than the log: never guess
+            raise RuntimeError(f"{local}: the data file {frag.path} is not named in the Delta log as read; "
+                               "run with --executor spark")
+        got = frag.to_table(columns=columns)
+        parts.append(got)
+        flags.append(np.full(got.num_rows, frag.path not in old))
+    t = pa.concat_tables(parts) if parts else pa.schema(ds.schema).empty_table().select(columns)
+    new = np.concatenate(flags) if flags else np.zeros(0, bool)
+    return t.append_column("_appended", pa.array(new, pa.bool_()))

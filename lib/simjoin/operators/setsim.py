@@ -662,19 +662,3 @@ def merge_measures(got: pa.Table, theta: float, sim: str, rs: bool, f_work: floa
     return {k: v / f_work**2 for k, v in work.items()}, f_work, results, f_res
 
 
-@dataclass(frozen=True)
-class UnitBudget:
-    """Memory per unit and task slots, from the Spark session (Fier & Freytag Sec. 2.3's limit)."""
-
-    memory_bytes: int
-    slots: int
-    source: str
-
-
-def size_bytes(text: str | None) -> int | None:
-    """Spark's size strings (``4g``, ``512m``, ``1024k``, plain bytes) in bytes."""
-    if not text:
-        return None
-    s = text.strip().lower().rstrip("b")
-    mult = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}.get(s[-1:], 1)
-    return int(float(s[:-1] if mult > 1 else s) * mult)

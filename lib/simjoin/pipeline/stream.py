@@ -289,9 +289,8 @@ def _open(engine: Any, requested: str) -> tuple[Any, Any]:
     ``--max-records-per-unit``)."""
     from simjoin.io.tables import NotLocal
     from simjoin.log import get_logger
-    from simjoin.runtime.executor import InProcessExecutor
+    from simjoin.pipeline.executors import executor
     from simjoin.runtime.placement import choose_unit
-    from simjoin.spark.executor import SparkExecutor
 
     log = get_logger("simjoin.pipeline")
     why_not = ""
@@ -306,7 +305,7 @@ def _open(engine: Any, requested: str) -> tuple[Any, Any]:
                 return None, None
             limit = in_process_rows() if requested == "auto" else 0
             c = choose_unit(requested, u.records.num_rows, limit, True)
-            return u, (InProcessExecutor(c.reason) if c.in_process else SparkExecutor(engine.spark, c.reason))
+            return u, executor(c.executor, engine.spark, c.reason)
     else:
         why_not = "a stream, the output or its state is not a local table deltalake reads"
     c = choose_unit(requested, 0, 0, False, why_not)  # refuses --executor in_process here
@@ -315,4 +314,4 @@ def _open(engine: Any, requested: str) -> tuple[Any, Any]:
         return None, None
     import dataclasses
 
-    return dataclasses.replace(u, records=u.records.toArrow()), SparkExecutor(engine.spark, c.reason)
+    return dataclasses.replace(u, records=u.records.toArrow()), executor("spark", engine.spark, c.reason)

@@ -139,6 +139,8 @@ def preload(process: bool = False) -> None:
             return
         except (gate_server.Unsafe, OSError) as e:
             log.warning("no gate server (%s): the gate runs in this process", e)
+    if _preload is not None:  # the import runs or ran already
+        return
 
     def load() -> None:
         # the import holds the GIL for seconds: hand it back to the stages' threads (their numba

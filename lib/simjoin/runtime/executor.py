@@ -17,7 +17,7 @@ no stage branches on its executor (``tests/spark/test_executors.py``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -50,6 +50,67 @@ class Executor(Protocol):
 
     def overwrite(self, t: pa.Table, path: str) -> None:
         """Replace the whole table at ``path`` by ``t``."""
+
+    # A batch run's data spread over partitions (``Parts``: the in-process executor's list of
+    # pyarrow Tables, the Spark executor's DataFrame). Every function a stage hands these is a
+    # function of Arrow data, and both executors call it alike.
+
+    #: how many tasks run at once (a shuffle's default number of tasks)
+    parallelism: int
+    #: whether its frames (:meth:`frame`: pyarrow Tables) are validated in the warm gate server
+    gate_server: bool
+
+    def scan(self, path: str, columns: Sequence[str], version: int | None = None, where: Any = None,
+             appended_since: int | None = None) -> Any:
+        """The ``columns`` of the Delta table at ``path`` (at ``version``; ``where``: ``(column,
+        op, value)`` filters), as partitions. With ``appended_since``, a boolean ``_appended``:
+        the row is in a data file that version ``appended_since`` did not have (exact when the
+        commits since only appended)."""
+
+    def frame(self, parts: Any) -> Any:
+        """What a quality gate validates: a pyarrow Table in process, a DataFrame on Spark."""
+
+    def unit_budget(self, memory_gb: float | None = None) -> Any:
+        """Memory per task and task slots (``simjoin.runtime.placement.UnitBudget``)."""
+
+    def from_arrow(self, t: pa.Table) -> Any:
+        """A driver-side table as partitions."""
+
+    def map(self, parts: Any, fn: PartFn, schema: pa.Schema) -> Any:
+        """``fn(rows, partition number)`` on every partition (its rows as one Table), into ``schema``."""
+
+    def shuffle(self, parts: Any, split: SplitFn, n: int, fn: PartFn, schema: pa.Schema,
+                order: Sequence[int] | None = None) -> Any:
+        """Rows routed to ``n`` tasks, then ``fn(task's rows, task)`` per task that got rows, into
+        ``schema``: ``split(rows, partition number)`` gives each partition's (task per output row,
+        output rows); a
+        row may go to several tasks. ``order``: the tasks in the order to start them (the
+        costliest first), where the executor starts them itself."""
+
+    def union(self, parts: Sequence[Any]) -> Any:
+        """The partitions of all of ``parts``."""
+
+    def collect(self, parts: Any) -> pa.Table:
+        """Every partition's rows, in this process."""
+
+    def count(self, parts: Any) -> int:
+        """The number of rows."""
+
+    def persist(self, parts: Any) -> Any:
+        """``parts`` computed once and kept for several reads (until :meth:`release`)."""
+
+    def release(self, parts: Any) -> None:
+        """Forget what :meth:`persist` kept."""
+
+    def write(self, parts: Any, path: str, partition: Mapping[str, Any], merge_schema: bool = False) -> None:
+        """Replace the rows of ``partition`` (column -> value, added to the rows) in the Delta table
+        at ``path`` by ``parts`` (a new table is partitioned by those columns)."""
+
+
+#: A partition's function: its rows and its number (a task's: its rows and the task) -> rows.
+PartFn = Callable[[pa.Table, int], pa.Table]
+#: A shuffle's split of one partition: (the task of each output row, the output rows).
+SplitFn = Callable[[pa.Table, int], tuple[np.ndarray, pa.Table]]
 
 
 #: ``take_rows`` slices at most this many runs of consecutive rows; more are gathered by ``take``
@@ -104,6 +165,7 @@ class InProcessExecutor:
 
     reason: str = ""
     name: str = "in_process"
+    gate_server: bool = True
 
     def map_tasks(self, t: pa.Table, task: np.ndarray, fn: TaskFn, schema: pa.Schema,
                   name: str = "task") -> pa.Table:
@@ -117,7 +179,129 @@ class InProcessExecutor:
     def overwrite(self, t: pa.Table, path: str) -> None:
         from simjoin.io import tables
 
-        local = tables.local_dir(path)
-        if local is None:
-            raise tables.NotLocal(f"the in-process executor writes local tables only, not {path}")
-        tables.overwrite_arrow(t, local)
+        tables.overwrite_arrow(t, _local(path))
+
+    @property
+    def parallelism(self) -> int:
+        return threads()
+
+    def scan(self, path: str, columns: Sequence[str], version: int | None = None, where: Any = None,
+             appended_since: int | None = None) -> list[pa.Table]:
+        from simjoin.io import tables
+
+        if version is None:
+            t = tables.read_arrow(path, where, list(columns))
+            if t is None:
+                raise FileNotFoundError(f"no Delta table at {path}")
+        else:
+            t = tables.read_version(_local(path), version, list(columns), appended_since)
+        return slices(t)
+
+    def frame(self, parts: list[pa.Table]) -> pa.Table:
+        return self.collect(parts)
+
+    def unit_budget(self, memory_gb: float | None = None) -> Any:
+        """The budget a local Spark session of this configuration would have (so both executors
+        plan alike on one machine)."""
+        from simjoin.config import SparkConfig, load_config
+        from simjoin.runtime.placement import unit_budget
+
+        sc = load_config(SparkConfig, "spark")
+        conf = {"spark.master": sc.master if sc.master.startswith("local") else "local[*]",
+                "spark.driver.memory": sc.driver_memory}
+        return unit_budget(lambda k, d=None: conf.get(k, d), memory_gb=memory_gb)
+
+    def from_arrow(self, t: pa.Table) -> list[pa.Table]:
+        return slices(t)
+
+    def map(self, parts: list[pa.Table], fn: PartFn, schema: pa.Schema) -> list[pa.Table]:
+        def one(it: tuple[int, pa.Table]) -> pa.Table:
+            return _conform(fn(it[1], it[0]), schema) if it[1].num_rows else schema.empty_table()
+
+        return pool_map(one, list(enumerate(parts)))
+
+    def shuffle(self, parts: list[pa.Table], split: SplitFn, n: int, fn: PartFn, schema: pa.Schema,
+                order: Sequence[int] | None = None) -> list[pa.Table]:
+        pieces: dict[int, list[pa.Table]] = {}
+        # as on Spark, a function never sees an empty partition
+        for task, rows in pool_map(lambda it: split(it[1], it[0]), [(i, t) for i, t in enumerate(parts) if t.num_rows]):
+            task = np.asarray(task)
+            if rows.num_rows == 0:
+                continue
+            by = np.argsort(task, kind="stable")
+            ids, start = np.unique(task[by], return_index=True)
+            bounds = [*start.tolist(), int(task.size)]
+            for i, u in enumerate(ids.tolist()):
+                pieces.setdefault(int(u), []).append(take_rows(rows, by[bounds[i]:bounds[i + 1]]))
+        todo = [u for u in (order if order is not None else sorted(pieces)) if u in pieces]
+        todo += [u for u in sorted(pieces) if u not in set(todo)]
+        done = dict(zip(todo, pool_map(lambda u: fn(pa.concat_tables(pieces[u]), u), todo), strict=True))
+        return [_conform(done[u], schema) for u in sorted(done)] or [schema.empty_table()]
+
+    def union(self, parts: Sequence[list[pa.Table]]) -> list[pa.Table]:
+        return [t for p in parts for t in p]
+
+    def collect(self, parts: list[pa.Table]) -> pa.Table:
+        return pa.concat_tables(parts) if parts else pa.table({})
+
+    def count(self, parts: list[pa.Table]) -> int:
+        return sum(t.num_rows for t in parts)
+
+    def persist(self, parts: list[pa.Table]) -> list[pa.Table]:
+        return parts
+
+    def release(self, parts: list[pa.Table]) -> None:
+        return None
+
+    def write(self, parts: list[pa.Table], path: str, partition: Mapping[str, Any], merge_schema: bool = False
+              ) -> None:
+        from simjoin.io import tables
+
+        t = pa.concat_tables(parts) if len(parts) != 1 else parts[0]
+        tables.overwrite_partition_arrow(t, _local(path), partition, merge_schema)
+
+
+def _local(path: str) -> str:
+    from simjoin.io import tables
+
+    local = tables.local_dir(path)
+    if local is None:
+        raise tables.NotLocal(f"the in-process executor reads and writes local tables only, not {path}")
+    return local
+
+
+def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    return t if t.schema == schema else t.select(schema.names).cast(schema)
+
+
+#: The rows of one in-process partition (a Spark partition of the input is about this size too).
+PARTITION_ROWS = 200_000
+
+
+def threads() -> int:
+    """Worker threads: one per core (the task slots of ``local[*]``)."""
+    return max(1, os.cpu_count() or 1)
+
+
+def slices(t: pa.Table, rows: int = PARTITION_ROWS, parts: int | None = None) -> list[pa.Table]:
+    """``t`` cut into consecutive slices (zero-copy) of about ``rows`` rows, at least ``parts`` of
+    them (default: one per thread) when ``t`` has that many rows."""
+    from itertools import pairwise
+
+    n = t.num_rows
+    k = max(1, -(-n // rows), min(n, parts if parts is not None else threads()))
+    cuts = np.linspace(0, n, k + 1).astype(np.int64)
+    return [t.slice(int(a), int(b - a)) for a, b in pairwise(cuts)] or [t]
+
+
+T = TypeVar("T")
+
+
+def pool_map(fn: Callable[[T], R], items: Sequence[T], workers: int | None = None) -> list[R]:
+    """``fn`` over ``items`` on a thread pool of at most one thread per core, results in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(items) <= 1 or (workers or threads()) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(min(len(items), workers or threads()), thread_name_prefix="executor") as pool:
+        return list(pool.map(fn, items))

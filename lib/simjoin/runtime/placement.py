@@ -13,8 +13,9 @@ machine its memory).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["EXECUTORS", "PathChoice", "choose_path", "choose_unit", "in_process_bytes"]
+__all__ = ["EXECUTORS", "PathChoice", "choose_path", "choose_unit", "in_process_bytes", "UnitBudget", "unit_budget"]
 
 #: The executors a user may ask for; ``auto`` lets :func:`choose_path` decide.
 EXECUTORS = ("auto", "in_process", "spark")
@@ -105,3 +106,64 @@ def choose_unit(requested: str, rows: int, limit: int, local_tables: bool, why_n
     if rows > limit:
         return PathChoice("spark", f"{rows:,} records > SIMJOIN_LOCAL_UNIT_ROWS={limit:,}", 0)
     return PathChoice("in_process", f"{rows:,} records <= SIMJOIN_LOCAL_UNIT_ROWS={limit:,}, local tables", 0)
+
+
+@dataclass(frozen=True)
+class UnitBudget:
+    """Memory per unit and task slots, from the Spark session (Fier & Freytag Sec. 2.3's limit)."""
+
+    memory_bytes: int
+    slots: int
+    source: str
+
+
+def size_bytes(text: str | None) -> int | None:
+    """Spark's size strings (``4g``, ``512m``, ``1024k``, plain bytes) in bytes."""
+    if not text:
+        return None
+    s = text.strip().lower().rstrip("b")
+    mult = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}.get(s[-1:], 1)
+    return int(float(s[:-1] if mult > 1 else s) * mult)
+
+
+def unit_budget(conf: Any, remote: bool = False, executors: int = 1, memory_gb: float | None = None) -> UnitBudget:
+    """How much memory one unit may use, and how many units run at once (Fier & Freytag Sec.
+    2.3's limit), from Spark's configuration ``conf`` (``conf(key, default)``: a session's, or for
+    the in-process executor the one a session of this configuration would have).
+
+    A unit runs in one task slot. Slots: ``local[N]``'s N (all cores for ``local[*]``), else
+    ``spark.executor.cores`` x ``executors`` (or ``spark.cores.max``; one executor over Spark
+    Connect: ``remote``). Memory per slot: ``spark.executor.pyspark.memory`` / executor cores when
+    it is set (Spark enforces it); in local mode the machine's memory less the driver's JVM heap
+    and 1 GiB for the OS; on a cluster this host's memory less the executor heap, per executor
+    core. ``memory_gb`` (``--memory-gb``), when given, caps the result."""
+    import os
+    import re
+
+    master = conf("spark.master", "local[*]") or "local[*]"
+    phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    cores = os.cpu_count() or 1
+    local = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
+    if local:
+        n = local.group(1)
+        slots = cores if n in (None, "*") else int(n) if n else 1
+        exec_cores = slots
+    else:
+        exec_cores = int(conf("spark.executor.cores", "0") or 0) or cores
+        cap = int(conf("spark.cores.max", "0") or 0)
+        slots = cap or exec_cores * (1 if remote else max(1, executors))
+    pyspark_mem = size_bytes(conf("spark.executor.pyspark.memory", None))
+    if pyspark_mem:
+        per, source = pyspark_mem // exec_cores, f"spark.executor.pyspark.memory / {exec_cores} cores"
+    elif local:
+        heap = size_bytes(conf("spark.driver.memory", "1g")) or 2**30
+        per = max(2**28, (phys - heap - 2**30) // max(1, slots))
+        source = f"local: {phys / 2**30:.1f} GiB less the {heap / 2**30:.1f} GiB driver heap and 1 GiB, / {slots} slots"
+    else:
+        heap = size_bytes(conf("spark.executor.memory", "1g")) or 2**30
+        per = max(2**28, (phys - heap - 2**30) // exec_cores)
+        source = (f"host {phys / 2**30:.1f} GiB less the {heap / 2**30:.1f} GiB executor heap and 1 GiB, "
+                  f"/ {exec_cores} cores")
+    if memory_gb is not None and memory_gb * 2**30 < per:
+        per, source = int(memory_gb * 2**30), f"--memory-gb {memory_gb:g} (below {source})"
+    return UnitBudget(memory_bytes=int(per), slots=max(1, int(slots)), source=source)

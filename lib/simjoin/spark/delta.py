@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import contextvars
 import datetime as dt
-import glob
 import json
 import os
-import re
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,9 +32,11 @@ from simjoin.io.tables import (
     abs_ref,
     by_deltalake,
     file_target,
+    has_commit,
     is_path,
     local_dir,
     read_arrow,
+    sql_literal,
     write_parts,
 )
 from simjoin.log import get_logger
@@ -106,7 +106,6 @@ def in_order() -> Iterator[None]:
 
 
 
-_COMMIT = re.compile(r"^[0-9]{20}\.(json|checkpoint(\.[0-9]+\.[0-9]+)?\.parquet)$")
 
 
 def table_exists(spark: SparkSession, ref: str) -> bool:
@@ -115,8 +114,7 @@ def table_exists(spark: SparkSession, ref: str) -> bool:
         return bool(spark.catalog.tableExists(ref))
     path = abs_ref(ref)
     if path.startswith("file:") or "://" not in path:
-        log_dir = os.path.join(path.removeprefix("file://").removeprefix("file:"), "_delta_log")
-        return any(_COMMIT.match(os.path.basename(f)) for f in glob.glob(os.path.join(log_dir, "0*")))
+        return has_commit(path.removeprefix("file://").removeprefix("file:"))
     try:  # object stores: ask Delta
         row = spark.sql(f"DESCRIBE DETAIL {_sql_ref(ref)}").select("format").first()
     except Exception:  # any failure to describe means no Delta table there
@@ -173,7 +171,7 @@ def read_small(spark: SparkSession, ref: str, where: Any = None) -> DataFrame | 
         return None
 
 
-_OPS = {"<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__", "=": "__eq__", "==": "__eq__",
+OPS = {"<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__", "=": "__eq__", "==": "__eq__",
         "!=": "__ne__"}
 
 
@@ -195,7 +193,7 @@ def read_arrow_any(spark: Any, ref: str, where: Any = None, columns: Sequence[st
     df = read_table(session, ref)
     for c, op, v in where or ():
         col = F.col(c)
-        df = df.where(col.isin(list(v)) if op == "in" else getattr(col, _OPS[op])(v))
+        df = df.where(col.isin(list(v)) if op == "in" else getattr(col, OPS[op])(v))
     return (df if columns is None else df.select(*columns)).toArrow()
 
 
@@ -291,14 +289,6 @@ def overwrite(df: DataFrame, ref: str, partition_by: Sequence[str] | None = None
     _save(_writer(df, "overwrite", partition_by, opts), ref)
 
 
-def _sql_literal(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    return "'" + str(v).replace("'", "''") + "'"
-
-
 def overwrite_partition(df: DataFrame, ref: str, partition: Mapping[str, Any], merge_schema: bool = False) -> None:
     """Overwrite exactly the rows matching ``partition`` (e.g. ``{"run_id": "r1"}``) with ``replaceWhere``.
 
@@ -333,7 +323,7 @@ def _overwrite_partition_now(df: DataFrame, ref: str, partition: Mapping[str, An
     if not exists:
         _save(_writer(df, "overwrite", list(partition), {}), ref)
         return
-    cond = " AND ".join(f"`{k}` = {_sql_literal(v)}" for k, v in partition.items())
+    cond = " AND ".join(f"`{k}` = {sql_literal(v)}" for k, v in partition.items())
     _save(_writer(df, "overwrite", None, {"replaceWhere": cond, **({"mergeSchema": "true"} if merge_schema else {})}),
           ref)
 
@@ -382,23 +372,9 @@ def overwrite_rows(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: s
 
 def _overwrite_rows_deltalake(rows: Sequence[Sequence[Any]], schema: str, path: str, partition: Mapping[str, Any],
                               merge_schema: bool, exists: bool) -> None:
-    import pyarrow as pa
-    from deltalake import write_deltalake
+    from simjoin.io import tables
 
-    data = _to_arrow(rows, schema)
-    faults.check_rows(data.num_rows)  # a rows@N fault fails the write before its commit, as in a Spark task
-    if not exists:
-        write_deltalake(path, data, mode="overwrite", partition_by=list(partition),
-                        description=delta_files.owner_description(),
-                        writer_properties=delta_files.writer_properties(data.schema))
-        return
-    table = delta_files.open_table(path)
-    have = pa.schema(table.schema().to_arrow())
-    if set(have.names) == set(data.column_names):  # the table's own types (a Spark-made table's too)
-        data = pa.Table.from_arrays([data.column(f.name).cast(f.type) for f in have], schema=have)
-    cond = " AND ".join(f"{k} = {_sql_literal(v)}" for k, v in partition.items())
-    write_deltalake(table, data, mode="overwrite", predicate=cond, schema_mode="merge" if merge_schema else None,
-                    writer_properties=delta_files.writer_properties(data.schema))
+    tables.overwrite_partition_arrow(_to_arrow(rows, schema), path, partition, merge_schema)
 
 
 def overwrite_partition_arrow(spark: Any, t: Any, ref: str, partition: Mapping[str, Any],

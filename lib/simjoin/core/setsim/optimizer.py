@@ -786,7 +786,7 @@ def search_plan(
       ``factors.static_bytes`` exceeds ``memory_bytes`` (per unit, i.e. per
       task slot), or when it has more nodes than slices. If all are pruned, t
       doubles (Sec. 2.5).
-    * ``costs`` are the slices' costs in posting visits (``simjoin.spark.setsim.
+    * ``costs`` are the slices' costs in posting visits (``simjoin.core.setsim.work.
       slice_work`` measures them from the data's prefixes, which sees token and
       candidate skew that Eq. 1 cannot); without them Eq. 1's costs are used.
     * Unit cost: a unit of node k with modulo m_k costs its slices' work / m_k plus
