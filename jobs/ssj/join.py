@@ -5,10 +5,9 @@ pairs with an appended record."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
-from jobs.ssj import increment
+from jobs.ssj import increment, placement
 from jobs.ssj.common import SSJRun
 from jobs.ssj.optimize import load_plan
 from simjoin.contracts import STATS_COMMON_SCHEMA
@@ -51,8 +50,7 @@ def run(spark: Any, job: SSJRun) -> dict[str, Any]:
 
     plan = load_plan(spark, job)
     inc = increment.load(spark, job)
-    if inc.in_process:  # a killed in-process join goes on on Spark (``_still_in_process``)
-        inc = _still_in_process(spark, job, inc)
+    inc = placement.for_join(spark, job, inc)  # a killed in-process join goes on on Spark
     ex = job.executor(spark, inc)
     records = read_records(spark, job, inc)
     kept = []
@@ -77,27 +75,6 @@ def run(spark: Any, job: SSJRun) -> dict[str, Any]:
     job.keep("join_results", kept)
     n_pairs = ex.count(pairs) if inc.incremental and not job.rs else None
     return summarize(stat_rows, inc, n_pairs)
-
-
-def _still_in_process(spark: Any, job: SSJRun, inc: increment.Increment) -> increment.Increment:
-    """The increment this join runs under: in process, with this process marked as running it
-    (``simjoin.memory.hold``); or, when this run's in-process join was killed before it ended (out
-    of memory, or by a signal: an Airflow retry of this task), on Spark from here on, the reason
-    recorded in ``<output>_increments`` (the gate and publish then take the Spark path too; both
-    paths write the same tables)."""
-    from jobs.ssj.tokenize import memory_key
-    from simjoin.memory import died, hold
-
-    key = memory_key(job)
-    gone = died(key)
-    if gone is None:
-        hold(key, f"ssj {job.output} run {job.run_id}")
-        return inc
-    why = (f"the in-process join of this run ({gone['what']}, pid {gone['pid']}) was killed before it ended, "
-           f"out of memory or by a signal: the join, gate and publish run on Spark (tokenize had chosen in process: "
-           f"{inc.executor_reason})")
-    log.warning("ssj join: %s", why)
-    return increment.write(spark, job, replace(inc, executor="spark", executor_reason=why))
 
 
 def summarize(stat_rows: list[tuple[Any, ...]], inc: increment.Increment, n_pairs: int | None) -> dict[str, Any]:

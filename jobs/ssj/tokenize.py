@@ -10,23 +10,19 @@ An incremental run (``jobs.ssj.increment``) tags the rows appended since its bas
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.ssj import increment
+from jobs.ssj import increment, placement
 from jobs.ssj.common import SSJRun
 from simjoin.log import get_logger
 from simjoin.operators import setsim as O
 from simjoin.operators import setsim_steps as steps
-from simjoin.runtime.placement import PathChoice, choose_path
 from simjoin.spark import delta, pins
 
 log = get_logger("simjoin.ssj")
@@ -84,81 +80,7 @@ def check_input(spark: Any, path: str, id_col: str, text_col: str) -> None:
     O.check_input_types(dict(delta.read_table(spark, path).dtypes), id_col, text_col, f"input {path}")
 
 
-def choose(job: SSJRun, sides: list[tuple[int, str]], versions: dict[int, int]) -> PathChoice:
-    """Where this run's stages run (``simjoin.runtime.placement``): from the inputs' Delta logs
-    (records and Parquet bytes at the pinned versions), their text's decoded size (a sample), the
-    memory available to this process now (``simjoin.memory``: MemAvailable, the cgroup's limit,
-    other in-process runs' reservations) and Spark's master. An in-process choice reserves its
-    estimate until this process ends."""
-    from simjoin.config import SparkConfig, load_config
-    from simjoin.memory import available_memory, died, reserve
 
-    local = all(delta.local_dir(p) is not None for p in [*(p for _, p in sides), job.output])
-    records = size = decoded = 0
-    if local:
-        from deltalake import DeltaTable
-
-        for s, p in sides:
-            try:
-                table = DeltaTable(str(delta.local_dir(p)), version=versions[s])
-                acts = table.get_add_actions(flatten=True)
-                n = np.asarray(acts.column("num_records").to_pylist(), dtype=float)
-                size += int(np.nansum(np.asarray(acts.column("size_bytes").to_pylist(), dtype=float)))
-                records += int(np.nansum(n))  # a file without statistics counts its bytes only
-                decoded += decoded_text_bytes(table, job.cfg.text_col, int(np.nansum(n)))
-            except Exception as e:  # a feature deltalake lacks: Spark reads the input
-                log.info("ssj tokenize: deltalake cannot read %s (%s)", p, e)
-                local = False
-    master = load_config(SparkConfig, "spark").master
-    key = memory_key(job)
-    gone = died(key)  # the last in-process run of this output was killed (out of memory?) before it ended
-    room = available_memory()
-    where = choose_path(records, size, room.bytes, local_tables=local, cluster=not master.startswith("local"),
-                        requested=job.cfg.executor, decoded_bytes=decoded, memory_source=room.source)
-    if gone is not None and where.in_process and job.cfg.executor == "auto":
-        when = dt.datetime.fromtimestamp(float(gone["at"]), dt.UTC).strftime("%Y-%m-%d %H:%M UTC")  # type: ignore[arg-type]
-        where = PathChoice("spark", f"the in-process run before this one ({gone['what']}, pid {gone['pid']}, "
-                           f"{int(gone['bytes']) / 2**30:.1f} GiB planned; {when}) was killed before it ended, "  # type: ignore[call-overload]
-                           f"out of memory or by a signal: this run takes Spark (it would have run in process: "
-                           f"{where.reason})", where.estimated_bytes)
-        log.warning("ssj tokenize: %s", where.reason)
-    if where.in_process:  # concurrent runs plan around it until this process ends
-        reserve(where.estimated_bytes, f"ssj {job.output} run {job.run_id}", key=key)
-    return where
-
-
-def memory_key(job: SSJRun) -> str:
-    """What an in-process run's memory reservation names: the output (``simjoin.memory.died``)."""
-    return f"ssj:{os.path.realpath(job.output)}"
-
-
-#: Rows read per sampled data file to measure the decoded text per record.
-SAMPLE_ROWS = 2048
-
-
-def decoded_text_bytes(table: Any, text_col: str, records: int, files: int = 3) -> int:
-    """The text column's decoded size at ``records`` records, from a sample: the first
-    :data:`SAMPLE_ROWS` rows of up to ``files`` data files spread over the table (Parquet's
-    sizes say nothing of it: dictionary-encoded, compressed text decodes to many times its size)."""
-    from urllib.parse import unquote
-
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    uris = table.file_uris()
-    if not uris or records <= 0:
-        return 0
-    picks = sorted({0, len(uris) // 2, len(uris) - 1})[:files]
-    seen = rows = 0
-    for i in picks:
-        try:
-            batch = next(pq.ParquetFile(unquote(uris[i])).iter_batches(batch_size=SAMPLE_ROWS, columns=[text_col]))
-        except (StopIteration, OSError, KeyError, ValueError):
-            continue
-        col = batch.column(0)
-        seen += int(pc.sum(pc.binary_length(col)).as_py() or 0) + 4 * len(col)  # Arrow's offsets
-        rows += len(col)
-    return 0 if rows == 0 else int(seen / rows * records)
 
 
 def run(spark: Any, job: SSJRun) -> dict[str, Any]:
@@ -172,15 +94,15 @@ def run(spark: Any, job: SSJRun) -> dict[str, Any]:
     cfg = job.cfg
     sides = [(0, job.input)] + ([(1, job.right)] if job.right else [])
     versions, inc = read_versions(spark, job, sides)
-    where = choose(job, sides, versions)
+    where = placement.choose(job, sides, versions)
     inc = replace(inc, executor=where.executor, executor_reason=where.reason)
     log.info("ssj tokenize: %s", inc.reason)
     log.info("ssj tokenize: runs %s: %s", where.executor.replace("_", " "), where.reason)
+    ex = job.executor(spark, inc)
     # in process the gates run in the warm gate server (no Great Expectations import here); on
     # Spark Great Expectations imports in the background while Spark tokenizes
-    preload(process=where.in_process)
+    preload(process=ex.gate_server)
     warm_kernels(cfg.similarity)
-    ex = job.executor(spark, inc)
     t0 = time.perf_counter()
     rows = steps.input_rows(ex, [(s, p, versions[s], inc.since[s] if inc.incremental else None) for s, p in sides],
                             cfg.id_col, cfg.text_col)

@@ -330,7 +330,7 @@ def test_the_in_process_estimate_counts_decoded_text_and_the_memory_really_avail
     container limit, no concurrent run). Here at a tenth of the size: the estimate covers the
     decoded text; a cgroup limit below it, or other runs' reservations, send the join to Spark,
     and the reason says so."""
-    from jobs.ssj.tokenize import choose
+    from jobs.ssj.placement import choose
     from simjoin import memory
     from simjoin.runtime.placement import in_process_bytes
     from simjoin.pipeline import get_spec
@@ -383,7 +383,7 @@ def test_an_in_process_run_killed_for_memory_is_retried_on_spark(spark, tmp_path
     path, and the reason is recorded: the next run of the output chooses Spark; an Airflow retry of
     the killed join task runs the join, gate and publish on Spark, with the same pairs."""
     from jobs.ssj import increment
-    from jobs.ssj.tokenize import choose, memory_key
+    from jobs.ssj.placement import choose, memory_key
     from simjoin.pipeline import get_spec
     from simjoin.pipeline.runner import run_stage
 
