@@ -51,7 +51,6 @@ from simjoin.operators.setsim import (
     measure_partition,
     merge_measures,
     profile_partition,
-    sum_profile_rows,
     summarize_profile,
     token_csr,
     tokenize_partition,
@@ -83,31 +82,36 @@ def check_input_schema(schema: pa.Schema, id_col: str, text_col: str, what: str)
     check_input_types({f.name: _SPARK_NAMES.get(f.type, str(f.type)) for f in schema}, id_col, text_col, what)
 
 
-def _select(t: pa.Table, part: int, side: int, id_col: str, text_col: str) -> pa.Table:
-    sides = np.full(t.num_rows, side, np.int32)
+def canonical(t: pa.Table) -> pa.Table:
+    """A scanned partition (``id``, ``text``, ``side``, and ``_appended`` on an incremental run) as
+    the (side, id, text) rows the tokenizer reads: an appended row's side + ``APPENDED``, the id as
+    int64, the text as string. Done inside each task, so the scan itself runs no task function."""
+    side = t.column("side").to_numpy().astype(np.int32)
     if "_appended" in t.column_names:
-        new = np.asarray(t.column("_appended").to_numpy(zero_copy_only=False), bool)
-        sides = np.where(new, side + APPENDED, side).astype(np.int32)
-    return pa.table({"side": pa.array(sides, pa.int32()), "id": t.column(id_col).cast(pa.int64()),
-                     "text": t.column(text_col).cast(pa.string())}, schema=INPUT_ARROW)
+        side = np.where(np.asarray(t.column("_appended").to_numpy(zero_copy_only=False), bool),
+                        side + APPENDED, side).astype(np.int32)
+    return pa.table({"side": pa.array(side, pa.int32()), "id": t.column("id").cast(pa.int64()),
+                     "text": t.column("text").cast(pa.string())}, schema=INPUT_ARROW)
 
 
 def input_rows(ex: Any, sources: list[tuple[int, str, int, int | None]], id_col: str, text_col: str) -> Any:
-    """(side, id, text) rows of every ``(side, path, version, appended_since)`` source."""
-    parts = [ex.map(ex.scan(path, [id_col, text_col], version=version, appended_since=since),
-                    functools.partial(_select, side=side, id_col=id_col, text_col=text_col), INPUT_ARROW)
-             for side, path, version, since in sources]
-    return ex.union(parts)
+    """The rows of every ``(side, path, version, appended_since)`` source, as scanned: ``id``,
+    ``text``, ``side`` (and ``_appended``), read by :func:`canonical` in each task."""
+    return ex.union([ex.scan(path, [id_col, text_col], version=version, appended_since=since,
+                             rename={id_col: "id", text_col: "text"}, literals={"side": side})
+                     for side, path, version, since in sources])
 
 
 def _retag(t: pa.Table, part: int) -> pa.Table:
-    side = t.column("side").to_numpy().astype(np.int32) % APPENDED
-    return t.set_column(0, "side", pa.array(side, pa.int32()))
+    return t.drop_columns(["_appended"]) if "_appended" in t.column_names else t
+
+
+_SCANNED = pa.schema([("id", pa.int64()), ("text", pa.string()), ("side", pa.int32())])
 
 
 def retag_full(ex: Any, rows: Any) -> Any:
     """The rows of an incremental run joined in full after all: no row is appended any more."""
-    return ex.map(rows, _retag, INPUT_ARROW)
+    return ex.map(rows, _retag, _SCANNED)
 
 
 class PartitionCache:
@@ -129,7 +133,7 @@ class PartitionCache:
         hit = self._kept.get(part)
         if hit is not None and hit[0] is rows:
             return hit[1]
-        p = tokenize_partition(rows, qgram, part)
+        p = tokenize_partition(canonical(rows), qgram, part)
         self._kept[part] = (rows, p)
         return p
 
@@ -255,9 +259,9 @@ class Tokenized:
 
 def _profile(ex: Any, rows: Any, qgram: int | None, cache: PartitionCache,
              drops: dict[int, np.ndarray] | None) -> tuple[TokenProfile, bool]:
-    got = ex.collect(ex.map(rows, functools.partial(_profile_part, qgram=qgram, cache=cache, drops=drops),
-                            PROFILE_ARROW))
-    return summarize_profile(sum_profile_rows(got))
+    got = ex.aggregate(ex.map(rows, functools.partial(_profile_part, qgram=qgram, cache=cache, drops=drops),
+                              PROFILE_ARROW), ["kind", "side", "key", "token"], {"n": "sum", "aux": "max"})
+    return summarize_profile(got)
 
 
 def tokenize(ex: Any, rows: Any, qgram: int | None) -> Tokenized:
@@ -289,17 +293,13 @@ def tokenize(ex: Any, rows: Any, qgram: int | None) -> Tokenized:
                                 ENCODED_ARROW))
     cache.clear()
     seconds = {"tokenize": t1 - t0, "statistics": t2 - t1, "encode": time.perf_counter() - t2}
-    return Tokenized(ex.map(encoded, _records_of, RECORD_ARROW), ex.map(encoded, _bad_of, BAD_ARROW), prof, encoded,
-                     seconds)
+    records = ex.select(encoded, list(RECORD_COLUMNS), [("reason", "=", "")])
+    bad = ex.map(ex.select(encoded, BAD_ARROW.names, [("reason", "!=", "")]), _bad_side, BAD_ARROW)
+    return Tokenized(records, bad, prof, encoded, seconds)
 
 
-def _records_of(t: pa.Table, part: int) -> pa.Table:
-    return t.filter(pc.equal(t.column("reason"), "")).select(list(RECORD_COLUMNS))
-
-
-def _bad_of(t: pa.Table, part: int) -> pa.Table:
-    b = t.filter(pc.not_equal(t.column("reason"), "")).select(["side", "id", "text", "reason"])
-    # a quarantined row is named by its input side (an appended row's side + APPENDED is dropped)
+def _bad_side(b: pa.Table, part: int) -> pa.Table:
+    """A quarantined row named by its input side (an appended row's side + APPENDED is dropped)."""
     return b.set_column(0, "side", pa.array(b.column("side").to_numpy().astype(np.int32) % APPENDED, pa.int32()))
 
 
@@ -356,17 +356,6 @@ def _join_task(t: pa.Table, unit: int, plan: Plan, rs: bool) -> pa.Table:
                      "stats": pa.array([None] * n + [json.dumps(counters)], pa.string())}, schema=UNIT_ARROW)
 
 
-def _pairs_of(t: pa.Table, part: int) -> pa.Table:
-    return t.filter(pc.equal(t.column("kind"), int(RowKind.PAIR))).select(PAIR_ARROW.names)
-
-
-_STATS_ARROW = pa.schema([("unit", pa.int32()), ("stats", pa.string())])
-
-
-def _stats_of(t: pa.Table, part: int) -> pa.Table:
-    return t.filter(pc.equal(t.column("kind"), int(RowKind.STATS))).select(_STATS_ARROW.names)
-
-
 def join_units(ex: Any, records: Any, plan: Plan, rs: bool) -> tuple[Any, list[dict[str, Any]], Any]:
     """One PPJoin per plan unit (each record replicated to the units it needs, as one shuffle of
     the executor; the costliest units start first where the executor orders them): the pairs
@@ -378,8 +367,10 @@ def join_units(ex: Any, records: Any, plan: Plan, rs: bool) -> tuple[Any, list[d
     res = ex.persist(ex.shuffle(records, functools.partial(_route_units, plan=plan), plan.n_units,
                                 functools.partial(_join_task, plan=plan, rs=rs), UNIT_ARROW,
                                 order=[u.unit for u in cost]))
-    stats = [unit_stats(r) for r in ex.collect(ex.map(res, _stats_of, _STATS_ARROW)).to_pylist()]
-    return ex.map(res, _pairs_of, PAIR_ARROW), sorted(stats, key=lambda s: s["unit"]), res
+    stats = [unit_stats(r) for r in ex.collect(ex.select(res, ["unit", "stats"],
+                                                            [("kind", "=", int(RowKind.STATS))])).to_pylist()]
+    pairs = ex.select(res, PAIR_ARROW.names, [("kind", "=", int(RowKind.PAIR))])
+    return pairs, sorted(stats, key=lambda s: s["unit"]), res
 
 
 def _block(t: pa.Table, part: int, left: tuple[int, ...], right: tuple[int, ...]) -> pa.Table:

@@ -61,10 +61,12 @@ class Executor(Protocol):
     gate_server: bool
 
     def scan(self, path: str, columns: Sequence[str], version: int | None = None, where: Any = None,
-             appended_since: int | None = None) -> Any:
+             appended_since: int | None = None, rename: Mapping[str, str] | None = None,
+             literals: Mapping[str, int] | None = None) -> Any:
         """The ``columns`` of the Delta table at ``path`` (at ``version``; ``where``: ``(column,
-        op, value)`` filters), as partitions. With ``appended_since``, a boolean ``_appended``:
-        the row is in a data file that version ``appended_since`` did not have (exact when the
+        op, value)`` filters), as partitions, renamed by ``rename``, with ``literals`` (column ->
+        an int32 constant) after them. With ``appended_since``, a boolean ``_appended`` last: the
+        row is in a data file that version ``appended_since`` did not have (exact when the
         commits since only appended)."""
 
     def frame(self, parts: Any) -> Any:
@@ -86,6 +88,16 @@ class Executor(Protocol):
         output rows); a
         row may go to several tasks. ``order``: the tasks in the order to start them (the
         costliest first), where the executor starts them itself."""
+
+    def select(self, parts: Any, columns: Sequence[str], where: Any = None) -> Any:
+        """``columns`` of the rows where every ``(column, op, value)`` of ``where`` holds (ops
+        ``= != < <= > >=``): done by the executor itself (Arrow compute; Spark SQL over a cached
+        frame), no task function."""
+
+    def aggregate(self, parts: Any, keys: Sequence[str], aggs: Mapping[str, str]) -> pa.Table:
+        """The rows grouped by ``keys`` (nulls group together), each ``column -> sum|max`` of
+        ``aggs`` over its group, in this process: done by the executor itself (Arrow's group-by;
+        Spark's aggregation, which sums within each partition before its shuffle)."""
 
     def union(self, parts: Sequence[Any]) -> Any:
         """The partitions of all of ``parts``."""
@@ -186,7 +198,8 @@ class InProcessExecutor:
         return threads()
 
     def scan(self, path: str, columns: Sequence[str], version: int | None = None, where: Any = None,
-             appended_since: int | None = None) -> list[pa.Table]:
+             appended_since: int | None = None, rename: Mapping[str, str] | None = None,
+             literals: Mapping[str, int] | None = None) -> list[pa.Table]:
         from simjoin.io import tables
 
         if version is None:
@@ -195,7 +208,13 @@ class InProcessExecutor:
                 raise FileNotFoundError(f"no Delta table at {path}")
         else:
             t = tables.read_version(_local(path), version, list(columns), appended_since)
-        return slices(t)
+        names = [(rename or {}).get(c, c) for c in columns]
+        out = pa.table({n: t.column(c) for n, c in zip(names, columns, strict=True)})
+        for k, v in (literals or {}).items():
+            out = out.append_column(k, pa.array(np.full(t.num_rows, v, np.int32)))
+        if "_appended" in t.column_names:
+            out = out.append_column("_appended", t.column("_appended"))
+        return slices(out)
 
     def frame(self, parts: list[pa.Table]) -> pa.Table:
         return self.collect(parts)
@@ -238,6 +257,15 @@ class InProcessExecutor:
         done = dict(zip(todo, pool_map(lambda u: fn(pa.concat_tables(pieces[u]), u), todo), strict=True))
         return [_conform(done[u], schema) for u in sorted(done)] or [schema.empty_table()]
 
+    def select(self, parts: list[pa.Table], columns: Sequence[str], where: Any = None) -> list[pa.Table]:
+        return [_where(t, where).select(list(columns)) for t in parts]
+
+    def aggregate(self, parts: list[pa.Table], keys: Sequence[str], aggs: Mapping[str, str]) -> pa.Table:
+        t = self.collect(parts)
+        got = t.group_by(list(keys), use_threads=False).aggregate([(c, f) for c, f in aggs.items()])
+        got = got.rename_columns([c.rsplit("_", 1)[0] if c not in keys else c for c in got.column_names])
+        return got.select([*keys, *aggs])
+
     def union(self, parts: Sequence[list[pa.Table]]) -> list[pa.Table]:
         return [t for p in parts for t in p]
 
@@ -259,6 +287,18 @@ class InProcessExecutor:
 
         t = pa.concat_tables(parts) if len(parts) != 1 else parts[0]
         tables.overwrite_partition_arrow(t, _local(path), partition, merge_schema)
+
+
+_COMPARE = {"=": "equal", "==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater",
+            ">=": "greater_equal"}
+
+
+def _where(t: pa.Table, where: Any) -> pa.Table:
+    import pyarrow.compute as pc
+
+    for c, op, v in where or ():
+        t = t.filter(getattr(pc, _COMPARE[op])(t.column(c), v))
+    return t
 
 
 def _local(path: str) -> str:

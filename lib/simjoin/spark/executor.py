@@ -57,7 +57,8 @@ class SparkExecutor:
             return int(self.spark.conf.get("spark.sql.shuffle.partitions", "8") or 8)
 
     def scan(self, path: str, columns: Sequence[str], version: int | None = None, where: Any = None,
-             appended_since: int | None = None) -> Any:
+             appended_since: int | None = None, rename: Mapping[str, str] | None = None,
+             literals: Mapping[str, int] | None = None) -> Any:
         from pyspark.sql import functions as F
 
         from simjoin.spark import delta, pins
@@ -66,9 +67,11 @@ class SparkExecutor:
         for c, op, v in where or ():
             col = F.col(c)
             df = df.where(col.isin(list(v)) if op == "in" else getattr(col, delta.OPS[op])(v))
-        if appended_since is None:
-            return df.select(*columns)
-        return pins.appended(self.spark, path, df, appended_since).select(*columns, "_appended")
+        if appended_since is not None:
+            df = pins.appended(self.spark, path, df, appended_since)
+        cols = [F.col(c).alias((rename or {}).get(c, c)) for c in columns]
+        cols += [F.lit(int(v)).cast("int").alias(k) for k, v in (literals or {}).items()]
+        return df.select(*cols, *(["_appended"] if appended_since is not None else []))
 
     def frame(self, parts: Any) -> Any:
         return parts
@@ -135,6 +138,21 @@ class SparkExecutor:
         routed = parts.mapInArrow(route, "task long, pkey long, rows binary").repartition(max(1, n), "pkey")
         return routed.mapInArrow(run, _ddl(schema))
 
+    def select(self, parts: Any, columns: Sequence[str], where: Any = None) -> Any:
+        from pyspark.sql import functions as F
+
+        from simjoin.spark import delta
+
+        for c, op, val in where or ():
+            parts = parts.where(getattr(F.col(c), delta.OPS[op])(F.lit(val)))
+        return parts.select(*columns)
+
+    def aggregate(self, parts: Any, keys: Sequence[str], aggs: Mapping[str, str]) -> pa.Table:
+        from pyspark.sql import functions as F
+
+        fns = {"sum": F.sum, "max": F.max}
+        return parts.groupBy(*keys).agg(*[fns[f](c).alias(c) for c, f in aggs.items()]).toArrow()
+
     def union(self, parts: Sequence[Any]) -> Any:
         out = parts[0]
         for p in parts[1:]:
@@ -150,7 +168,7 @@ class SparkExecutor:
     def persist(self, parts: Any) -> Any:
         from pyspark import StorageLevel
 
-        return parts.persist(StorageLevel.MEMORY_AND_DISK)
+        return parts.persist(StorageLevel.MEMORY_AND_DISK_DESER)
 
     def release(self, parts: Any) -> None:
         parts.unpersist()
