@@ -123,14 +123,13 @@ def run_demo(con: Console, warehouse: str) -> None:
         return f"20,000 sets -> {rel(sets)}"
 
     def ssj() -> str:
-        from pyspark.sql import functions as F
-
         from simjoin.pipeline.spec import sanitize_run_id
+        from simjoin.spark import delta
 
         run = test_dag(bag, "simjoin_ssj", {"input": sets, "output": pairs, "threshold": 0.8})
         state["ssj_run"] = run.run_id
         # every DAG run keeps its own run_id partition: count this run's pairs
-        n = spark.read.format("delta").load(pairs).filter(F.col("run_id") == sanitize_run_id(run.run_id)).count()
+        n = delta.read_arrow_any(spark, pairs, [("run_id", "=", sanitize_run_id(run.run_id))], ["run_id"]).num_rows
         return f"{n:,} pairs -> {rel(pairs)}"
 
     step("generate", "DAG simjoin_generate, Zipf token sets", generate)

@@ -1,5 +1,5 @@
 """The optimizer's RAM estimate (Fier & Freytag Sec. 2.3, with ``RamFactors.kernel()``) against
-the measured peak of one unit's kernel at 200k records: the product's ``unit_kernel`` (Arrow
+the measured peak of one unit's kernel at 200k records: the product's ``join_task`` (Arrow
 batch in, ``ppjoin``, pairs out as Arrow) runs in a fresh Python process, as in a Spark worker,
 and its resident-memory peak above the warmed-up worker is compared with the unit's estimate."""
 
@@ -21,7 +21,7 @@ import json, os, sys
 import pyarrow as pa
 from simjoin.core.setsim import make_plan
 from simjoin.operators import setsim
-from simjoin.operators.setsim import unit_kernel
+from simjoin.operators.setsim import join_task
 
 # the kernel's own peak: without the heap a worker faults in once and keeps (keep_freed_memory),
 # which the unit's arrays would reuse without raising the resident size
@@ -36,7 +36,7 @@ plan = make_plan([1], [1], theta)
 with pa.OSFile(sys.argv[1], "rb") as f:
     table = pa.ipc.open_file(f).read_all().combine_chunks()
 # warm the worker up on a small slice (numba, Arrow compute kernels): that is the worker's static part
-list(unit_kernel(table.slice(0, 2000), plan, False, 0))
+join_task(table.slice(0, 2000), 0, plan, False)
 def hwm():
     with open("/proc/self/status") as f:
         return next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM"))
@@ -44,7 +44,7 @@ def hwm():
 base = rss() - table.nbytes  # the unit's own batch counts as its memory
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # reset the peak (VmHWM) to the current resident size
-pairs = sum(b.num_rows for b in unit_kernel(table, plan, False, 0))
+pairs = join_task(table, 0, plan, False).num_rows - 1
 peak = hwm()
 print(json.dumps({"peak": peak - base, "rows": pairs}))
 """

@@ -124,24 +124,10 @@ def with_duplicates(p: Partition, drop: np.ndarray) -> Partition:
     return Partition(p.part, rows, p.good & ~drop, off, p.dictionary, codes)
 
 
-def from_prepared(batches: Iterator[pa.RecordBatch], part: int) -> Partition | None:
-    """Prepared (side, id, text, tokens, reason) batches of one partition (``prepare``)."""
-    bs = [b for b in batches if b.num_rows]
-    if not bs:
-        return None
-    t = pa.Table.from_batches(bs).combine_chunks()
-    toks = t.column("tokens").chunk(0)
-    raw = toks.offsets.to_numpy().astype(np.int64)
-    enc = pc.dictionary_encode(toks.values.slice(int(raw[0]), int(raw[-1] - raw[0])))
-    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    return _partition(t.select(["side", "id", "text", "reason"]), raw - raw[0], enc.dictionary, codes, part)
-
-
 # One shuffle profiles the rows: global token frequencies, record lengths per input partition
 # (for dense rids without a global sort), bad-row counts, and the ids: each partition reports its
 # repeated (side, id) keys and up to 64 id intervals per side. Only when the intervals of two
 # partitions overlap do the ids themselves get shuffled, in a second job.
-PROFILE_SCHEMA = "kind int, side int, key long, token string, n long, aux long"
 
 
 PROFILE_ARROW = pa.schema([("kind", pa.int32()), ("side", pa.int32()), ("key", pa.int64()), ("token", pa.string()),
@@ -179,7 +165,7 @@ def _profile_rows(kind: int, side: Any = None, key: Any = None, token: Any = Non
 
 
 def profile_partition(p: Partition) -> Iterator[pa.RecordBatch]:
-    """One tokenized partition's profile rows (``PROFILE_SCHEMA``): its bad-row count, token counts,
+    """One tokenized partition's profile rows (``PROFILE_ARROW``): its bad-row count, token counts,
     record lengths, id intervals and repeated ids: what ``summarize_profile`` sums over partitions."""
     yield _profile_rows(_K_BAD, n=[int(p.good.size - np.count_nonzero(p.good))])
     if not p.good.any():
@@ -215,15 +201,6 @@ class TokenProfile:
     duplicates: list[tuple[int, int]]  # (side, id) keys held by more than one good row
     good: int
     bad: int
-
-
-def sum_profile_rows(rows: pa.Table) -> pa.Table:
-    """Profile rows of every partition summed by (kind, side, key, token): in process what ``profile``'s
-    Spark aggregation does (null keys group together, as in Spark)."""
-    if not rows.num_rows:
-        return rows
-    got = rows.group_by(["kind", "side", "key", "token"], use_threads=False).aggregate([("n", "sum"), ("aux", "max")])
-    return got.rename_columns([{"n_sum": "n", "aux_max": "aux"}.get(c, c) for c in got.column_names])
 
 
 def summarize_profile(got: pa.Table) -> tuple[TokenProfile, bool]:
@@ -275,11 +252,6 @@ def ranges_overlap(side: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
         if a.size > 1 and (a[1:] <= np.maximum.accumulate(b)[:-1]).any():
             return True
     return False
-
-
-#: The encoded rows: a good row's record (rid, side, id, length, integer tokens; ``reason`` ''), or a
-#: bad row (side, id, text, its ``reason``; no rid).
-ENCODED_SCHEMA = "rid long, side int, id long, length int, tokens array<int>, text string, reason string"
 
 
 RECORD_COLUMNS = ("rid", "side", "id", "length", "tokens")
@@ -384,13 +356,6 @@ def plan_from_rows(rows: list) -> Plan:
                 deviation=float("inf") if dev is None else dev, reason=r0.get("reason") or "")
 
 
-#: A routed row: one unit's share of one input batch, its records packed as one Arrow IPC stream
-#: (``rid, side, id, tokens, is_index, is_probe``). The shuffle then moves a few large binary
-#: values instead of one row per record copy, and Spark never converts the token lists element
-#: by element (out of Arrow, into the shuffle, back into Arrow).
-ROUTED_SCHEMA = "unit int, pkey long, records binary"
-
-
 def pack(data: pa.RecordBatch | pa.Table) -> pa.Buffer:
     """Arrow data as one IPC stream."""
     sink = pa.BufferOutputStream()
@@ -411,16 +376,6 @@ def unpacked(blob: pa.BinaryScalar) -> pa.Table:
     return pa.ipc.open_stream(blob.as_buffer()).read_all()
 
 
-def unpack(routed: Iterable[pa.RecordBatch]) -> pa.Table | None:
-    """The records of routed rows (``ROUTED_SCHEMA``) as one table with a ``unit`` column."""
-    tables = []
-    for b in routed:
-        for u, blob in zip(b.column("unit").to_pylist(), b.column("records")):
-            t = unpacked(blob)
-            tables.append(t.append_column("unit", pa.array(np.full(t.num_rows, u, np.int32))))
-    return pa.concat_tables(tables) if tables else None
-
-
 def token_csr(tokens: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """A ``list<int>`` column as (flat int32 tokens, int64 offsets from 0): record k is
     ``flat[offsets[k]:offsets[k + 1]]``. Chunks are joined by numpy (one copy, in memory numpy
@@ -437,14 +392,6 @@ def token_csr(tokens: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarra
     offsets = np.zeros(sum(x.size for x in lengths) + 1, dtype=np.int64)
     np.cumsum(np.concatenate(lengths), out=offsets[1:])
     return flat, offsets
-
-
-#: A unit's output: its pairs (``kind`` = ``RowKind.PAIR``, ``stats`` null) and one stats row
-#: (``RowKind.STATS``, ``stats`` = the JSON of ``UNIT_STATS``). The counters ride in one string
-#: column, not in a column each: a pair row then carries 4 bytes of stats instead of 60, and a
-#: unit with a million pairs hands 33 MB to Spark instead of 90 (fresh memory a Python worker
-#: pays page faults for, in the unit's own time).
-UNIT_RESULT_SCHEMA = "kind byte, unit int, left_id long, right_id long, similarity double, stats string"
 
 
 UNIT_STATS = ("records_indexed", "records_probed", "candidates", "verified", "results", "wall_seconds",
@@ -567,34 +514,30 @@ def join_unit(rec: UnitRecords, plan: Plan, rs: bool, partition: int
     return a, b, sim, counters
 
 
-def unit_kernel(table: pa.Table, plan: Plan, rs: bool, partition: int) -> Iterator[pa.RecordBatch]:
-    units = table.column("unit").to_numpy()
-    for u in unique(units):
-        t0, c0 = time.perf_counter(), time.process_time()
-        # one unit per partition is the rule: copy (filter, reorder) only what must change
-        sub = table if units[0] == units[-1] and (units == u).all() else table.filter(pa.array(units == u))
-        flat, offsets = token_csr(sub.column("tokens"))
-        rec = UnitRecords(flat, offsets, sub.column("rid").to_numpy(), sub.column("id").to_numpy(),
-                          sub.column("side").to_numpy().astype(np.int8),
-                          sub.column("is_index").to_numpy(zero_copy_only=False),
-                          sub.column("is_probe").to_numpy(zero_copy_only=False))
-        a, b, sim, counters = join_unit(rec, plan, rs, partition)
-        n = a.size
-        yield pa.RecordBatch.from_pydict({
-            "kind": pa.array(np.full(n, int(RowKind.PAIR), np.int8)), "unit": pa.array(np.full(n, u, np.int32)),
-            "left_id": pa.array(a, pa.int64()), "right_id": pa.array(b, pa.int64()),
-            "similarity": pa.array(sim, pa.float64()), "stats": pa.nulls(n, pa.string()),
-        })
-        # the unit's time includes reading its records and handing its pairs to Spark
-        counters = {**counters, "wall_seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
-        yield pa.RecordBatch.from_pydict({
-            "kind": pa.array([int(RowKind.STATS)], pa.int8()), "unit": pa.array([u], pa.int32()),
-            "left_id": pa.nulls(1, pa.int64()), "right_id": pa.nulls(1, pa.int64()),
-            "similarity": pa.nulls(1, pa.float64()), "stats": pa.array([json.dumps(counters)], pa.string()),
-        })
+UNIT_ARROW = pa.schema([("kind", pa.int8()), ("unit", pa.int32()), ("left_id", pa.int64()),
+                        ("right_id", pa.int64()), ("similarity", pa.float64()), ("stats", pa.string())])
 
 
-MEASURE_SCHEMA = "counts binary, sample binary"
+def join_task(t: pa.Table, unit: int, plan: Plan, rs: bool) -> pa.Table:
+    """One unit's task on either executor: its routed records (``rid, side, id, tokens, is_index,
+    is_probe``) through ``join_unit``; its pairs, then its counters in one ``STATS`` row
+    (``UNIT_ARROW``)."""
+    t0, c0 = time.perf_counter(), time.thread_time()
+    flat, offsets = token_csr(t.column("tokens"))
+    rec = UnitRecords(flat, offsets, t.column("rid").to_numpy(), t.column("id").to_numpy(),
+                      t.column("side").to_numpy().astype(np.int8),
+                      t.column("is_index").to_numpy(zero_copy_only=False),
+                      t.column("is_probe").to_numpy(zero_copy_only=False))
+    a, b, sim, counters = join_unit(rec, plan, rs, unit)
+    n = a.size
+    # the unit's time includes reading its records and handing its pairs on
+    counters = {**counters, "wall_seconds": time.perf_counter() - t0, "cpu_seconds": time.thread_time() - c0}
+    return pa.table({"kind": pa.array(np.r_[np.full(n, int(RowKind.PAIR), np.int8), int(RowKind.STATS)], pa.int8()),
+                     "unit": pa.array(np.full(n + 1, unit, np.int32)),
+                     "left_id": pa.array(np.r_[a, 0], pa.int64()),
+                     "right_id": pa.array(np.r_[b, 0], pa.int64()),
+                     "similarity": pa.array(np.r_[sim, 0.0], pa.float64()),
+                     "stats": pa.array([None] * n + [json.dumps(counters)], pa.string())}, schema=UNIT_ARROW)
 
 
 MEASURE_ARROW = pa.schema([("counts", pa.binary()), ("sample", pa.binary())])
@@ -618,7 +561,7 @@ def record_keys(ids: np.ndarray, sides: np.ndarray) -> np.ndarray:
 def measure_partition(batches: Iterable[pa.RecordBatch], theta: float, sim: str, f_work: float, f_res: float
                       ) -> Iterator[pa.RecordBatch]:
     """One partition's share of ``measure_slices`` (both executors run it per partition of the
-    records): its prefix counts and its sampled records, packed in one row of ``MEASURE_SCHEMA``."""
+    records): its prefix counts and its sampled records, packed in one row of ``MEASURE_ARROW``."""
     from simjoin.core.setsim.work import prefix_counts, sample_mask, sum_prefix_counts
 
     counts, sampled, schema = [], [], None

@@ -41,18 +41,17 @@ from simjoin.operators.setsim import (
     MEASURE_ARROW,
     PROFILE_ARROW,
     RECORD_COLUMNS,
+    UNIT_ARROW,
     Partition,
     TokenProfile,
-    UnitRecords,
     check_input_types,
     encode_partition,
-    join_unit,
+    join_task,
     measure_fractions,
     measure_partition,
     merge_measures,
     profile_partition,
     summarize_profile,
-    token_csr,
     tokenize_partition,
     with_duplicates,
 )
@@ -67,8 +66,6 @@ INPUT_ARROW = pa.schema([("side", pa.int32()), ("id", pa.int64()), ("text", pa.s
 RECORD_ARROW = pa.schema([f for f in ENCODED_ARROW if f.name in RECORD_COLUMNS])
 BAD_ARROW = pa.schema([("side", pa.int32()), ("id", pa.int64()), ("text", pa.string()), ("reason", pa.string())])
 PAIR_ARROW = pa.schema([("left_id", pa.int64()), ("right_id", pa.int64()), ("similarity", pa.float64())])
-UNIT_ARROW = pa.schema([("kind", pa.int8()), ("unit", pa.int32()), ("left_id", pa.int64()),
-                        ("right_id", pa.int64()), ("similarity", pa.float64()), ("stats", pa.string())])
 ROUTED_ARROW = pa.schema([("rid", pa.int64()), ("side", pa.int32()), ("id", pa.int64()),
                           ("tokens", pa.list_(pa.int32())), ("is_index", pa.bool_()), ("is_probe", pa.bool_())])
 
@@ -333,29 +330,6 @@ def _route_units(t: pa.Table, part: int, plan: Plan) -> tuple[np.ndarray, pa.Tab
     return unit, out
 
 
-def _join_task(t: pa.Table, unit: int, plan: Plan, rs: bool) -> pa.Table:
-    """One unit's PPJoin (``join_unit``): its pairs, then its counters in one ``STATS`` row."""
-    import json
-    import time
-
-    t0, c0 = time.perf_counter(), time.thread_time()
-    flat, offsets = token_csr(t.column("tokens"))
-    rec = UnitRecords(flat, offsets, t.column("rid").to_numpy(), t.column("id").to_numpy(),
-                      t.column("side").to_numpy().astype(np.int8),
-                      t.column("is_index").to_numpy(zero_copy_only=False),
-                      t.column("is_probe").to_numpy(zero_copy_only=False))
-    a, b, sim, counters = join_unit(rec, plan, rs, unit)
-    n = a.size
-    # the unit's time includes reading its records and handing its pairs on
-    counters = {**counters, "wall_seconds": time.perf_counter() - t0, "cpu_seconds": time.thread_time() - c0}
-    return pa.table({"kind": pa.array(np.r_[np.full(n, int(RowKind.PAIR), np.int8), int(RowKind.STATS)], pa.int8()),
-                     "unit": pa.array(np.full(n + 1, unit, np.int32)),
-                     "left_id": pa.array(np.r_[a, 0], pa.int64()),
-                     "right_id": pa.array(np.r_[b, 0], pa.int64()),
-                     "similarity": pa.array(np.r_[sim, 0.0], pa.float64()),
-                     "stats": pa.array([None] * n + [json.dumps(counters)], pa.string())}, schema=UNIT_ARROW)
-
-
 def join_units(ex: Any, records: Any, plan: Plan, rs: bool) -> tuple[Any, list[dict[str, Any]], Any]:
     """One PPJoin per plan unit (each record replicated to the units it needs, as one shuffle of
     the executor; the costliest units start first where the executor orders them): the pairs
@@ -365,7 +339,7 @@ def join_units(ex: Any, records: Any, plan: Plan, rs: bool) -> tuple[Any, list[d
 
     cost = sorted(plan.units, key=lambda u: -float(u.est_cost))
     res = ex.persist(ex.shuffle(records, functools.partial(_route_units, plan=plan), plan.n_units,
-                                functools.partial(_join_task, plan=plan, rs=rs), UNIT_ARROW,
+                                functools.partial(join_task, plan=plan, rs=rs), UNIT_ARROW,
                                 order=[u.unit for u in cost]))
     stats = [unit_stats(r) for r in ex.collect(ex.select(res, ["unit", "stats"],
                                                             [("kind", "=", int(RowKind.STATS))])).to_pylist()]
@@ -475,7 +449,7 @@ def warm_kernels(sim: str) -> None:
                             "tokens": pa.array([[0, 1], [0, 1]], pa.list_(pa.int32()))})
             merge_measures(_measure_part(toy, 0, 0.8, sim, 1.0, 1.0), 0.8, sim, False, 1.0, 1.0)
             plan = make_plan(np.array([2]), np.array([2]), 0.8, sim, n=1, m=1)
-            _join_task(_route_units(toy, 0, plan)[1], 0, plan, False)
+            join_task(_route_units(toy, 0, plan)[1], 0, plan, False)
         except Exception as e:  # only a warm-up: the steps load what they need themselves
             log.info("ssj: the kernels' warm-up failed (%s)", e)
 

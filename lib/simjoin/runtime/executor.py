@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Executor", "InProcessExecutor", "TaskFn", "take_rows", "map_tasks", "task_table"]
+__all__ = ["Executor", "InProcessExecutor", "TaskFn", "task_groups", "take_rows", "map_tasks", "task_table"]
 
 R = TypeVar("R")
 #: A task function: a task's rows in, its output batches out.
@@ -125,6 +125,16 @@ PartFn = Callable[[pa.Table, int], pa.Table]
 SplitFn = Callable[[pa.Table, int], tuple[np.ndarray, pa.Table]]
 
 
+def task_groups(task: Any) -> list[tuple[int, np.ndarray]]:
+    """Each task id of ``task`` (one per row), ascending, with the positions of its rows in row
+    order: how both executors cut a table into its tasks' shares."""
+    task = np.asarray(task)
+    by = np.argsort(task, kind="stable")
+    ids, start = np.unique(task[by], return_index=True)
+    bounds = [*start.tolist(), int(task.size)]
+    return [(int(u), by[bounds[i]:bounds[i + 1]]) for i, u in enumerate(ids.tolist())]
+
+
 #: ``take_rows`` slices at most this many runs of consecutive rows; more are gathered by ``take``
 SLICE_RUNS = 4096
 
@@ -150,13 +160,9 @@ def map_tasks(t: pa.Table, task: np.ndarray, fn: Callable[[pa.Table], R], name: 
     pool of at most one thread per core. The Spark executor runs the same ``fn`` per task."""
     from concurrent.futures import ThreadPoolExecutor
 
-    task = np.asarray(task)
     if t.num_rows == 0:
         return []
-    order = np.argsort(task, kind="stable")
-    ids, start = np.unique(task[order], return_index=True)
-    bounds = [*start.tolist(), int(task.size)]
-    groups = [take_rows(t, order[bounds[i]:bounds[i + 1]]) for i in range(ids.size)]
+    groups = [take_rows(t, at) for _, at in task_groups(task)]
     if len(groups) == 1:
         return [fn(groups[0])]
     with ThreadPoolExecutor(min(len(groups), os.cpu_count() or 1), thread_name_prefix=name) as pool:
@@ -244,14 +250,10 @@ class InProcessExecutor:
         pieces: dict[int, list[pa.Table]] = {}
         # as on Spark, a function never sees an empty partition
         for task, rows in pool_map(lambda it: split(it[1], it[0]), [(i, t) for i, t in enumerate(parts) if t.num_rows]):
-            task = np.asarray(task)
             if rows.num_rows == 0:
                 continue
-            by = np.argsort(task, kind="stable")
-            ids, start = np.unique(task[by], return_index=True)
-            bounds = [*start.tolist(), int(task.size)]
-            for i, u in enumerate(ids.tolist()):
-                pieces.setdefault(int(u), []).append(take_rows(rows, by[bounds[i]:bounds[i + 1]]))
+            for u, at in task_groups(task):
+                pieces.setdefault(u, []).append(take_rows(rows, at))
         todo = [u for u in (order if order is not None else sorted(pieces)) if u in pieces]
         todo += [u for u in sorted(pieces) if u not in set(todo)]
         done = dict(zip(todo, pool_map(lambda u: fn(pa.concat_tables(pieces[u]), u), todo), strict=True))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from simjoin.runtime.executor import PartFn, SplitFn, TaskFn
+from simjoin.runtime.executor import PartFn, SplitFn, TaskFn, task_groups
 
 __all__ = ["SparkExecutor"]
 
@@ -116,14 +116,11 @@ class SparkExecutor:
             if rows is None:
                 return
             task, out = split(rows, _partition())
-            task = np.asarray(task)
             if out.num_rows == 0:
                 return
-            by = np.argsort(task, kind="stable")
-            ids, start = np.unique(task[by], return_index=True)
-            bounds = [*start.tolist(), int(task.size)]
-            blobs = [pack(out.take(pa.array(by[bounds[i]:bounds[i + 1]]))) for i in range(ids.size)]
-            t = ids.astype(np.int64)
+            groups = task_groups(task)
+            blobs = [pack(out.take(pa.array(at))) for _, at in groups]
+            t = np.array([u for u, _ in groups], np.int64)
             yield pa.RecordBatch.from_arrays([pa.array(t), pa.array(keys[t % len(keys)]), binary(blobs)],
                                              ["task", "pkey", "rows"])
 

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from simjoin.core.hashing import spark_hash_long
 from simjoin.core.unique import unique
-from simjoin.runtime.executor import TaskFn
+from simjoin.runtime.executor import TaskFn, task_groups
 
 __all__ = ["spark_hash_long", "partition_keys", "route_to_tasks", "spark_task_table"]
 
@@ -77,22 +77,18 @@ def spark_task_table(spark: Any, t: pa.Table, task: np.ndarray, fn: TaskFn, sche
     IPC messages (a few rows of ``(slot, seq, blob)``, not one Spark row per record: no row
     conversion, and a shuffle of a few rows); the result is the in-process executor's
     (``simjoin.runtime.executor.task_table``), in the same order."""
-    task = np.asarray(task)
     if t.num_rows == 0:
         return schema.empty_table()
-    order = np.argsort(task, kind="stable")
-    ids, start = np.unique(task[order], return_index=True)
-    rows = t.take(pa.array(order))
-    bounds = [*start.tolist(), int(task.size)]
+    groups = task_groups(task)
     slot: list[int] = []
     seq: list[int] = []
     blob: list[bytes] = []
-    for i in range(ids.size):
-        for k, b in enumerate(_chunks(rows.slice(bounds[i], bounds[i + 1] - bounds[i]))):
+    for i, (_, at) in enumerate(groups):
+        for k, b in enumerate(_chunks(t.take(pa.array(at)))):
             slot.append(i)
             seq.append(k)
             blob.append(b)
-    return _run_slots(spark, slot, seq, blob, int(ids.size), fn, schema)
+    return _run_slots(spark, slot, seq, blob, len(groups), fn, schema)
 
 
 #: Set to "0" to keep every task result in Spark's own result path (no shared result folder).
