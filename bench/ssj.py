@@ -92,14 +92,15 @@ class Proc:
     stderr: str
 
 
-def run(args: list[str], timeout: float | None = None, log_path: Path | None = None) -> Proc:
+def run(args: list[str], timeout: float | None = None, log_path: Path | None = None,
+        env: dict[str, str] | None = None) -> Proc:
     """Run ``args`` in its own process group (so a JVM it starts goes with it); kill the group at
     ``timeout`` seconds. Output goes to files (``log_path`` if given)."""
     t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="ssj-bench-proc-"))
     out_p, err_p = tmp / "stdout", tmp / "stderr"
     with open(out_p, "w") as out, open(err_p, "w") as err:
-        p = subprocess.Popen(args, stdout=out, stderr=err, cwd=ROOT, start_new_session=True)
+        p = subprocess.Popen(args, stdout=out, stderr=err, cwd=ROOT, start_new_session=True, env=env)
         try:
             rc: int | None = p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -474,8 +475,11 @@ def breakdown_section(rows: list[dict]) -> list[str]:
     have = [r for r in rows if r.get("paths")]
     if not have:
         return []
+    warm = (" The `spark` rows ran on a warm `simjoin spark-server` (`--warm-spark`: no JVM start, Python "
+            "workers kept), as an Airflow deployment runs them." if WARM else "")
     out = ["", "## Where the seconds go, per path (issue 43)", "",
-           "Each run of the table above on each path (`--executor`): `auto` chose in process for every input here "
+           "Each run of the table above on each path (`--executor`)." + warm
+           + " `auto` chose in process for every input here "
            "(the summary line says so). Parts, seconds: **process** = Python start and imports before the first "
            "stage; **spark** = Spark start-up where recorded (on the Spark path the JVM starts inside tokenize: "
            "counted there); **read** the inputs with deltalake; **tokenize** split, dictionary-encode and encode "
@@ -640,11 +644,40 @@ def plot(path: Path, rows: list[dict]) -> None:
 # the run
 
 
+#: ``--warm-spark``: the warm Spark's address the Spark executor's runs connect to
+WARM: dict[str, str] = {}
+
+
 def run_ssj(src: str, out: str, theta: float, cap: float | None, logs: Path,
             executor: str = "auto") -> tuple[Proc, str]:
+    env = {**os.environ, "SIMJOIN_SPARK_REMOTE": WARM["remote"]} if executor == "spark" and WARM else None
     p = run([str(BIN / "simjoin"), "ssj", "--input", src, "--output", out, "--threshold", str(theta),
-             "--executor", executor], timeout=cap, log_path=logs / (Path(out).name + ".log"))
+             "--executor", executor], timeout=cap, log_path=logs / (Path(out).name + ".log"), env=env)
     return p, last_line(p.stdout)
+
+
+def start_warm_spark(logs: Path) -> subprocess.Popen:
+    """``simjoin spark-server`` (local[2] by default here: the machine's cores) on a free port, for
+    the Spark executor's runs (``--warm-spark``): what an Airflow deployment keeps running. Returns
+    once it serves; its first job warms its Python workers up."""
+    import socket
+
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    logs.mkdir(parents=True, exist_ok=True)
+    log_f = open(logs / "spark-server.log", "w")  # noqa: SIM115 - open for the server's life
+    proc = subprocess.Popen([str(BIN / "simjoin"), "spark-server", "--port", str(port)], stdout=log_f,
+                            stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if "ready: SIMJOIN_SPARK_REMOTE=" in (logs / "spark-server.log").read_text(errors="replace"):
+            WARM["remote"] = f"sc://127.0.0.1:{port}"
+            return proc
+        if proc.poll() is not None:
+            break
+        time.sleep(1)
+    raise SystemExit(f"simjoin spark-server did not start: see {logs / 'spark-server.log'}")
 
 
 #: The per-stage breakdown's parts (issue 43), in the order of a run.
@@ -745,6 +778,8 @@ def main() -> None:
     ap.add_argument("--executors", default="auto,spark",
                     help="simjoin ssj --executor per row: the first is the row's simjoin s, the others run too "
                          "(their seconds, breakdown and the same pairs)")
+    ap.add_argument("--warm-spark", action="store_true",
+                    help="run the spark executor's rows on a warm `simjoin spark-server` (started here)")
     ap.add_argument("--other-paths-max", type=int, default=1_000_000,
                     help="run the other executors up to this many records")
     ap.add_argument("--sizes-at", default="",
@@ -784,6 +819,9 @@ def main() -> None:
     log(last_line(must(run([str(BIN / "simjoin"), "cache-jvm"]), "simjoin cache-jvm").stdout))
     simjoin_cap = a.simjoin_cap or None
     bad = False
+    server = start_warm_spark(logs) if a.warm_spark else None
+    if server is not None:
+        log(f"warm Spark at {WARM['remote']} for the spark executor's runs")
     try:
         for fam in families:
             visit = sorted(set(sizes) | ({a.minhash_size} if fam in mh_fams else set()))
@@ -926,6 +964,10 @@ def main() -> None:
         meta["finished"] = True
         write_results(res, meta, rows, mh)
     finally:
+        if server is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
         if a.keep_work:
             log(f"kept the work dir {work}")
         else:
