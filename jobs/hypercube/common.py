@@ -66,13 +66,11 @@ def dispatcher_of(run: HyperCubeRun, meta: dict[str, Any]) -> Any:
     return run.fresh_dispatcher()
 
 
-def expired_condition(run: HyperCubeRun, time: Any) -> str | None:
-    """A DELETE's condition on the held tuples no future tuple can meet (None: with no window,
-    every tuple stays live): at or before the event time's expiry bound of their side (``time``:
-    ``EventTime``; the other stream's mark less W + L). Written as deltalake (DataFusion) and Spark
-    both read it."""
-    parts = [f"(side = {s} AND ts <= '{_iso(mk)}')" for s, mk in _marks(run, time).items()]
-    return " OR ".join(parts) or None
+def expired_condition(run: HyperCubeRun, time: Any) -> list[list[tuple[str, str, Any]]]:
+    """The held tuples no future tuple can meet, as a row condition (``OpenUnit.expire``; empty:
+    with no window, every tuple stays live): at or before the event time's expiry bound of their
+    side (``time``: ``EventTime``; the other stream's mark less W + L)."""
+    return [[("side", "=", s), ("ts", "<=", _instant(mk))] for s, mk in _marks(run, time).items()]
 
 
 def _marks(run: HyperCubeRun, time: Any) -> dict[int, int]:
@@ -82,9 +80,9 @@ def _marks(run: HyperCubeRun, time: Any) -> dict[int, int]:
     return time.expiry_bounds_us(run.window_us, self_join=False)  # type: ignore[no-any-return]
 
 
-def _iso(us: int) -> str:
-    """Epoch microseconds as an ISO instant with its offset (a literal Spark and delta-rs both read)."""
-    return (dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(us))).isoformat()
+def _instant(us: int) -> dt.datetime:
+    """Epoch microseconds as an aware UTC datetime."""
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(us))
 
 
 def live_mask(run: HyperCubeRun, time: Any, t: Any) -> Any:

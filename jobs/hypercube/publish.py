@@ -26,14 +26,14 @@ def _housekeeping(u: Any, run: HyperCubeRun) -> None:
     time = u.time  # after publish: the marks it committed
     if run.window_us <= 0:
         if u.id % SKETCH_COMPACT_EVERY == SKETCH_COMPACT_EVERY - 1:  # readers take the last unit's summary
-            u.engine.delete(run.state("sketch"), f"unit < {u.id}")
+            u.expire(run.state("sketch"), [[("unit", "<", u.id)]])
         return
     drop = expired_condition(run, time)
     if drop:
-        u.engine.delete(run.state("tuples"), drop)
+        u.expire(run.state("tuples"), drop)
     if time.marks:
         now = max(time.marks_us.values())
-        u.engine.delete(run.state("sketch"), f"ts_max <= {now - run.window_us}")
+        u.expire(run.state("sketch"), [[("ts_max", "<=", now - run.window_us)]])
 
 
 def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:

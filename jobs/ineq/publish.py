@@ -39,7 +39,7 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
             if batch_expired(p, prog, int(r["side"]), int(r["ts_max"]), int(r["seq_max"]))]
     if not gone:
         return []
-    u.engine.delete_ids(run.batches, "batch_id", gone, also=f"kind = '{MUTABLE}' AND unit < {u.id}")
+    u.expire_ids(run.batches, "batch_id", gone, also=[[("kind", "=", MUTABLE), ("unit", "<", u.id)]])
     return gone
 
 

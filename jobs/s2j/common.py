@@ -101,13 +101,13 @@ class S2JRun(StreamRun):
 EXPIRE_EVERY = 4
 
 
-def dead_blocks(p: Any, time: Any) -> str | None:
-    """SQL condition on ``blocks`` rows no tuple can reach any more: a block whose newest tuple
-    is at or before the event time's expiry bound of its side (``time``: ``EventTime``; the other
-    role's stream's mark less W + L: rows further behind are quarantined as late). None when
-    nothing can be dead."""
+def dead_blocks(p: Any, time: Any) -> list[list[tuple[str, str, Any]]]:
+    """The ``blocks`` rows no tuple can reach any more, as a row condition (``OpenUnit.expire``;
+    empty when nothing can be dead): a block whose newest tuple is at or before the event time's
+    expiry bound of its side (``time``: ``EventTime``; the other role's stream's mark less W + L:
+    rows further behind are quarantined as late)."""
     bounds = time.expiry_bounds_us(p.window_us, p.self_join, p.sides)
-    return " OR ".join(f"(side = {s} AND ts_max <= {b})" for s, b in bounds.items()) or None
+    return [[("side", "=", s), ("ts_max", "<=", b)] for s, b in bounds.items()]
 
 
 def dead_mask(p: Any, time: Any, t: Any) -> Any:

@@ -117,11 +117,9 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     # blocks no tuple that can still arrive reaches: readers skip them at once, and a DELETE
     # (a second or two) drops them every few units
     if u.id % EXPIRE_EVERY == EXPIRE_EVERY - 1:
-        dead = dead_blocks(run_.params(), u.time)
-        if dead:
-            u.engine.delete(run_.blocks, dead)
+        u.expire(run_.blocks, dead_blocks(run_.params(), u.time))
     if due and delta.table_exists(spark, run_.buffer):
-        u.engine.delete(run_.buffer, f"unit <= {u.id}")
+        u.expire(run_.buffer, [[("unit", "<=", u.id)]])
     tasks = [n for k, n in res["published"].items() if k.startswith("task:")]  # pairs of a snapshot, or 0
     return {**res, "snapshot": snaps if due else None,  # type: ignore[no-any-return]
             "rows_out": None if None in tasks else sum(tasks)}

@@ -42,6 +42,8 @@ def prune(output: str, tables: Sequence[str]) -> dict[str, Any]:
     platform calls it only while no unit is open."""
     from deltalake import DeltaTable
 
+    from simjoin.io.tables import predicate
+
     cpath, jpath = _state_table(output, tables, "centroids"), _state_table(output, tables, "join")
     if cpath is None or jpath is None:
         return {}
@@ -59,7 +61,7 @@ def prune(output: str, tables: Sequence[str]) -> dict[str, Any]:
     gone = sorted(have - keep)
     deleted = 0
     for i in range(0, len(gone), CHUNK):
-        cond = " OR ".join(f"(partition = {p} AND workset_id = {w})" for p, w in gone[i:i + CHUNK])
+        cond = predicate([[("partition", "=", p), ("workset_id", "=", w)] for p, w in gone[i:i + CHUNK]])
         m = DeltaTable(cpath).delete(cond)
         deleted += int(m.get("num_deleted_rows", 0) or 0)
     if gone:

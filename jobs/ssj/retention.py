@@ -74,6 +74,7 @@ def prune(output: str, tables: Sequence[str]) -> dict[str, Any]:
     output ``output`` (``tables``: its Delta tables); what was dropped, per table."""
     from deltalake import DeltaTable
 
+    from simjoin.io.tables import predicate
     from simjoin.runtime import manifest
 
     m = manifest.of(output)
@@ -94,10 +95,10 @@ def prune(output: str, tables: Sequence[str]) -> dict[str, Any]:
     dropped: dict[str, int] = {}
     if not gone:
         return dropped
-    quoted = ", ".join("'" + g.replace("'", "''") + "'" for g in gone)
+    cond = predicate([[("run_id", "in", gone)]])
     for path in (table("output"), table("tokens"), table("lengths"), table("plan"), table("staging")):
         if path:
-            res = DeltaTable(path).delete(f"run_id IN ({quoted})")
+            res = DeltaTable(path).delete(cond)
             dropped[path] = int(res.get("num_deleted_rows", 0) or 0)
     log.info("ssj retention: kept runs %s; dropped the partitions of %s (%s rows)", sorted(kept), gone,
              sum(dropped.values()))

@@ -17,7 +17,7 @@ from simjoin.io import delta_files
 from simjoin.log import get_logger
 
 __all__ = ["is_path", "abs_ref", "local_dir", "by_deltalake", "NotLocal", "read_arrow", "overwrite_arrow", "Files",
-           "file_target", "write_parts", "overwrite_partition_arrow", "sql_literal", "has_commit"]
+           "file_target", "write_parts", "overwrite_partition_arrow", "sql_literal", "has_commit", "AnyOf", "predicate"]
 
 log = get_logger("simjoin.delta")
 
@@ -224,3 +224,36 @@ def read_version(local: str, version: int, columns: list[str], appended_since: i
     t = pa.concat_tables(parts) if parts else pa.schema(ds.schema).empty_table().select(columns)
     new = np.concatenate(flags) if flags else np.zeros(0, bool)
     return t.append_column("_appended", pa.array(new, pa.bool_()))
+
+
+#: A row condition as data: rows that match any of the conjunctions, each a list of
+#: ``(column, op, value)`` (ops ``= != < <= > >=``, and ``in`` with a list of values).
+AnyOf = Sequence[Sequence[tuple[str, str, Any]]]
+
+_PREDICATE_OPS = ("=", "!=", "<", "<=", ">", ">=", "in")
+
+
+def predicate(any_of: AnyOf) -> str | None:
+    """``any_of`` as one SQL condition both Delta engines read (deltalake's DataFusion, Spark): the
+    runtime writes it, a pipeline never does. A timezone-aware datetime is an ISO instant with its
+    offset; None when ``any_of`` matches nothing."""
+    import datetime as dt
+
+    def lit(v: Any) -> str:
+        if isinstance(v, dt.datetime):
+            if v.tzinfo is None:
+                raise ValueError(f"a naive datetime in a row condition: {v!r}; allowed a timezone-aware one")
+            return f"'{v.isoformat()}'"
+        return sql_literal(v)
+
+    ors = []
+    for conj in any_of:
+        ands = []
+        for col, op, v in conj:
+            if op not in _PREDICATE_OPS or not str(col).replace("_", "").isalnum():
+                raise ValueError(f"row condition ({col!r}, {op!r}, ...): allowed a column name and one of "
+                                 f"{', '.join(_PREDICATE_OPS)}")
+            ands.append(f"{col} IN ({', '.join(lit(x) for x in v)})" if op == "in" else f"{col} {op} {lit(v)}")
+        if ands:
+            ors.append("(" + " AND ".join(ands) + ")")
+    return " OR ".join(ors) or None

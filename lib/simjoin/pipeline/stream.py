@@ -181,6 +181,23 @@ class OpenUnit:
         pyarrow Table, or None when there is no table, through the unit's executor."""
         return self.executor.read(path, where, columns)
 
+    def expire(self, path: str, any_of: Any) -> None:
+        """Drop the state rows of ``path`` that match any of the conjunctions ``any_of`` (each a
+        list of ``(column, op, value)``; ``simjoin.io.tables.predicate``): the pipeline says which
+        rows no future tuple can meet, as data; the runtime writes and runs the DELETE."""
+        from simjoin.io.tables import predicate
+
+        cond = predicate(any_of)
+        if cond is not None:
+            self.engine.delete(path, cond)
+
+    def expire_ids(self, path: str, column: str, ids: Any, also: Any = ()) -> None:
+        """Drop the rows of ``path`` whose integer ``column`` is one of ``ids``, or that match
+        ``also`` (as :meth:`expire`), in bounded DELETEs (a backlog expires thousands at once)."""
+        from simjoin.io.tables import predicate
+
+        self.engine.delete_ids(path, column, ids, also=predicate(also))
+
     def publish(self, pieces: Any, meta: dict[str, Any] | None = None, **kw: Any) -> Any:
         """Publish the unit's ``pieces`` exactly once (the engine's ``publish``), recording in its
         progress ``meta`` the executor that ran it and why."""
