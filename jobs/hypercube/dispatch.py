@@ -64,7 +64,7 @@ def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
-    prog = u.engine.progress()
+    prog = u.progress()
     before = dispatcher_of(run_, prog.meta)
     cap = counters_for(run_.cfg.eps)
     recs = u.records

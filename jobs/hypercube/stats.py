@@ -86,7 +86,7 @@ def _carried(run_: HyperCubeRun, u: Any, disp: Any, recs: pa.Table, pairs: int) 
     None otherwise: per-unit cost then grows with the held tuples."""
     if run_.window_us > 0:
         return None
-    meta = u.engine.progress().meta
+    meta = u.progress().meta
     prev = meta.get("held")
     if not prev or int(prev.get("unit", -1)) != int(u.id) - 1 or len(prev.get("ours", [])) != disp.p:
         return None

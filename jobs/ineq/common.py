@@ -61,7 +61,7 @@ def new_tuples(spark: Any, run: IneqRun, u: Any) -> Any:
 
     key = f"ineq_new_{u.id}"
     if key not in run.frames:
-        run.keep(key, new_tuples(u.records, run.params(), counts(u.engine.progress().meta)))
+        run.keep(key, new_tuples(u.records, run.params(), counts(u.progress().meta)))
     return run.frames[key]
 
 

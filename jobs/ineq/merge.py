@@ -28,7 +28,7 @@ def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     sa = live_state(run_, u)
     mut = [] if sa is None else sa.filter(pc.equal(sa.column("kind").cast(pa.string()), MUTABLE)).to_pylist()
     prev = read_mutable(mut) if mut else {}
-    next_batch = int(u.engine.progress().meta.get("next_batch", 0))
+    next_batch = int(u.progress().meta.get("next_batch", 0))
     rows, nxt, secs = merge_state(prev, new, p, next_batch)
     made = nxt - next_batch
     sizes = {int(r["side"]): int(r["n"]) for r in rows if r["kind"] == MUTABLE}

@@ -27,7 +27,7 @@ def _expire(u: Any, run: IneqRun) -> list[int]:
     ingest's duplicate check applies the exact bound itself. Each batch and mutable part is a file
     of its own (``OpenUnit.write_parts``), so the DELETE drops files and rewrites none."""
     p = run.params()
-    prog = u.engine.progress()
+    prog = u.progress()
     cols = ["kind", "batch_id", "side", "ts_max", "seq_max"]
     probed = probed_state(run, u)
     if probed is not None:  # every batch committed before this unit, as the probe read them, and the unit's own
@@ -48,7 +48,7 @@ def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     if u is None:
         return {"unit": None}
     state = u.work("state", keep_unit=True)
-    before = counts(u.engine.progress().meta)
+    before = counts(u.progress().meta)
     merge = u.work("merge").to_pylist()[0]
     sides = np.asarray(u.records.column("side").to_numpy(zero_copy_only=False), np.int64)
     n = {str(s): before.get(s, 0) + int((sides == s).sum()) for s in run_.params().sides}

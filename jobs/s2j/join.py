@@ -65,7 +65,7 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
         return {"unit": None}
     t0 = time.perf_counter()
     p, cfg = run_.params(), run_.cfg
-    meta = u.engine.progress().meta
+    meta = u.progress().meta
     new = read_new(u.records, p)  # the one scan of the micro-batch, shared by every task
     input_scans = 1
     # dead blocks wait for the periodic delete; nothing reads them

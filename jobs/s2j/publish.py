@@ -69,9 +69,9 @@ def index_snapshot(spark: Any, run_: S2JRun, u: Any, snap: int) -> None:
         if v is not None:
             rows.append((snap, int(u.id), t.name, v))
     if rows:
-        u.engine.own([run_.tables.snapshots])  # recorded before it is created: --reset removes it
+        u.own([run_.tables.snapshots])  # recorded before it is created: --reset removes it
         delta.append_rows(spark, rows, SNAPSHOT_INDEX_SCHEMA, run_.tables.snapshots,
-                          u.engine.write_id("snapshots", u.unit.checkpoint_id), int(u.id))
+                          u.write_id("snapshots"), int(u.id))
 
 
 def _task_pairs(found: pa.Table, task: int) -> pa.Table:
@@ -82,7 +82,7 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     u = run_.open_unit(spark)
     if u is None:
         return {"unit": None}
-    meta = u.engine.progress().meta
+    meta = u.progress().meta
     dec = u.work("decision").to_pylist()[0]
     pairs = staged_pairs(run_, u)
     due = snapshot_due(u, run_, meta)

@@ -84,7 +84,7 @@ def _open_windows(run_: S3JRun, u: Any, state: pa.Table) -> pa.Table:
 
     import pyarrow.compute as pc
 
-    wm = u.engine.closing_watermark(u.unit)
+    wm = u.closing_watermark()
     if wm is None or not state.num_rows:
         return state
     cut = (wm.replace(tzinfo=None) - u.time.lateness

@@ -44,7 +44,7 @@ def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
     res, assignment, out = decide(cfg, u.id, u.dim, ws, prev, homes)
     if assignment:
         delta.append_rows(spark, assignment, ASSIGNMENT_SCHEMA, run_.assignment,
-                          u.engine.write_id("assignment", u.unit.checkpoint_id), u.id)
+                          u.write_id("assignment"), u.id)
     return {**res, "rebalance": u.write_work(delta.rows_table(out, STATS_SCHEMA), "rebalance")}
 
 

@@ -181,6 +181,26 @@ class OpenUnit:
         pyarrow Table, or None when there is no table, through the unit's executor."""
         return self.executor.read(path, where, columns)
 
+    def progress(self) -> Any:
+        """What the committed units say (``simjoin.spark.engine.Progress``: the last unit, the marks,
+        the ``meta`` the pipeline published with them)."""
+        return self.engine.progress()
+
+    def closing_watermark(self) -> Any:
+        """The watermark this unit's publish closes windows by (``EventTime.closed_watermark`` with
+        the unit's own marks)."""
+        return self.engine.closing_watermark(self.unit)
+
+    def write_id(self, piece: str) -> str:
+        """The ``txnAppId`` a piece of this output is written under (per checkpoint; its
+        ``txnVersion`` is the unit): a side table the stage appends exactly once."""
+        return str(self.engine.write_id(piece, self.unit.checkpoint_id))
+
+    def own(self, paths: Any) -> None:
+        """Record in the output's manifest the tables this unit is about to create (``--reset``
+        removes them)."""
+        self.engine.own(paths)
+
     def expire(self, path: str, any_of: Any) -> None:
         """Drop the state rows of ``path`` that match any of the conjunctions ``any_of`` (each a
         list of ``(column, op, value)``; ``simjoin.io.tables.predicate``): the pipeline says which
