@@ -19,6 +19,7 @@ from typing import Any
 
 from simjoin.config import parse_duration
 from simjoin.io import delta_files
+from simjoin.pipeline.context import StageContext
 from simjoin.pipeline.spec import Run
 from simjoin.spark import delta
 from simjoin.spark import generate as gen
@@ -93,7 +94,8 @@ def check_out(spark: Any, run: Run) -> None:
                          "(with --overwrite)")
 
 
-def run(spark: Any, run: Run) -> dict[str, Any]:
+def run(ctx: StageContext) -> dict[str, Any]:
+    spark, run = ctx.session, ctx.run
     cfg = run.cfg
     check_out(spark, run)
     if cfg.kind == "sets":

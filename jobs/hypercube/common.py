@@ -12,13 +12,16 @@ reads only state of earlier units, so a replay sees what the first attempt saw.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any, ClassVar
 
 from simjoin.config import parse_duration
 from simjoin.pipeline.stream import StreamRun
 
-__all__ = ["HyperCubeRun", "held", "held_of", "live_mask", "dispatcher_of", "expired_condition"]
+__all__ = ["HyperCubeRun", "held", "held_of", "live_mask", "dispatcher_of"]
+
+
+#: Whole history: older running summaries are dropped every this many units (a few hundred rows each).
+SKETCH_COMPACT_EVERY = 16
 
 
 class HyperCubeRun(StreamRun):
@@ -47,6 +50,17 @@ class HyperCubeRun(StreamRun):
     def p(self) -> int:
         return int(self.cfg.workers)
 
+    def expiry(self) -> dict[str, Any]:
+        """With a window: the held tuples no future tuple can meet (the event time's expiry bound
+        of their side) and the units' summaries older than W; whole history: the running summaries
+        of units before the newest (readers take the newest), every :data:`SKETCH_COMPACT_EVERY` units."""
+        from simjoin.runtime.expiry import ByAge, ByMark, ByUnit
+
+        if self.window_us <= 0:
+            return {self.state("sketch"): ByUnit(every=SKETCH_COMPACT_EVERY)}
+        return {self.state("tuples"): ByMark(window_us=self.window_us, column="ts", instant=True),
+                self.state("sketch"): ByAge(window_us=self.window_us)}
+
     def fresh_dispatcher(self) -> Any:
         from simjoin.core.hypercube.dispatch import Dispatcher
 
@@ -66,23 +80,11 @@ def dispatcher_of(run: HyperCubeRun, meta: dict[str, Any]) -> Any:
     return run.fresh_dispatcher()
 
 
-def expired_condition(run: HyperCubeRun, time: Any) -> list[list[tuple[str, str, Any]]]:
-    """The held tuples no future tuple can meet, as a row condition (``OpenUnit.expire``; empty:
-    with no window, every tuple stays live): at or before the event time's expiry bound of their
-    side (``time``: ``EventTime``; the other stream's mark less W + L)."""
-    return [[("side", "=", s), ("ts", "<=", _instant(mk))] for s, mk in _marks(run, time).items()]
-
-
 def _marks(run: HyperCubeRun, time: Any) -> dict[int, int]:
     """Per side, the expiry bound of held tuples (``EventTime.expiry_bounds_us``; two streams)."""
     if run.window_us <= 0:
         return {}
     return time.expiry_bounds_us(run.window_us, self_join=False)  # type: ignore[no-any-return]
-
-
-def _instant(us: int) -> dt.datetime:
-    """Epoch microseconds as an aware UTC datetime."""
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(us))
 
 
 def live_mask(run: HyperCubeRun, time: Any, t: Any) -> Any:

@@ -17,9 +17,10 @@ import pyarrow.compute as pc
 from jobs.hypercube.common import HyperCubeRun, dispatcher_of, held_of
 from simjoin.core.hypercube.route import moved_copies
 from simjoin.core.hypercube.sketch import Summary, counters_for, merge_all
+from simjoin.io.rows import rows_table
 from simjoin.log import get_logger
 from simjoin.operators.hypercube import batch_counts
-from simjoin.spark import delta
+from simjoin.pipeline.context import StageContext
 
 log = get_logger("simjoin.hypercube")
 
@@ -60,10 +61,9 @@ def _held_keys(run: HyperCubeRun, u: Any, keys: list[int]) -> Any:
         ["side", "id", "k"])
 
 
-def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: HyperCubeRun = ctx.run
+    u = ctx.unit
     prog = u.progress()
     before = dispatcher_of(run_, prog.meta)
     cap = counters_for(run_.cfg.eps)
@@ -110,10 +110,10 @@ def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
             grid_rows.append((key, 0, 0, int(est.estimate(0, np.array([key]))[0]),
                               int(est.estimate(1, np.array([key]))[0]), float("nan"), float("nan"), [], [],
                               "light", int(moved.get(key, 0))))
-    u.write_work(delta.rows_table(sketch_rows, SKETCH_SCHEMA), "sketch")
-    u.write_work(delta.rows_table(grid_rows, GRID_SCHEMA), "grids")
+    u.write_work(rows_table(sketch_rows, SKETCH_SCHEMA), "sketch")
+    u.write_work(rows_table(grid_rows, GRID_SCHEMA), "grids")
     migrated = int(sum(moved.values()))
-    u.write_work(delta.rows_table([(json.dumps(after.to_json()), migrated, len(after.grids), int(est.n))],
+    u.write_work(rows_table([(json.dumps(after.to_json()), migrated, len(after.grids), int(est.n))],
                                   DISPATCH_SCHEMA), "dispatch")
     run_.keep(f"hypercube_dispatcher_{u.id}", after)
     return {"unit": u.id, "heavy": len(after.grids), "steps": len(steps), "migrated": migrated, "n": int(est.n)}

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from jobs.hypercube.common import HyperCubeRun
 from simjoin.contracts import RowKind
+from simjoin.pipeline.context import StageContext
 from simjoin.quality.gates import Expect, columns_expectations, pairs_expectations, run_suite
 
 
@@ -27,10 +28,9 @@ def staged_output(run: HyperCubeRun, u: Any) -> Any:
     return pr.set_column(3, "ts", pr.column("ts_us").cast(pa.timestamp("us", tz="UTC")))
 
 
-def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: HyperCubeRun = ctx.run
+    u = ctx.unit
     out = staged_output(run_, u)
     if run_.cfg.count_only:
         ex = [*columns_expectations({"k": "LongType", "pairs": "LongType", "batch_id": "LongType"},

@@ -13,13 +13,12 @@ side (``--key`` / ``--right-key``, an integer type) becomes ``k``.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from jobs.hypercube.common import HyperCubeRun, held
+from simjoin.pipeline.context import StageContext
 from simjoin.quality.rows import Derived, InputSpec, Late, Needed, UniqueIds
-from simjoin.spark import delta
-from simjoin.spark.engine import BatchInfo
+from simjoin.runtime.event_time import BatchInfo
 
 
 def spec(run: HyperCubeRun) -> InputSpec:
@@ -34,17 +33,19 @@ def spec(run: HyperCubeRun) -> InputSpec:
                      derived=(Derived("k", (lk, rk)),))
 
 
-def live_ids(spark: Any, run: HyperCubeRun) -> Any:
+def live_ids(ctx: StageContext) -> Any:
     """(side, id) of the held tuples a new one can still meet (``held``), read with deltalake, or
     by Spark when the state is not local."""
+    run: HyperCubeRun = ctx.run
+
     def live(info: BatchInfo) -> Any:
-        got = held(functools.partial(delta.read_arrow_any, spark), run, info.unit, info.progress.time())
+        got = held(ctx.read, run, info.unit, info.progress.time())
         run.keep(f"hypercube_held_{info.unit}", got)  # the unit's later stages in this process (``held_of``)
         return None if got is None else got.select(["side", "id"])
 
     return live
 
 
-def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
+def run(ctx: StageContext) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
-    return run_.engine(spark).ingest(spec(run_), live_ids(spark, run_))  # type: ignore[no-any-return]
+    return ctx.stage_unit(spec(ctx.run), live_ids(ctx))

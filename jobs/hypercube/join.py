@@ -16,6 +16,7 @@ import pyarrow as pa
 from jobs.hypercube.common import HyperCubeRun, held_of
 from jobs.hypercube.dispatch import dispatcher
 from simjoin.operators.hypercube import join
+from simjoin.pipeline.context import StageContext
 
 
 def _tuples(t: pa.Table, new: int) -> pa.Table:
@@ -44,9 +45,8 @@ def tuples_to_join(run_: HyperCubeRun, u: Any) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: HyperCubeRun = ctx.run
+    u = ctx.unit
     out = join(tuples_to_join(run_, u), dispatcher(run_, u), run_.window_us, bool(run_.cfg.count_only), u.map_tasks)
     return {"unit": u.id, "joined": u.write_work(out, "joined")}

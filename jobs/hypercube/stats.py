@@ -20,10 +20,10 @@ from jobs.hypercube.dispatch import dispatch_row, dispatcher
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.hypercube.stream import optimal_bound
 from simjoin.core.unique import unique
+from simjoin.io.rows import rows_table
 from simjoin.operators.hypercube import loads
-from simjoin.quality.rows import epoch_us
-from simjoin.spark import delta
-from simjoin.spark.engine.units import on_time_max
+from simjoin.pipeline.context import StageContext
+from simjoin.runtime.event_time import epoch_us, on_time_max
 
 STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, tuples_in long, received long, "
                 "new_copies long, tasks long, load long, phj_load long, held long, out_pairs double, bound double, "
@@ -107,10 +107,9 @@ def held_meta(u: Any) -> dict[str, Any]:
             "ours": [int(r["load"]) for r in workers], "phj": [int(r["phj_load"]) for r in workers]}
 
 
-def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: HyperCubeRun = ctx.run
+    u = ctx.unit
     disp = dispatcher(run_, u)
     p = run_.p
     d = dispatch_row(u)
@@ -133,7 +132,7 @@ def run(spark: Any, run_: HyperCubeRun) -> dict[str, Any]:
     for g in grids:  # each heavy key's grid (0 x 0: it turned light)
         rows.append(("hypercube", 0.0, "grid", u.id, None, None, None, None, g["p_r"] * g["p_s"], None, None, None,
                      None, None, None, int(g["migrated"]), None, None, None, int(g["k"]), int(g["p_r"]), int(g["p_s"])))
-    path = u.write_work(delta.rows_table(rows, STATS_SCHEMA), "stats")
+    path = u.write_work(rows_table(rows, STATS_SCHEMA), "stats")
     return {"unit": u.id, "stats": path, "unit_pairs": pairs, "max_load": int(ours.max()),
             "phj_max_load": int(phj.max()), "bound": bound, "replication": rep, "migrated": int(d["migrated"]),
             "heavy": int(d["heavy"]),

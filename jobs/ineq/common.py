@@ -24,6 +24,11 @@ class IneqRun(StreamRun):
     STATE_BY_PART: ClassVar[tuple[str, ...]] = ("batches",)
     IN_PROCESS: ClassVar[bool] = True
 
+    def expiry(self) -> dict[str, Any]:
+        """The PO-Join batches no future tuple can meet, with the mutable parts they superseded
+        (:class:`ExpiredBatches`)."""
+        return {self.batches: ExpiredBatches(self)}
+
     @property
     def batches(self) -> str:
         return self.state("batches")
@@ -54,7 +59,7 @@ def counts(meta: dict[str, Any]) -> dict[int, int]:
     return {int(k): int(v) for k, v in (meta.get("count") or {}).items()}
 
 
-def new_tuples(spark: Any, run: IneqRun, u: Any) -> Any:
+def new_tuples(run: IneqRun, u: Any) -> Any:
     """The open unit's new tuples per side (``simjoin.core.inequality.spo.Tuples``), kept for
     the later stages of the same process."""
     from simjoin.operators.inequality import new_tuples
@@ -97,3 +102,37 @@ def tuple_live(p: Any, prog: Any, side: int, t: Any) -> Any:
                         .to_numpy(zero_copy_only=False), np.int64)
         return mine & (ts > bound)
     return mine & (np.asarray(t.column("seq").to_numpy(zero_copy_only=False), np.int64) >= bound)
+
+
+class ExpiredBatches:
+    """ineq's expiry rule (``simjoin.runtime.expiry.Rule``): drop the batches no future tuple can
+    meet (:func:`batch_expired`: the event time's expiry bound, or the live count, read from the
+    batches' maxima), and with them the mutable parts superseded before the unit. Nothing is
+    deleted until a batch expires (about once a slide): readers take each side's latest mutable
+    part, and ingest's duplicate check applies the exact bound itself. Each batch and mutable part
+    is a file of its own (``OpenUnit.write_parts``), so the DELETE drops files and rewrites none.
+    Returns the expired batch ids."""
+
+    def __init__(self, run: IneqRun) -> None:
+        self.run = run
+
+    def apply(self, u: Any, path: str, published: dict[str, Any]) -> list[int]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from jobs.ineq.probe import probed_state
+        from simjoin.core.inequality.spo import BATCH, MUTABLE
+
+        run, p, prog = self.run, self.run.params(), u.progress()
+        cols = ["kind", "batch_id", "side", "ts_max", "seq_max"]
+        probed = probed_state(run, u)
+        if probed is not None:  # every batch committed before this unit, as the probe read them, and the unit's own
+            t = pa.concat_tables([probed.select(cols), u.work("state").select(cols).cast(probed.select(cols).schema)])
+        else:
+            t = u.read_state(path, None, cols)
+        meta = [] if t is None else t.filter(pc.equal(t.column("kind").cast(pa.string()), BATCH)).to_pylist()
+        gone = [int(r["batch_id"]) for r in meta
+                if batch_expired(p, prog, int(r["side"]), int(r["ts_max"]), int(r["seq_max"]))]
+        if gone:
+            u.expire_ids(path, "batch_id", gone, also=[[("kind", "=", MUTABLE), ("unit", "<", u.id)]])
+        return gone

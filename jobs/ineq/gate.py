@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from jobs.ineq.common import IneqRun
 from simjoin.contracts import RowKind
+from simjoin.pipeline.context import StageContext
 from simjoin.quality.gates import Expect, pairs_expectations, run_suite
 
 
@@ -21,10 +22,9 @@ def staged_pairs(u: Any) -> Any:
     return t.set_column(2, "ts", t.column("ts").cast(pa.timestamp("us", tz="UTC")))
 
 
-def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: IneqRun = ctx.run
+    u = ctx.unit
     pairs = staged_pairs(u)
     ex = [*pairs_expectations(None, None, None, False), Expect.of("ExpectColumnValuesToNotBeNull", column="ts")]
     if run_.self_join:  # two streams may share ids; one stream never pairs a tuple with itself

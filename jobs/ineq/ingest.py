@@ -24,16 +24,16 @@ import pyarrow as pa
 
 from jobs.ineq.common import IneqRun, tuple_live
 from jobs.ineq.probe import live_tuples, state_before
+from simjoin.core.exact import ExactTypes
+from simjoin.pipeline.context import StageContext
 from simjoin.quality.rows import Bounded, InputSpec, Late, Needed, UniqueIds
-from simjoin.spark import delta
-from simjoin.spark.engine import BatchInfo
-from simjoin.spark.exact_types import ExactTypes, exact_types
+from simjoin.runtime.event_time import BatchInfo
 
 
-def types(spark: Any, run: IneqRun) -> ExactTypes:
+def types(ctx: StageContext) -> ExactTypes:
     """The staged type of every predicate column (exact comparison in its own type)."""
-    p = run.params()
-    return exact_types(spark, run.sources, [p.columns(s) for s in p.sides],
+    p = ctx.params
+    return ctx.input_types([p.columns(s) for s in p.sides],
                        [(pr.left, pr.right) for pr in p.query.predicates])
 
 
@@ -51,15 +51,17 @@ def spec(run: IneqRun, exact: ExactTypes) -> InputSpec:
                      casts=exact.casts)
 
 
-def live_ids(spark: Any, run: IneqRun) -> Any:
+def live_ids(ctx: StageContext) -> Any:
     """(side, id) of the live tuples: those the state holds (its PO-Join batches and mutable parts,
     read as the probe reads them, and kept for it in this process), less the expired ones that
     linger until their batch expires (the exact bound is applied here). Read with deltalake, or by
     Spark when they are not local."""
+    run: IneqRun = ctx.run
+
     def live(info: BatchInfo) -> Any:
         p = run.params()
         t = live_tuples(state_before(run, int(info.unit),
-                                     lambda path, where: delta.read_arrow_any(spark, path, where)))
+                                     ctx.read))
         if t is None or not t.num_rows:
             return None
         keep = np.zeros(t.num_rows, bool)
@@ -71,6 +73,6 @@ def live_ids(spark: Any, run: IneqRun) -> Any:
     return live
 
 
-def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
+def run(ctx: StageContext) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
-    return run_.engine(spark).ingest(spec(run_, types(spark, run_)), live_ids(spark, run_))  # type: ignore[no-any-return]
+    return ctx.stage_unit(spec(ctx.run, types(ctx)), live_ids(ctx))

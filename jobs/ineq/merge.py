@@ -13,18 +13,18 @@ import pyarrow.compute as pc
 from jobs.ineq.common import IneqRun, new_tuples
 from jobs.ineq.probe import live_state
 from simjoin.core.inequality.spo import MUTABLE, merge_state, read_mutable
+from simjoin.io.rows import rows_table
 from simjoin.operators.inequality import state_table
-from simjoin.spark import delta
+from simjoin.pipeline.context import StageContext
 
 MERGE_SCHEMA = "merge_seconds double, build_seconds double, new_batches long, next_batch long, mutable long"
 
 
-def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: IneqRun = ctx.run
+    u = ctx.unit
     p = run_.params()
-    new = new_tuples(spark, run_, u)
+    new = new_tuples(run_, u)
     sa = live_state(run_, u)
     mut = [] if sa is None else sa.filter(pc.equal(sa.column("kind").cast(pa.string()), MUTABLE)).to_pylist()
     prev = read_mutable(mut) if mut else {}
@@ -34,5 +34,5 @@ def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
     sizes = {int(r["side"]): int(r["n"]) for r in rows if r["kind"] == MUTABLE}
     stat = [(secs["merge_seconds"], secs["build_seconds"], made, nxt, sum(sizes.values()))]
     u.write_work(state_table(rows), "state")
-    u.write_work(delta.rows_table(stat, MERGE_SCHEMA), "merge")
+    u.write_work(rows_table(stat, MERGE_SCHEMA), "merge")
     return {"unit": u.id, "new_batches": made, "next_batch": nxt, "mutable": sizes, **secs}

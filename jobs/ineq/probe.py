@@ -17,6 +17,7 @@ from jobs.ineq.common import IneqRun, new_tuples
 from simjoin.core.inequality.spo import MUTABLE
 from simjoin.core.unique import unique
 from simjoin.operators.inequality import probe
+from simjoin.pipeline.context import StageContext
 from simjoin.runtime.executor import take_rows
 
 
@@ -83,10 +84,9 @@ def _live_state(st: pa.Table | None) -> pa.Table | None:
     return take_rows(st, np.flatnonzero(keep))  # the kept rows' blobs in place, not copied
 
 
-def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
-    new = new_tuples(spark, run_, u)
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: IneqRun = ctx.run
+    u = ctx.unit
+    new = new_tuples(run_, u)
     out = probe(live_state(run_, u), new, run_.params(), u.map_tasks)
     return {"unit": u.id, "probed": u.write_work(out, "probed"), "new": {s: len(t) for s, t in new.items()}}

@@ -11,42 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from jobs.ineq.common import IneqRun, batch_expired, counts
+from jobs.ineq.common import IneqRun, counts
 from jobs.ineq.gate import staged_pairs
-from jobs.ineq.probe import probed_state
-from simjoin.core.inequality.spo import BATCH, MUTABLE
+from simjoin.pipeline.context import StageContext
 
 
-def _expire(u: Any, run: IneqRun) -> list[int]:
-    """Drop the batches no future tuple can meet (``batch_expired``: the event time's
-    expiry bound, read from the batches' metadata), and with them the superseded mutable parts. Nothing is deleted
-    until a batch expires (about once a slide): readers take each side's latest mutable part, and
-    ingest's duplicate check applies the exact bound itself. Each batch and mutable part is a file
-    of its own (``OpenUnit.write_parts``), so the DELETE drops files and rewrites none."""
-    p = run.params()
-    prog = u.progress()
-    cols = ["kind", "batch_id", "side", "ts_max", "seq_max"]
-    probed = probed_state(run, u)
-    if probed is not None:  # every batch committed before this unit, as the probe read them, and the unit's own
-        t = pa.concat_tables([probed.select(cols), u.work("state").select(cols).cast(probed.select(cols).schema)])
-    else:
-        t = u.read_state(run.batches, None, cols)
-    meta = [] if t is None else t.filter(pc.equal(t.column("kind").cast(pa.string()), BATCH)).to_pylist()
-    gone = [int(r["batch_id"]) for r in meta
-            if batch_expired(p, prog, int(r["side"]), int(r["ts_max"]), int(r["seq_max"]))]
-    if not gone:
-        return []
-    u.expire_ids(run.batches, "batch_id", gone, also=[[("kind", "=", MUTABLE), ("unit", "<", u.id)]])
-    return gone
-
-
-def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: IneqRun = ctx.run
+    u = ctx.unit
     state = u.work("state", keep_unit=True)
     before = counts(u.progress().meta)
     merge = u.work("merge").to_pylist()[0]
@@ -58,4 +31,4 @@ def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
               ("batches", batches, run_.batches)]
     res = u.publish(pieces, meta={"count": n, "next_batch": int(merge["next_batch"])})
     return {**res, "rows_out": res["published"].get("pairs"),  # type: ignore[no-any-return]
-            "expired_batches": _expire(u, run_)}
+            "expired_batches": res.get("expired", {}).get(run_.batches, [])}

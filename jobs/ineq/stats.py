@@ -11,17 +11,17 @@ import pyarrow.compute as pc
 
 from jobs.ineq.common import IneqRun
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
-from simjoin.spark import delta
+from simjoin.io.rows import rows_table
+from simjoin.pipeline.context import StageContext
 
 STATS_SCHEMA = (STATS_COMMON_SCHEMA + ", level string, unit long, worker int, tuples_in long, tuples_probed long, "
                 "live_batches long, stored_tuples long, new_batches long, mutable long, merge_seconds double, "
                 "probe_seconds double, max_task_seconds double, result_pairs long, quarantined long")
 
 
-def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: IneqRun = ctx.run
+    u = ctx.unit
     probed = u.work("probed")
     st = probed.filter(pc.equal(probed.column("kind"), int(RowKind.STATS))).to_pylist()
     merge = u.work("merge").to_pylist()[0]
@@ -44,6 +44,6 @@ def run(spark: Any, run_: IneqRun) -> dict[str, Any]:
         rows.append(("ineq", s, "worker", u.id, w, None, sum(int(r["probed"]) for r in rs),
                      sum(1 for r in rs if int(r["batch_id"]) >= 0), sum(int(r["stored"]) for r in rs), None, None,
                      None, s, max(float(r["seconds"]) for r in rs), sum(int(r["ts"]) for r in rs), None))
-    path = u.write_work(delta.rows_table(rows, STATS_SCHEMA), "stats")
+    path = u.write_work(rows_table(rows, STATS_SCHEMA), "stats")
     return {"unit": u.id, "stats": path, "pairs": pairs, "live_batches": batches, "tuples_in": tuples_in,
             "probe_seconds": probe_s, "merge_seconds": merge_s, "quarantined": q}

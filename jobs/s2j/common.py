@@ -29,6 +29,16 @@ class S2JRun(StreamRun):
     #: a unit of at most ``SIMJOIN_LOCAL_UNIT_ROWS`` records runs on the in-process executor
     IN_PROCESS: ClassVar[bool] = True
 
+    def expiry(self) -> dict[str, Any]:
+        """The blocks whose newest tuple is at or before the event time's expiry bound of its side
+        (the other role's stream's mark less W + L: rows further behind are quarantined as late).
+        Readers skip them at once; the DELETE (a second or two) runs every :data:`EXPIRE_EVERY` units."""
+        from simjoin.runtime.expiry import ByMark
+
+        p = self.params()
+        return {self.blocks: ByMark(every=EXPIRE_EVERY, window_us=p.window_us, self_join=p.self_join,
+                                    sides=tuple(p.sides))}
+
     @classmethod
     def tables_at(cls, output: str) -> Any:
         from simjoin.runtime.tables import DirTables
@@ -101,17 +111,9 @@ class S2JRun(StreamRun):
 EXPIRE_EVERY = 4
 
 
-def dead_blocks(p: Any, time: Any) -> list[list[tuple[str, str, Any]]]:
-    """The ``blocks`` rows no tuple can reach any more, as a row condition (``OpenUnit.expire``;
-    empty when nothing can be dead): a block whose newest tuple is at or before the event time's
-    expiry bound of its side (``time``: ``EventTime``; the other role's stream's mark less W + L:
-    rows further behind are quarantined as late)."""
-    bounds = time.expiry_bounds_us(p.window_us, p.self_join, p.sides)
-    return [[("side", "=", s), ("ts_max", "<=", b)] for s, b in bounds.items()]
-
-
 def dead_mask(p: Any, time: Any, t: Any) -> Any:
-    """:func:`dead_blocks` on a pyarrow Table of blocks (``side``, ``ts_max``): a boolean numpy mask."""
+    """The blocks no tuple can reach any more (the rule ``S2JRun.expiry`` declares), on a pyarrow
+    Table of blocks (``side``, ``ts_max``): a boolean numpy mask."""
     import numpy as np
 
     side = np.asarray(t.column("side").to_numpy(zero_copy_only=False), np.int64)

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from jobs.s2j.common import S2JRun
 from simjoin.contracts import RowKind
+from simjoin.pipeline.context import StageContext
 from simjoin.quality.gates import Expect, pairs_expectations, run_suite
 
 
@@ -28,10 +29,9 @@ def _pairs(u: Any) -> Any:
     return j.set_column(3, "ts", j.column("ts").cast(pa.timestamp("us", tz="UTC")))
 
 
-def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: S2JRun = ctx.run
+    u = ctx.unit
     pairs = staged_pairs(run_, u)
     ex = [*pairs_expectations(None, None, None, False, window_col="task"),
           Expect.of("ExpectColumnValuesToNotBeNull", column="ts"),

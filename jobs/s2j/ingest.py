@@ -22,17 +22,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.s2j.common import S2JRun, dead_mask
+from simjoin.core.exact import ExactTypes
+from simjoin.pipeline.context import StageContext
 from simjoin.quality.rows import Bounded, InputSpec, Late, Needed, UniqueIds
-from simjoin.spark import delta
-from simjoin.spark.engine import BatchInfo
-from simjoin.spark.exact_types import ExactTypes, exact_types
+from simjoin.runtime.event_time import BatchInfo
 
 
-def types(spark: Any, run: S2JRun) -> ExactTypes:
+def types(ctx: StageContext) -> ExactTypes:
     """The staged type of every task column (exact comparison in its own type)."""
-    p = run.params()
-    return exact_types(spark, run.sources, [p.columns(s) for s in p.sides],
-                       [(t.left, t.right) for task in p.tasks for t in task.thetas])
+    p = ctx.params
+    return ctx.input_types([p.columns(s) for s in p.sides],
+                           [(t.left, t.right) for task in p.tasks for t in task.thetas])
 
 
 def spec(run: S2JRun, exact: ExactTypes) -> InputSpec:
@@ -52,12 +52,14 @@ def spec(run: S2JRun, exact: ExactTypes) -> InputSpec:
                      staged=("id", "ts", "side", *cols, *extra), casts=exact.casts)
 
 
-def live_ids(spark: Any, run: S2JRun) -> Any:
+def live_ids(ctx: StageContext) -> Any:
     """(side, id) of the tuples in live blocks (``dead_mask``'s bound), read with deltalake, or by
     Spark when the blocks are not local."""
+    run: S2JRun = ctx.run
+
     def live(info: BatchInfo) -> Any:
         p = run.params()
-        t = delta.read_arrow_any(spark, run.blocks, [("unit", "<", int(info.unit))], ["side", "ids", "ts_max"])
+        t = ctx.read(run.blocks, [("unit", "<", int(info.unit))], ["side", "ids", "ts_max"])
         if t is None or not t.num_rows:
             return None
         t = t.filter(pa.array(~dead_mask(p, info.progress.time(), t)))
@@ -68,6 +70,6 @@ def live_ids(spark: Any, run: S2JRun) -> Any:
     return live
 
 
-def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
+def run(ctx: StageContext) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
-    return run_.engine(spark).ingest(spec(run_, types(spark, run_)), live_ids(spark, run_))  # type: ignore[no-any-return]
+    return ctx.stage_unit(spec(ctx.run, types(ctx)), live_ids(ctx))

@@ -32,11 +32,11 @@ from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.s2j.adapt import assign_blocks, decide, shed_mask, window_load
 from simjoin.core.s2j.join import Block
 from simjoin.core.s2j.operator import cut_blocks
+from simjoin.io.rows import rows_table
 from simjoin.log import get_logger
 from simjoin.operators.s2j import block_table, join, read_new
-from simjoin.quality.rows import epoch_us
-from simjoin.spark import delta
-from simjoin.spark.engine import on_time_max
+from simjoin.pipeline.context import StageContext
+from simjoin.runtime.event_time import epoch_us, on_time_max
 
 log = get_logger("simjoin.s2j")
 
@@ -59,10 +59,9 @@ def _live_blocks(run_: S2JRun, u: Any, time: Any) -> tuple[Any, list[dict[str, A
     return (t if t.num_rows else None), t.select(cols).to_pylist()
 
 
-def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: S2JRun = ctx.run
+    u = ctx.unit
     t0 = time.perf_counter()
     p, cfg = run_.params(), run_.cfg
     meta = u.progress().meta
@@ -106,7 +105,7 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
                  incoming, d.shed_ratio)
     # the shed table exists from the first unit on (empty while nothing is shed: a monitoring
     # query finds it), so the work table is handed over when it will be published
-    if shed_rows or not delta.table_exists(spark, run_.tables.shed):
+    if shed_rows or not u.table_exists(run_.tables.shed):
         n_shed = len(shed_rows)
         sh = pa.table({"side": pa.array([r[0] for r in shed_rows], pa.int8()),
                        "id": pa.array([r[1] for r in shed_rows], pa.int64()),
@@ -159,8 +158,8 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
         out.append(("s2j", None, "task", u.id, None, t.name, None, None, None, None, None, None, None, None, None,
                     None, None, c[0], c[1], None, None))
     dec = [(d.workers, d.high, d.low, next_block + len(fresh), len(shed_rows))]
-    u.write_work(delta.rows_table(out, STATS_SCHEMA), "stats")
-    u.write_work(delta.rows_table(dec, DECISION_SCHEMA), "decision")
+    u.write_work(rows_table(out, STATS_SCHEMA), "stats")
+    u.write_work(rows_table(dec, DECISION_SCHEMA), "decision")
     return {"unit": u.id, "tau": d.tau, "workers": d.workers, "shed": len(shed_rows), "shed_ratio": d.shed_ratio,
             "block_size": d.block_size, "tuples_in": incoming, "processed": processed, "pairs": pairs,
             "moved_blocks": moved, "new_blocks": len(fresh), "expired_blocks": len(gone), "live": live,

@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.s2j.common import EXPIRE_EVERY, S2JRun, dead_blocks
+from jobs.s2j.common import S2JRun
 from jobs.s2j.gate import staged_pairs
+from simjoin.pipeline.context import StageContext
 from simjoin.pipeline.stream import rows_where
-from simjoin.spark import delta
 
 
 def snapshot_due(u: Any, run: S2JRun, meta: dict[str, Any]) -> bool:
@@ -56,7 +56,7 @@ def snapshot_versions(path: str, tag: dict[str, int]) -> int | None:
     return None
 
 
-def index_snapshot(spark: Any, run_: S2JRun, u: Any, snap: int) -> None:
+def index_snapshot(run_: S2JRun, u: Any, snap: int) -> None:
     """The snapshot as data: one row per task (snapshot, unit, task, the version its commit made) in
     ``DIR/_snapshots``, so ``simjoin s2j query`` finds every snapshot after the commits' log is
     cleaned up, and tells one older than the retention from one that never was. Once per unit (its
@@ -70,18 +70,16 @@ def index_snapshot(spark: Any, run_: S2JRun, u: Any, snap: int) -> None:
             rows.append((snap, int(u.id), t.name, v))
     if rows:
         u.own([run_.tables.snapshots])  # recorded before it is created: --reset removes it
-        delta.append_rows(spark, rows, SNAPSHOT_INDEX_SCHEMA, run_.tables.snapshots,
-                          u.write_id("snapshots"), int(u.id))
+        u.append_once("snapshots", rows, SNAPSHOT_INDEX_SCHEMA, run_.tables.snapshots)
 
 
 def _task_pairs(found: pa.Table, task: int) -> pa.Table:
     return rows_where(found, "task", task, ["left_id", "right_id", "ts"]).combine_chunks()
 
 
-def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
-    u = run_.open_unit(spark)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: S2JRun = ctx.run
+    u = ctx.unit
     meta = u.progress().meta
     dec = u.work("decision").to_pylist()[0]
     pairs = staged_pairs(run_, u)
@@ -104,7 +102,7 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
     else:
         pieces.append(("buffer", pairs.append_column("unit", pa.array(np.full(pairs.num_rows, u.id, np.int64))),
                        run_.buffer))
-    if int(dec["shed"]) or not delta.table_exists(spark, run_.tables.shed):  # created, empty, by the first unit
+    if int(dec["shed"]) or not u.table_exists(run_.tables.shed):  # created, empty, by the first unit
         pieces.append(("shed", u.work("shed", keep_unit=True), run_.tables.shed))
     pieces += [("stats", u.work("stats", keep_unit=True), run_.tables.stats),
                ("blocks", u.work("blocks", keep_unit=True), run_.blocks)]
@@ -113,12 +111,10 @@ def run(spark: Any, run_: S2JRun) -> dict[str, Any]:
                 "last_snapshot_unit": u.id if due else last}
     res = u.publish(pieces, meta=new_meta, options=options)
     if due:
-        index_snapshot(spark, run_, u, snaps)
-    # blocks no tuple that can still arrive reaches: readers skip them at once, and a DELETE
-    # (a second or two) drops them every few units
-    if u.id % EXPIRE_EVERY == EXPIRE_EVERY - 1:
-        u.expire(run_.blocks, dead_blocks(run_.params(), u.time))
-    if due and delta.table_exists(spark, run_.buffer):
+        index_snapshot(run_, u, snaps)
+    # the blocks no tuple can reach go by the run's declared expiry (S2JRun.expiry), in publish;
+    # a snapshot consumed the buffered pairs of every unit up to this one
+    if due and u.table_exists(run_.buffer):
         u.expire(run_.buffer, [[("unit", "<=", u.id)]])
     tasks = [n for k, n in res["published"].items() if k.startswith("task:")]  # pairs of a snapshot, or 0
     return {**res, "snapshot": snaps if due else None,  # type: ignore[no-any-return]

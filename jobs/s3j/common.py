@@ -18,8 +18,20 @@ from typing import Any, ClassVar
 
 from simjoin.pipeline.stream import OpenUnit, StreamRun
 
-__all__ = ["S3JRun", "S3JUnit", "expire_state", "open_unit", "state_arrow", "assignment_arrow", "window_state_arrow",
+__all__ = ["S3JRun", "S3JUnit", "state_arrow", "assignment_arrow", "window_state_arrow",
            "us"]
+
+
+class S3JUnit(OpenUnit):
+    """An S3J unit: its vectors' dimension, which ingest staged with it."""
+
+    @property
+    def dim(self) -> int:
+        return int(self.meta["dim"])
+
+    def check(self) -> None:
+        if not self.meta.get("dim"):
+            raise RuntimeError(f"unit {self.id} has no vector dimension: rerun ingest")
 
 
 class S3JRun(StreamRun):
@@ -27,6 +39,16 @@ class S3JRun(StreamRun):
     #: a unit reads the latest assignment only (``assignment_arrow``)
     STATE_RETENTION: ClassVar[dict[str, str]] = {"assignment": "latest"}
     IN_PROCESS: ClassVar[bool] = True
+    UNIT: ClassVar[type] = S3JUnit
+
+    def expiry(self) -> dict[str, Any]:
+        """The join state of the windows that ended at or before the watermark less the allowed
+        lateness (``EventTime.closed_watermark``): ingest quarantines their rows as late from then
+        on; a later window keeps its state, so a late row that comes for it meets every record it
+        holds (docs/operations.md, "Lateness")."""
+        from simjoin.runtime.expiry import ByWindowClose
+
+        return {self.join_state: ByWindowClose(self.window_s, self.slide_s or self.window_s)}
 
     @property
     def join_state(self) -> str:
@@ -46,17 +68,6 @@ class S3JRun(StreamRun):
         c = self.cfg
         return JoinParams(c.metric, float(c.threshold), bool(c.inclusive), int(c.workers), c.algorithm,
                           int(c.virtual_partitions), int(c.seed), bool(c.exact_distances), self.self_join, int(dim))
-
-
-def expire_state(eng: Any, run: S3JRun, published: dict[str, Any]) -> None:
-    """After a publish (``published``: the engine's result), drop the join state of the windows
-    that ended at or before the watermark less the allowed lateness (``Progress.closed_watermark``):
-    ingest quarantines their rows as late from now on; a later window keeps its state, so a late
-    row that comes for it meets every record it holds (docs/operations.md, "Lateness")."""
-    lag = eng.progress().time().lateness  # the runtime's event time: the allowed lateness
-    wm, prev = published["watermark_ts"], published["previous_watermark_ts"]
-    eng.expire(run.join_state, None if wm is None else wm - lag, previous=None if prev is None else prev - lag,
-               windows=(run.window_s, run.slide_s or run.window_s))
 
 
 def us(col: Any) -> Any:
@@ -94,19 +105,3 @@ def window_state_arrow(run: S3JRun, u: Any, windows: Any) -> Any:
     js = js.append_column("w", us(js.column("window_start"))).append_column("we", us(js.column("window_end")))
     js = js.filter(pc.is_in(js.column("w"), windows))
     return js if js.num_rows else None
-
-
-class S3JUnit(OpenUnit):
-    @property
-    def dim(self) -> int:
-        return int(self.meta["dim"])
-
-
-def open_unit(spark: Any, run: S3JRun) -> S3JUnit | None:
-    """The open unit with its vector dimension, or None when nothing is staged."""
-    u = run.open_unit(spark)
-    if u is None:
-        return None
-    if not u.meta.get("dim"):
-        raise RuntimeError(f"unit {u.id} has no vector dimension: rerun ingest")
-    return u.like(S3JUnit)

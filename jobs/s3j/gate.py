@@ -13,10 +13,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.s3j.common import S3JRun, open_unit
+from jobs.s3j.common import S3JRun
 from simjoin.contracts import RowKind
+from simjoin.io import tables as delta
+from simjoin.pipeline.context import StageContext
 from simjoin.quality.gates import Expect, pairs_expectations, run_suite
-from simjoin.spark import delta
 
 #: The output's columns, as the join tasks write them into its directory.
 PAIR_ARROW = pa.schema([("left_id", pa.int64()), ("right_id", pa.int64()), ("distance", pa.float64()),
@@ -84,10 +85,9 @@ def check(pairs: Any, records: Any, threshold: float, self_join: bool) -> Any:
                      "s3j_pairs", ex)
 
 
-def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
-    u = open_unit(spark, run_)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: S3JRun = ctx.run
+    u = ctx.unit
     res = check(staged_pairs(run_, u), u.records.select(["window_start", "side", "id"]), run_.cfg.threshold,
                 run_.self_join)
     return {"unit": u.id, "expectations": res.evaluated, "success": res.success}

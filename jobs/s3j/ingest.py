@@ -20,9 +20,9 @@ import pyarrow.compute as pc
 
 from jobs.s3j.common import S3JRun
 from simjoin.contracts import Role
+from simjoin.pipeline.context import StageContext
 from simjoin.quality.rows import InputSpec, UniqueIds, Vectors, Windows
-from simjoin.spark import delta
-from simjoin.spark.engine import BatchInfo, aware
+from simjoin.runtime.event_time import BatchInfo, aware
 
 US = pa.timestamp("us", tz="UTC")
 
@@ -37,14 +37,16 @@ def spec(run: S3JRun) -> InputSpec:
                      windows=Windows(round(run.window_s * 1e6), round((run.slide_s or run.window_s) * 1e6)))
 
 
-def live_ids(spark: Any, run: S3JRun) -> Any:
+def live_ids(ctx: StageContext) -> Any:
     """(side, id) of the join state's records in still-open windows (rows of windows the
     watermark closed may linger until a window ends): read with deltalake (no Spark job, no
     vectors), or by Spark when the state is not local."""
+    run: S3JRun = ctx.run
+
     def live(info: BatchInfo) -> Any:
         wm = info.progress.closed_watermark
-        js = delta.read_arrow_any(spark, run.join_state, [("unit", "<", int(info.unit))],
-                                  ["side", "id", "role", "window_end"])
+        js = ctx.read(run.join_state, [("unit", "<", int(info.unit))],
+                      ["side", "id", "role", "window_end"])
         if js is None:
             return None
         keep = pc.not_equal(js.column("role"), int(Role.BUFFER))
@@ -55,6 +57,6 @@ def live_ids(spark: Any, run: S3JRun) -> Any:
     return live
 
 
-def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
+def run(ctx: StageContext) -> dict[str, Any]:
     """Stage everything that arrived since the last run as one unit (or resume the open one)."""
-    return run_.engine(spark).ingest(spec(run_), live_ids(spark, run_))  # type: ignore[no-any-return]
+    return ctx.stage_unit(spec(ctx.run), live_ids(ctx))

@@ -20,19 +20,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.s3j.common import S3JRun, S3JUnit, assignment_arrow, open_unit, window_state_arrow
+from jobs.s3j.common import S3JRun, S3JUnit, assignment_arrow, window_state_arrow
 from jobs.s3j.gate import PAIR_ARROW
 from simjoin.contracts import Role, RowKind
+from simjoin.io import tables as delta
 from simjoin.operators.metric import JOIN_ARROW, join_counters_arrow, join_task_arrow, route_by_assignment_arrow
-from simjoin.spark import delta
+from simjoin.pipeline.context import StageContext
 
 MEMBER_COLS = ["w", "we", "partition", "workset_id", "worker", "side", "id", "vector", "role", "is_new"]
 
 
-def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
-    u = open_unit(spark, run_)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: S3JRun = ctx.run
+    u = ctx.unit
     return _join(run_, u)
 
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.s3j.common import S3JRun, open_unit, us
+from jobs.s3j.common import S3JRun, us
 from simjoin.operators.metric import space_partition_arrow
+from simjoin.pipeline.context import StageContext
 
 
-def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
-    u = open_unit(spark, run_)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: S3JRun = ctx.run
+    u = ctx.unit
     p = run_.params(u.dim)
     r = u.records
     rec = pa.table({"w": us(r.column("window_start")), "we": us(r.column("window_end")), "ts": us(r.column("ts")),

@@ -2,7 +2,7 @@
 table (with the rebalance stage's rows), its workset centroids and members (plus, for S3J, its
 physical outer copies as the buffer) -> the state; then the engine commits the unit and windows
 the watermark less ``--allowed-lateness`` has passed are dropped from the join state (centroids
-persist; ``common.expire_state``). Every append is idempotent per (checkpoint, unit), so a
+persist; ``S3JRun.expiry``, applied by the runtime). Every append is idempotent per (checkpoint, unit), so a
 publish rerun after a crash neither repeats nor loses a row."""
 
 from __future__ import annotations
@@ -12,18 +12,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jobs.s3j.common import S3JRun, expire_state, open_unit
+from jobs.s3j.common import S3JRun
 from jobs.s3j.gate import staged_files, staged_pairs
 from simjoin.contracts import Role, RowKind
-from simjoin.spark import delta
+from simjoin.io.rows import arrow_schema
+from simjoin.pipeline.context import StageContext
 
 
-def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
-    u = open_unit(spark, run_)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: S3JRun = ctx.run
+    u = ctx.unit
     res = u.publish(_pieces(run_, u), meta={"dim": u.dim}, options={"stats": {"mergeSchema": "true"}})
-    expire_state(u.engine, run_, res)
     return {**res, "rows_out": res["published"].get("pairs")}  # type: ignore[no-any-return]
 
 
@@ -34,7 +33,7 @@ CENTROID_DDL = "partition int, workset_id long, vector array<double>, worker int
 
 def _as(ddl: str, n: int, **cols: Any) -> pa.Table:
     """``cols`` (pyarrow arrays, or one value for every row) as a table of the DDL's schema."""
-    sch = delta.arrow_schema(ddl)
+    sch = arrow_schema(ddl)
     arrays = []
     for f in sch:
         v = cols[f.name]
@@ -79,7 +78,7 @@ def _pieces(run_: S3JRun, u: Any) -> list[tuple[str, Any, str]]:
 def _open_windows(run_: S3JRun, u: Any, state: pa.Table) -> pa.Table:
     """The join state rows of windows this unit's publish leaves open: a window that ends at or
     before the watermark it commits, less the allowed lateness, is dropped right after it
-    (``expire_state``), so it is not written (a backlog run wrote GBs of state to delete them)."""
+    (``S3JRun.expiry``), so it is not written (a backlog run wrote GBs of state to delete them)."""
     import datetime as dt
 
     import pyarrow.compute as pc

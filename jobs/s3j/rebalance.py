@@ -21,31 +21,30 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from jobs.s3j.common import S3JRun, assignment_arrow, open_unit, state_arrow
+from jobs.s3j.common import S3JRun, assignment_arrow, state_arrow
 from jobs.s3j.stats import ROW_BYTES, STATS_SCHEMA, stats_row
 from simjoin.contracts import RowKind
 from simjoin.core.metric import Assignment, rebalance
-from simjoin.spark import delta
+from simjoin.io.rows import rows_table
+from simjoin.pipeline.context import StageContext
 
 ASSIGNMENT_SCHEMA = "partition int, workset_id long, part long, parts long, worker int, unit long"
 
 
-def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
-    u = open_unit(spark, run_)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: S3JRun = ctx.run
+    u = ctx.unit
     cfg = run_.cfg
     if cfg.algorithm != "s3j" or cfg.rebalance == "off":
         return {"unit": u.id, "rebalance": "off"}
     ws, prev, homes = _inputs(run_, u)
     if not ws:
-        return {"unit": u.id, "rebalance": u.write_work(delta.rows_table([], STATS_SCHEMA), "rebalance"),
+        return {"unit": u.id, "rebalance": u.write_work(rows_table([], STATS_SCHEMA), "rebalance"),
                 "fired": False}
     res, assignment, out = decide(cfg, u.id, u.dim, ws, prev, homes)
     if assignment:
-        delta.append_rows(spark, assignment, ASSIGNMENT_SCHEMA, run_.assignment,
-                          u.write_id("assignment"), u.id)
-    return {**res, "rebalance": u.write_work(delta.rows_table(out, STATS_SCHEMA), "rebalance")}
+        u.append_once("assignment", assignment, ASSIGNMENT_SCHEMA, run_.assignment)
+    return {**res, "rebalance": u.write_work(rows_table(out, STATS_SCHEMA), "rebalance")}
 
 
 def _inputs(run_: S3JRun, u: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[dict[str, Any]]]:

@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jobs.s3j.common import S3JRun, open_unit, us
+from jobs.s3j.common import S3JRun, us
 from simjoin.contracts import STATS_COMMON_SCHEMA, RowKind
 from simjoin.core.metric import comparisons_ratio, imbalance
-from simjoin.spark import delta
+from simjoin.io.rows import rows_table
+from simjoin.pipeline.context import StageContext
 
 STATS_SCHEMA = (
     STATS_COMMON_SCHEMA + ", level string, algorithm string, unit long, window_start timestamp, worker int, "
@@ -47,12 +48,11 @@ def _ts(us: int) -> dt.datetime:
     return dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=int(us))
 
 
-def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
-    u = open_unit(spark, run_)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: S3JRun = ctx.run
+    u = ctx.unit
     rows, res = stats_rows(run_.cfg, u.id, u.dim, *_inputs(u))
-    return {**res, "stats": u.write_work(delta.rows_table(rows, STATS_SCHEMA), "stats")}
+    return {**res, "stats": u.write_work(rows_table(rows, STATS_SCHEMA), "stats")}
 
 
 def stats_rows(cfg: Any, b: int, dim: int, counters: list[Any], form: dict[tuple[int, int], int],

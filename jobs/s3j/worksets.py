@@ -19,19 +19,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.s3j.common import S3JRun, S3JUnit, open_unit, state_arrow, window_state_arrow
+from jobs.s3j.common import S3JRun, S3JUnit, state_arrow, window_state_arrow
 from simjoin.operators.metric import (
     FORM_ARROW,
     clusterjoin_members_arrow,
     formulate_partition_arrow,
     formulation_input_arrow,
 )
+from simjoin.pipeline.context import StageContext
 
 
-def run(spark: Any, run_: S3JRun) -> dict[str, Any]:
-    u = open_unit(spark, run_)
-    if u is None:
-        return {"unit": None}
+def run(ctx: StageContext) -> dict[str, Any]:
+    run_: S3JRun = ctx.run
+    u = ctx.unit
     p = run_.params(u.dim)
     copies = u.work("copies")
     if p.algorithm == "clusterjoin":

@@ -8,6 +8,7 @@ from typing import Any
 from jobs.ssj import increment
 from jobs.ssj.common import SSJRun
 from simjoin.operators.setsim import RECORD_COLUMNS
+from simjoin.pipeline.context import StageContext
 from simjoin.quality.gates import Expect, columns_expectations, pairs_expectations, run_suite
 
 
@@ -35,7 +36,8 @@ def _use_gate_server(ex: Any) -> None:
     preload(process=ex.gate_server)
 
 
-def tokens(spark: Any, job: SSJRun) -> dict[str, Any]:
+def tokens(ctx: StageContext) -> dict[str, Any]:
+    spark, job = ctx.session, ctx.run
     inc = increment.load(spark, job)
     ex = job.executor(spark, inc)
     _use_gate_server(ex)
@@ -49,9 +51,10 @@ def tokens(spark: Any, job: SSJRun) -> dict[str, Any]:
     return {"table": job.tables.tokens, "expectations": res.evaluated}
 
 
-def pairs(spark: Any, job: SSJRun) -> dict[str, Any]:
+def pairs(ctx: StageContext) -> dict[str, Any]:
     """The staged pairs meet the pair contract; an incremental run's published partition - its base
     run's pairs with the new ones - holds no pair twice (suite ``ssj_published``)."""
+    spark, job = ctx.session, ctx.run
     inc = increment.load(spark, job)
     ex = job.executor(spark, inc)
     _use_gate_server(ex)

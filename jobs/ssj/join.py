@@ -13,6 +13,7 @@ from jobs.ssj.optimize import load_plan
 from simjoin.contracts import STATS_COMMON_SCHEMA
 from simjoin.log import get_logger
 from simjoin.operators import setsim_steps as steps
+from simjoin.pipeline.context import StageContext
 from simjoin.spark import delta
 
 log = get_logger("simjoin.ssj")
@@ -43,9 +44,10 @@ def stats_rows(job: SSJRun, plan: Any, unit_stats: list[dict[str, Any]]) -> list
     return stat_rows
 
 
-def run(spark: Any, job: SSJRun) -> dict[str, Any]:
+def run(ctx: StageContext) -> dict[str, Any]:
     """Run every unit; write the stats table and this run's staging pairs; keep the pairs for the
     gate and the publish stage of this process."""
+    spark, job = ctx.session, ctx.run
     from jobs.ssj.gates import records as read_records
 
     plan = load_plan(spark, job)

@@ -16,12 +16,14 @@ from simjoin.core.setsim.work import measured_costs
 from simjoin.log import get_logger
 from simjoin.operators import setsim as O
 from simjoin.operators.setsim_steps import measure_slices
+from simjoin.pipeline.context import StageContext
 from simjoin.spark import delta
 
 log = get_logger("simjoin.ssj")
 
 
-def run(spark: Any, job: SSJRun) -> dict[str, Any]:
+def run(ctx: StageContext) -> dict[str, Any]:
+    spark, job = ctx.session, ctx.run
     plan = make(spark, job)
     mods = sorted({plan.unit_mod(u) for u in plan.units})
     from jobs.ssj import increment

@@ -6,17 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.ssj import increment
-from jobs.ssj.common import SSJRun
 from simjoin.log import get_logger
+from simjoin.pipeline.context import StageContext
 from simjoin.spark import delta, pins
 
 log = get_logger("simjoin.ssj")
 COLS = increment.PAIR_COLS
 
 
-def run(spark: Any, job: SSJRun) -> dict[str, Any]:
+def run(ctx: StageContext) -> dict[str, Any]:
     """Copy the gated pairs (kept by the join in this process, else the staging table) to the output,
     with the base run's pairs for an incremental run; then record the count and mark the run published."""
+    spark, job = ctx.session, ctx.run
     from jobs.ssj.gates import staged_pairs
 
     inc = increment.load(spark, job)

@@ -23,6 +23,7 @@ from jobs.ssj.common import SSJRun
 from simjoin.log import get_logger
 from simjoin.operators import setsim as O
 from simjoin.operators import setsim_steps as steps
+from simjoin.pipeline.context import StageContext
 from simjoin.spark import delta, pins
 
 log = get_logger("simjoin.ssj")
@@ -83,9 +84,10 @@ def check_input(spark: Any, path: str, id_col: str, text_col: str) -> None:
 
 
 
-def run(spark: Any, job: SSJRun) -> dict[str, Any]:
+def run(ctx: StageContext) -> dict[str, Any]:
     """Write the tokens, lengths and quarantine tables; keep the records for the later stages of
     this process."""
+    spark, job = ctx.session, ctx.run
     import time
 
     from simjoin.operators.setsim_steps import warm_kernels

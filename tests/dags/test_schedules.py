@@ -19,7 +19,8 @@ import pytest
 from simjoin.pipeline.registry import specs
 from tests.helpers import load_dag
 
-PIPELINES = sorted(n for n, s in specs().items() if s.run_type != "tool")
+# the shipped pipelines (a test module may register a toy spec before this one is collected)
+PIPELINES = sorted(n for n, s in specs().items() if s.run_type != "tool" and s.run_class.startswith("jobs."))
 
 
 @pytest.mark.parametrize("name", PIPELINES)

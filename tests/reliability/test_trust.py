@@ -332,8 +332,8 @@ def test_the_in_process_estimate_counts_decoded_text_and_the_memory_really_avail
     and the reason says so."""
     from jobs.ssj.placement import choose
     from simjoin import memory
-    from simjoin.runtime.placement import in_process_bytes
     from simjoin.pipeline import get_spec
+    from simjoin.runtime.placement import in_process_bytes
 
     n = 20_000
     base = " ".join(f"w{i}" for i in range(400))  # 2 KiB of text, the same in every row

@@ -1,6 +1,7 @@
 import pytest
 from pyspark.sql import functions as F
 
+from simjoin.io.rows import arrow_schema
 from simjoin.spark import delta
 from tests.helpers import commit_engines
 
@@ -97,7 +98,7 @@ def test_overwrite_rows_is_overwrite_partition_without_spark_jobs(spark, tmp_tab
     monkeypatch.delenv(faults.ENV)
     assert sorted(r["k"] for r in delta.read_table(spark, q).collect()) == [1, 2]
     with pytest.raises(ValueError, match="no Arrow type"):
-        delta.arrow_schema("m map<string,int>")
+        arrow_schema("m map<string,int>")
 
 
 def test_append_rows_shares_spark_txn_and_commit_metadata(spark, tmp_table, monkeypatch):

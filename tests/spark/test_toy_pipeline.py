@@ -36,14 +36,16 @@ class ToyRun(Run):
         return {"output": self.cfg.output, "scaled": f"{self.cfg.output}_scaled"}
 
 
-def scale(spark, run):
+def scale(ctx):
+    spark, run = ctx.session, ctx.run
     df = delta.read_table(spark, run.cfg.input).select((F.col("x") * run.cfg.factor).alias("x"))
     delta.overwrite(df, run.tables["scaled"])
     run.keep("scaled", df)
     return {"rows": df.count()}
 
 
-def select(spark, run):
+def select(ctx):
+    spark, run = ctx.session, ctx.run
     df = run.frame("scaled", lambda: delta.read_table(spark, run.tables["scaled"]))
     df = df.where((F.col("x") >= run.cfg.low) & (F.col("x") <= run.cfg.high))
     if run.cfg.keep == "even":

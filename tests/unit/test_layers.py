@@ -59,3 +59,29 @@ def test_only_the_spark_package_imports_pyspark(graph):  # type: ignore[no-untyp
     g = grimp.build_graph("simjoin", "jobs", include_external_packages=True, cache_dir=None)
     outside = sorted(m for m in g.find_modules_that_directly_import("pyspark") if not m.startswith("simjoin.spark"))
     assert outside == [], outside
+
+
+STREAMS = ("ineq", "s3j", "hypercube", "s2j")
+
+
+def test_stream_stages_are_called_with_a_context_and_never_reach_spark_or_the_engine(graph):  # type: ignore[no-untyped-def]
+    """The runtime calls the operator (issue 58, point 2): every stage of every pipeline is
+    ``run(ctx)``; no module of a stream pipeline imports ``simjoin.spark`` (directly or not, except
+    through the runtime's context, which the stage only receives), opens a unit or names the engine."""
+    import inspect
+    import re
+
+    from simjoin.pipeline import get_spec
+
+    for name in (*STREAMS, "ssj", "generate"):
+        for st in get_spec(name).stages:
+            params = list(inspect.signature(st.function()).parameters)
+            assert params == ["ctx"], f"{name}.{st.name}: {st.fn} takes {params}, expected (ctx)"
+    for name in STREAMS:
+        for path in sorted((ROOT / "jobs" / name).glob("*.py")):
+            module = f"jobs.{name}" if path.stem == "__init__" else f"jobs.{name}.{path.stem}"
+            direct = {m for m in graph.find_modules_directly_imported_by(module) if m.startswith("simjoin.spark")}
+            assert not direct, f"{module} imports {sorted(direct)}"
+            code = re.sub(r'"""[\s\S]*?"""', "", path.read_text())  # docstrings may name them
+            for word in ("open_unit(", "u.engine", ".engine(", "(spark"):
+                assert word not in code, f"{path.relative_to(ROOT)} uses {word!r}"

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from simjoin.io.rows import arrow_schema
 from simjoin.quality.rows import (
     Bounded,
     Derived,
@@ -144,7 +145,6 @@ def test_the_spark_task_over_partitions_by_side_and_id_equals_the_whole_batch_ch
     """``tagged_rows`` is what the Spark executor runs in ``mapInArrow`` over the batch
     repartitioned by (side, id); its rows over any such partitioning equal the in-process
     executor's on the whole batch (the dimension fixed first, as :meth:`_stage_spark` does)."""
-    from simjoin.spark import delta
     from simjoin.spark.engine.staging import tagged_rows, unit_rows
     from simjoin.spark.engine.units import QUARANTINE_SCHEMA
 
@@ -155,7 +155,7 @@ def test_the_spark_task_over_partitions_by_side_and_id_equals_the_whole_batch_ch
                max_ts={0: T0 + dt.timedelta(seconds=2)})
     spec = S3J if seed % 2 else InputSpec(payload=S3J.payload, what="v", staged=S3J.staged,
                                           rules=(*S3J.rules, Late()))
-    args = (["vector"], 3, 7, "c-7", "fp", "c", delta.arrow_schema(QUARANTINE_SCHEMA))
+    args = (["vector"], 3, 7, "c-7", "fp", "c", arrow_schema(QUARANTINE_SCHEMA))
     st, q = unit_rows(check(t, spec, ctx), *args)
     meta = pick_meta(pa.concat_tables([measure(t.slice(i, 7), spec, ctx) for i in range(0, t.num_rows, 7)]),
                      spec, ctx.meta)

@@ -257,3 +257,11 @@ def predicate(any_of: AnyOf) -> str | None:
         if ands:
             ors.append("(" + " AND ".join(ands) + ")")
     return " OR ".join(ors) or None
+
+
+def files_table(files: Files) -> Any:
+    """The rows of ``files`` as one pyarrow Table, read in this process."""
+    import pyarrow as pa
+
+    parts = [delta_files.read_parquet(p).select(files.schema.names).cast(files.schema) for p in files.paths]
+    return pa.concat_tables(parts) if parts else files.schema.empty_table()

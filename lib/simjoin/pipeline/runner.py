@@ -1,6 +1,6 @@
 """The one task entry (:func:`run_stage`) and the in-process runner the CLI uses (:func:`run_pipeline`).
 
-Both run the very stage functions a spec names, with one signature, ``fn(spark, run) -> dict``.
+Both run the very stage functions a spec names, with one signature, ``fn(ctx) -> dict`` (``simjoin.pipeline.context``).
 In one process the stages hand DataFrames to each other through ``run.frames``; in Airflow each
 task reads its inputs from Delta. Before the first stage of a run, the overwrite guard refuses
 an output path equal to an input, or holding a Delta table of another schema.
@@ -35,7 +35,7 @@ from simjoin.log import stage as log_stage
 from simjoin.pipeline.lock import OutputLocked, output_lock, output_of
 from simjoin.pipeline.maintain import MAINTAIN_TASK
 from simjoin.pipeline.registry import get_spec
-from simjoin.pipeline.spec import TRIGGERS, UNIT_TASK, NothingNew, PipelineSpec, Run
+from simjoin.pipeline.spec import TRIGGERS, UNIT_TASK, NothingNew, PipelineSpec, Run, Stage
 
 __all__ = ["run_stage", "run_unit_task", "next_tasks", "run_task", "run_pipeline", "follow_pipeline", "Follow",
            "guard_outputs", "InjectedFault", "one_line", "VALIDATION_ERRORS"]
@@ -172,7 +172,7 @@ def run_stage(pipeline: str | PipelineSpec, stage: str, params: dict[str, Any], 
                 guard_outputs(spark, run)
             jobs0 = jobs_started(spark)
             with claimed(run) if first else nullcontext(), log_stage(f"{spec.name} {st.name}", log):
-                out = st.function()(spark, run) or {}
+                out = call_stage(st, spark, run)
             timing.count(out)
             timing.spark_jobs = _jobs_since(spark, jobs0)
             maybe_fail(f"{spec.name}.{st.name}")
@@ -486,15 +486,14 @@ def _run_stages(spark: Any, run: Run, stages: Any, timed: list[Any], fault_point
         with writes, ThreadPoolExecutor(1, thread_name_prefix="gate") as pool:
             pending: list[tuple[str, Future[Any]]] = []
             for st in stages:
-                fn = st.function()
                 if st.publishes:
                     for name, fut in pending:
                         done[name] = fut.result()
                     pending.clear()
                 if st.background:
-                    pending.append((st.name, pool.submit(_timed, spec, st.name, fn, spark, run, timed, fault_points)))
+                    pending.append((st.name, pool.submit(_timed, spec, st, spark, run, timed, fault_points)))
                     continue
-                done[st.name] = _timed(spec, st.name, fn, spark, run, timed, fault_points)
+                done[st.name] = _timed(spec, st, spark, run, timed, fault_points)
             for name, fut in pending:
                 done[name] = fut.result()
     finally:
@@ -545,7 +544,7 @@ def follow_pipeline(spark: Any, run: Run, trigger_s: float, max_units: int | Non
 
         run.follow = Follow(trigger_s, after_unit, stop)  # type: ignore[attr-defined]
         try:
-            follow = _timed(run.spec, run.spec.stages[0].name, run.spec.stages[0].function(), spark, run, [])
+            follow = _timed(run.spec, run.spec.stages[0], spark, run, [])
         finally:
             run.follow = None  # type: ignore[attr-defined]
     return {"catch_up": first, "units": units, "follow": follow}
@@ -608,18 +607,29 @@ def heartbeat(spark: Any, label: str, every: float = HEARTBEAT_S) -> Iterator[No
             th.join(timeout=5)  # no progress line after the stage's own "done"
 
 
-def _timed(spec: PipelineSpec, name: str, fn: Any, spark: Any, run: Run, timed: list[Any],
+def call_stage(st: Stage, spark: Any, run: Run) -> dict[str, Any]:
+    """The runtime calls the operator: ``st``'s function with its context (``run.context``:
+    its run, and for a per-unit stream stage the open unit); a per-unit stage with no unit open
+    is not called (``{"unit": None}``)."""
+    ctx = run.context(spark, st)
+    if ctx is None:
+        return {"unit": None}
+    return st.function()(ctx) or {}
+
+
+def _timed(spec: PipelineSpec, st: Stage, spark: Any, run: Run, timed: list[Any],
            fault_points: bool = False) -> Any:
     """One stage of an in-process run; ``fault_points``: the stage's own fault point after it, as
     its Airflow task has it (the :data:`UNIT_TASK` task runs the stages' tasks' fault points)."""
     from simjoin.spark.session import jobs_started
 
+    name = st.name
     t0, jobs0 = time.perf_counter(), jobs_started(spark)
     res: Any = None
     try:
         with current_stage(f"{spec.name}.{name}"), log_stage(f"{spec.name} {name}", log), \
                 heartbeat(spark, f"{spec.name} {name}"):
-            res = fn(spark, run)
+            res = call_stage(st, spark, run)
             if fault_points:
                 maybe_fail(f"{spec.name}.{name}")
             return res

@@ -44,7 +44,8 @@ def resolve(ref: str) -> Any:
 
 @dataclass(frozen=True)
 class Stage:
-    """One retryable step: ``fn(spark, run) -> dict`` reads Delta, calls ``simjoin``, writes Delta.
+    """One retryable step: ``fn(ctx) -> dict`` (``ctx``: ``simjoin.pipeline.context.StageContext``)
+    reads its inputs, calls the operators, writes its tables.
 
     ``reads``/``writes`` name the run's tables (keys of ``Run.tables``), ``outlets`` the tables
     announced as Airflow Assets when the stage succeeds. A ``gate`` checks data and writes
@@ -63,7 +64,7 @@ class Stage:
     publishes: bool = False
     doc: str = ""
 
-    def function(self) -> Callable[[Any, Run], dict[str, Any]]:
+    def function(self) -> Callable[[Any], dict[str, Any]]:
         return resolve(self.fn)  # type: ignore[no-any-return]
 
 
@@ -283,6 +284,13 @@ class Run:
 
     def fingerprint(self, extra: str = "") -> str:
         return fingerprint(self.cfg, extra)
+
+    def context(self, spark: Any, stage: Stage) -> Any:
+        """What ``stage``'s function is called with (``simjoin.pipeline.context.StageContext``);
+        None: it has nothing to work on (a stream's per-unit stage with no unit open)."""
+        from simjoin.pipeline.context import StageContext
+
+        return StageContext(self, spark)
 
     def keep(self, name: str, df: Any) -> Any:
         """Hand a DataFrame to later stages of this process; returns it."""

@@ -83,12 +83,31 @@ class StreamRun(Run):
         eng.owned = list(self.table_paths().values())  # what --reset removes of an output made before
         return eng
 
+    def expiry(self) -> dict[str, Any]:
+        """Each state table (path) with its expiry rule (``simjoin.runtime.expiry``), applied by
+        the runtime after every publish; none by default."""
+        return {}
+
     def reset_tables(self, spark: Any) -> list[str]:
         return self.engine(spark).reset()  # type: ignore[no-any-return]
 
     #: whether a unit may run on the in-process executor (:func:`in_process_rows`); otherwise the
     #: tasks of every unit's stages run on Spark
     IN_PROCESS: ClassVar[bool] = False
+
+    #: the unit class the pipeline's stages see (a subclass of :class:`OpenUnit` adds what the
+    #: pipeline keeps with its units and checks them in ``check``)
+    UNIT: ClassVar[type] = object
+
+    def context(self, spark: Any, stage: Any) -> Any:
+        """Ingest (the first stage) is called to stage a unit; every later stage only with the
+        unit open, as ``ctx.unit``."""
+        from simjoin.pipeline.context import StageContext
+
+        if stage.name == self.spec.stages[0].name:
+            return StageContext(self, spark)
+        u = self.open_unit(spark)
+        return None if u is None else StageContext(self, spark, u)
 
     def open_unit(self, spark: Any) -> Any:
         """The engine's open unit (:class:`OpenUnit`), or None when nothing is staged. Stages of one
@@ -102,6 +121,9 @@ class StreamRun(Run):
         requested = str(getattr(self.cfg, "executor", "auto") or "auto")
         u = OpenUnit.of(self.engine(spark), self, requested=requested if self.IN_PROCESS else "spark")
         if u is not None:
+            if self.UNIT is not object:
+                u = u.like(self.UNIT)
+            u.check()
             from simjoin.log import get_logger
 
             where = "in-process executor" if u.in_process else "Spark executor (its stages' tasks in Spark jobs)"
@@ -148,13 +170,30 @@ class OpenUnit:
     def id(self) -> int:
         return int(self.unit.unit)
 
+    def check(self) -> None:
+        """Refuse a unit the pipeline's stages cannot work on (a subclass's rule; none here)."""
+
+    def table_exists(self, path: str) -> bool:
+        """Whether a Delta table is at ``path`` (deltalake for a local path, else Spark)."""
+        from simjoin.spark import delta
+
+        return bool(delta.table_exists(self.engine.spark, path))
+
+    def append_once(self, piece: str, rows: Any, schema: str, path: str) -> None:
+        """Append ``rows`` (tuples in the DDL ``schema``'s order, or a pyarrow Table) to the side
+        table at ``path`` exactly once for this unit (its ``write_id(piece)``, the unit as version):
+        a rerun skips what a first attempt committed."""
+        from simjoin.spark import delta
+
+        delta.append_rows(self.engine.spark, rows, schema, path, self.write_id(piece), self.id)
+
     @property
     def records(self) -> Any:
         return self.unit.records
 
     @property
     def time(self) -> Any:
-        """The event time the committed units give (``simjoin.spark.engine.EventTime``): the
+        """The event time the committed units give (``simjoin.runtime.event_time.EventTime``): the
         streams' marks, the allowed lateness, the watermark, the late and expiry bounds. The one
         place a stage reads event time from."""
         return self.engine.progress().time()
@@ -182,7 +221,7 @@ class OpenUnit:
         return self.executor.read(path, where, columns)
 
     def progress(self) -> Any:
-        """What the committed units say (``simjoin.spark.engine.Progress``: the last unit, the marks,
+        """What the committed units say (``simjoin.runtime.event_time.Progress``: the last unit, the marks,
         the ``meta`` the pipeline published with them)."""
         return self.engine.progress()
 
@@ -218,16 +257,32 @@ class OpenUnit:
 
         self.engine.delete_ids(path, column, ids, also=predicate(also))
 
+    def expire_closed_windows(self, path: str, published: dict[str, Any], windows: tuple[float, float]) -> None:
+        """After this unit's publish (``published``: its result), drop the rows of ``path`` in the
+        windows (``(size, slide)`` in seconds) that ended at or before the watermark less the
+        allowed lateness (``EventTime.closed_watermark``): the runtime's event time decides, once."""
+        lag = self.time.lateness
+        wm, prev = published["watermark_ts"], published["previous_watermark_ts"]
+        self.engine.expire(path, None if wm is None else wm - lag, previous=None if prev is None else prev - lag,
+                           windows=windows)
+
     def publish(self, pieces: Any, meta: dict[str, Any] | None = None, **kw: Any) -> Any:
         """Publish the unit's ``pieces`` exactly once (the engine's ``publish``), recording in its
-        progress ``meta`` the executor that ran it and why."""
+        progress ``meta`` the executor that ran it and why. Then the runtime applies the run's
+        declared state expiry (``StreamRun.expiry``, ``simjoin.runtime.expiry``)."""
         rec = {"executor": self.executor.name, "executor_reason": self.executor.reason}
-        return self.engine.publish(self.unit, pieces, meta={**(meta or {}), **rec}, **kw)
+        res = self.engine.publish(self.unit, pieces, meta={**(meta or {}), **rec}, **kw)
+        rules = self.run.expiry() if self.run is not None else {}
+        if rules:  # the state tables' declared expiry, by the event time this publish committed
+            from simjoin.runtime import expiry
+
+            res = {**res, "expired": expiry.apply(self, rules, res)}
+        return res
 
     def work(self, name: str, keep_unit: bool = False) -> Any:
         """The work table ``name`` an earlier stage handed over for this unit (without its
         ``unit`` tag unless ``keep_unit``); refuses one left by another unit."""
-        from simjoin.spark.engine import StaleUnit
+        from simjoin.runtime.event_time import StaleUnit
 
         t = self.run.frames.get(self._key(name)) if self.in_memory else None
         if t is None:

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from simjoin.core.metric.stream import window_copies
 from simjoin.core.unique import unique
+from simjoin.runtime.event_time import aware, epoch_us
 
 __all__ = [
     "KINDS",
@@ -187,15 +188,6 @@ class Checked:
 
 # --------------------------------------------------------------------------- value helpers
 
-
-def aware(t: dt.datetime) -> dt.datetime:
-    """A timestamp Spark returned (naive, in the session's UTC) as an aware one."""
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
-def epoch_us(t: dt.datetime) -> int:
-    d = aware(t) - dt.datetime(1970, 1, 1, tzinfo=UTC)
-    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
 
 
 def spark_ts_string(us: int) -> str:

@@ -11,7 +11,6 @@ separate Delta Connect plugin for ``DeltaTable``).
 from __future__ import annotations
 
 import contextvars
-import datetime as dt
 import json
 import os
 import threading
@@ -26,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from simjoin import faults
 from simjoin.io import delta_files
+from simjoin.io.rows import rows_table
 from simjoin.io.tables import (
     Files,
     NotLocal,
@@ -103,9 +103,6 @@ def in_order() -> Iterator[None]:
         yield
     finally:
         _local.submit = submit
-
-
-
 
 
 def table_exists(spark: SparkSession, ref: str) -> bool:
@@ -328,31 +325,6 @@ def _overwrite_partition_now(df: DataFrame, ref: str, partition: Mapping[str, An
           ref)
 
 
-_ARROW_TYPES = {"string": "string", "byte": "int8", "tinyint": "int8", "short": "int16", "smallint": "int16",
-                "int": "int32", "integer": "int32", "long": "int64", "bigint": "int64",
-                "double": "float64", "float": "float32", "boolean": "bool_", "binary": "binary", "date": "date32"}
-
-
-def _arrow_type(ddl: str) -> Any:
-    import pyarrow as pa
-
-    ddl = ddl.strip().lower()
-    if ddl.startswith("array<") and ddl.endswith(">"):
-        return pa.list_(_arrow_type(ddl[6:-1]))
-    if ddl == "timestamp":
-        return pa.timestamp("us", tz="UTC")  # Spark's timestamp: an instant, stored in UTC
-    if ddl not in _ARROW_TYPES:
-        raise ValueError(f"no Arrow type for the Spark type {ddl!r}")
-    return getattr(pa, _ARROW_TYPES[ddl])()
-
-
-def arrow_schema(ddl: str) -> Any:
-    """``"a int, b array<int>, t timestamp"`` as an Arrow schema (flat Spark DDL: no maps or structs)."""
-    import pyarrow as pa
-
-    return pa.schema([(name, _arrow_type(typ)) for name, typ in (f.strip().split(None, 1) for f in ddl.split(","))])
-
-
 def overwrite_rows(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: str, ref: str,
                    partition: Mapping[str, Any], merge_schema: bool = False) -> None:
     """``overwrite_partition`` of a few driver-side rows (a run's bookkeeping: pins, plan, stats):
@@ -374,7 +346,7 @@ def _overwrite_rows_deltalake(rows: Sequence[Sequence[Any]], schema: str, path: 
                               merge_schema: bool, exists: bool) -> None:
     from simjoin.io import tables
 
-    tables.overwrite_partition_arrow(_to_arrow(rows, schema), path, partition, merge_schema)
+    tables.overwrite_partition_arrow(rows_table(rows, schema), path, partition, merge_schema)
 
 
 def overwrite_partition_arrow(spark: Any, t: Any, ref: str, partition: Mapping[str, Any],
@@ -446,14 +418,6 @@ def files_frame(spark: SparkSession, files: Files) -> DataFrame:
     if not paths:
         return spark.createDataFrame([], struct)
     return spark.read.schema(struct).parquet(*paths)
-
-
-def files_table(files: Files) -> Any:
-    """The rows of ``files`` as one pyarrow Table, read in this process."""
-    import pyarrow as pa
-
-    parts = [delta_files.read_parquet(p).select(files.schema.names).cast(files.schema) for p in files.paths]
-    return pa.concat_tables(parts) if parts else files.schema.empty_table()
 
 
 def append_files(spark: SparkSession, files: Files, ref: str, app_id: str, version: int) -> None:
@@ -626,40 +590,6 @@ def latest_version(spark: SparkSession, ref: str) -> int:
     return int(history(spark, ref, 1).select("version").first()[0])  # type: ignore[index]
 
 
-def _to_arrow(rows: Any, schema: str) -> Any:
-    """Driver-side rows (tuples in ``schema``'s order) or an Arrow table, as an Arrow table."""
-    import pyarrow as pa
-
-    if isinstance(rows, pa.Table):
-        return rows
-    sch = arrow_schema(schema)
-    rows = list(rows)
-    for r in rows:
-        if len(r) != len(sch):
-            raise ValueError(f"a row of {len(r)} values for the {len(sch)} columns of {schema!r}: {tuple(r)!r}")
-    cols = list(zip(*rows)) if rows else [() for _ in sch]
-    # timestamps as integer microseconds: pyarrow converting datetime objects imports pandas (0.3 s)
-    return pa.Table.from_arrays([pa.array([_micros(v) for v in c], pa.int64()).cast(f.type)
-                                 if pa.types.is_timestamp(f.type) else pa.array(c, f.type)
-                                 for f, c in zip(sch, cols)], schema=sch)
-
-
-_EPOCH = dt.datetime(1970, 1, 1)
-_EPOCH_UTC = _EPOCH.replace(tzinfo=dt.UTC)
-
-
-def _micros(v: Any) -> int | None:
-    """A datetime as integer microseconds since the epoch (a naive one read as UTC, as pyarrow does)."""
-    if v is None or isinstance(v, int):
-        return v
-    return (v - (_EPOCH if v.tzinfo is None else _EPOCH_UTC)) // dt.timedelta(microseconds=1)
-
-
-def rows_table(rows: Any, schema: str) -> Any:
-    """Driver-side rows (tuples in the DDL ``schema``'s order) as a pyarrow Table of that schema."""
-    return _to_arrow(rows, schema)
-
-
 def append_rows(spark: SparkSession, rows: Any, schema: str, ref: str, app_id: str, version: int,
                 partition_by: Sequence[str] | None = None, metadata: str | None = None,
                 merge_schema: bool = False) -> None:
@@ -669,7 +599,7 @@ def append_rows(spark: SparkSession, rows: Any, schema: str, ref: str, app_id: s
     ``metadata`` is the commit's ``userMetadata``. A local table is written with ``deltalake``
     (one commit in milliseconds); elsewhere, or if deltalake cannot write it, Spark writes it."""
     def write(local: str) -> None:
-        data = _to_arrow(rows, schema)
+        data = rows_table(rows, schema)
         faults.check_rows(data.num_rows)  # a rows@N fault fails the write before its commit
         _append_rows_deltalake(data, local, app_id, int(version), partition_by, metadata, merge_schema,
                                table_exists(spark, ref))

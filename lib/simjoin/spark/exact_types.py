@@ -19,30 +19,12 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from simjoin.core.exact import ExactError
+from simjoin.core.exact import ExactError, ExactTypes
 
 __all__ = ["ExactTypes", "exact_types"]
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 _FLOAT = (T.FloatType, T.DoubleType)
-#: float64 holds every integer of magnitude below this
-WIDE = 2**53
-
-
-class ExactTypes:
-    """``casts``: column -> staged type (``long`` or ``double``); ``wide``: (source index, column) of integer
-    columns staged as double (their values must stay below 2^53 in magnitude)."""
-
-    def __init__(self, casts: dict[str, str], wide: list[tuple[int, str]]) -> None:
-        self.casts = casts
-        self.wide = wide
-
-    def bounds(self) -> list[tuple[int, str, float, str]]:
-        """(source index, column, bound, reason) of the integer values a double would round: the
-        ``Bounded`` row rules (``simjoin.quality.rows``) of the staged, cast column - a long of
-        magnitude 2^53 or more casts to a double of magnitude 2^53 or more, and below it casts exactly."""
-        return [(k, c, float(WIDE), f"{c} of magnitude 2^53 or more: an integer compared with a float column is "
-                 "exact in double only below 2^53") for k, c in self.wide]
 
 
 def _schema(spark: SparkSession | None, path: str, k: int = 0) -> Any:

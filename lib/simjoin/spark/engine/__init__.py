@@ -48,22 +48,23 @@ time (joined, but no mark's: docs/operations.md, "Lateness").
 
 from __future__ import annotations
 
-from simjoin.quality.rows import aware, epoch_us, spark_ts_string
-from simjoin.runtime.tables import StreamTables
-from simjoin.spark.engine.publish import Publisher
-from simjoin.spark.engine.rules import INTEGRAL, NUMERIC, stream_schema_check
-from simjoin.spark.engine.sources import Sources
-from simjoin.spark.engine.units import (
-    QUARANTINE_SCHEMA,
+from simjoin.quality.rows import spark_ts_string
+from simjoin.runtime.event_time import (
     BatchInfo,
     CheckpointMismatch,
     EventTime,
     Progress,
     StaleUnit,
     Unit,
-    local_path,
+    aware,
+    epoch_us,
     on_time_max,
 )
+from simjoin.runtime.tables import StreamTables
+from simjoin.spark.engine.publish import Publisher
+from simjoin.spark.engine.rules import INTEGRAL, NUMERIC, stream_schema_check
+from simjoin.spark.engine.sources import Sources
+from simjoin.spark.engine.units import QUARANTINE_SCHEMA, local_path
 
 __all__ = [
     "StreamTables",

@@ -17,20 +17,10 @@ from pyspark.sql import functions as F
 from simjoin.config import fingerprint_changes
 from simjoin.io import delta_source
 from simjoin.runtime import manifest
+from simjoin.runtime.event_time import CheckpointMismatch, Progress, Unit
 from simjoin.runtime.tables import StreamTables
 from simjoin.spark import delta
-from simjoin.spark.engine.units import (
-    IDENTITY_FILE,
-    UTC,
-    CheckpointMismatch,
-    Progress,
-    Unit,
-    is_dir_tables,
-    local_path,
-    log,
-    path_inside,
-    same_path,
-)
+from simjoin.spark.engine.units import IDENTITY_FILE, UTC, is_dir_tables, local_path, log, path_inside, same_path
 
 
 class EngineBase:

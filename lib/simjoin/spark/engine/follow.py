@@ -6,9 +6,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from simjoin.runtime.event_time import BatchInfo, Stopping
 from simjoin.spark import delta
 from simjoin.spark.engine.staging import Staging
-from simjoin.spark.engine.units import BatchInfo, Stopping, log
+from simjoin.spark.engine.units import log
 
 
 class Follow(Staging):

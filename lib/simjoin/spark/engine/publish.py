@@ -14,14 +14,13 @@ from pyspark.sql import DataFrame
 
 from simjoin.faults import maybe_fail
 from simjoin.io import delta_source
-from simjoin.quality.rows import aware, epoch_us
+from simjoin.runtime.event_time import Unit, aware, epoch_us
 from simjoin.spark import delta
 from simjoin.spark.engine.base import EngineBase
 from simjoin.spark.engine.units import (
     PROGRESS_SCHEMA,
     RECORDS_HOUSEKEEPING_EVERY,
     UTC,
-    Unit,
     local_path,
     log,
     naive_utc,

@@ -17,11 +17,12 @@ from pyspark.sql import types as T
 from simjoin.faults import maybe_fail
 from simjoin.io import delta_files, delta_source
 from simjoin.quality.rows import InputSpec
+from simjoin.runtime.event_time import BatchInfo, Progress
 from simjoin.spark import delta
 from simjoin.spark.engine.follow import Follow
 from simjoin.spark.engine.rules import kind_checks, missing_stream, stream_schema_check, ts_expr
 from simjoin.spark.engine.staging import LiveIds
-from simjoin.spark.engine.units import BatchInfo, Progress, local_path, log, with_ts_raw
+from simjoin.spark.engine.units import local_path, log, with_ts_raw
 
 
 class Sources(Follow):

@@ -15,10 +15,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from simjoin.faults import maybe_fail
+from simjoin.io.rows import arrow_schema
 from simjoin.quality.rows import Checked, InputSpec, RowContext, check, measure, pick_meta
+from simjoin.runtime.event_time import BatchInfo
 from simjoin.spark import delta
 from simjoin.spark.engine.base import EngineBase
-from simjoin.spark.engine.units import QUARANTINE_SCHEMA, UTC, BatchInfo, json_row, local_path, log, with_ts_raw
+from simjoin.spark.engine.units import QUARANTINE_SCHEMA, UTC, json_row, local_path, log, with_ts_raw
 
 #: the live-id hook of a pipeline: (side, id) of its live state for a batch (a pyarrow Table, a
 #: DataFrame, or None)
@@ -131,7 +133,7 @@ class Staging(EngineBase):
         self._row_meta = got.meta
         batch_key = f"{info.checkpoint_id}-{batch_id}"
         st, q = unit_rows(got, self._payload(raw.schema.names), info.unit, batch_id, batch_key, self.fingerprint,
-                          info.checkpoint_id, delta.arrow_schema(QUARANTINE_SCHEMA))
+                          info.checkpoint_id, arrow_schema(QUARANTINE_SCHEMA))
         return self._commit_staged(st, q, raw.num_rows, batch_id, batch_key, info, t_job, t0)
 
     def _clear_quarantine(self, batch_key: str) -> None:
@@ -188,7 +190,7 @@ class Staging(EngineBase):
         self._row_meta = meta
         batch_key = f"{info.checkpoint_id}-{batch_id}"
         args = (self._payload(batch.columns), info.unit, batch_id, batch_key, self.fingerprint, info.checkpoint_id,
-                delta.arrow_schema(QUARANTINE_SCHEMA))
+                arrow_schema(QUARANTINE_SCHEMA))
         probe = pa.Table.from_batches(list(tagged_rows(iter([]), schema, spec, ctx, meta, args)))
         st_cols = unit_rows(check(schema.empty_table(), spec, ctx, meta), *args)[0].column_names
         q_cols = [f.name for f in args[-1]]
