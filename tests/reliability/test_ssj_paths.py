@@ -86,6 +86,7 @@ def test_a_pair_published_twice_fails_the_gate(spark, tmp_path):
 
     from jobs.ssj import gates
     from simjoin.pipeline import get_spec
+    from simjoin.pipeline.context import StageContext
     from simjoin.pipeline.runner import one_line
     from simjoin.quality.gates import GateFailed
 
@@ -97,12 +98,12 @@ def test_a_pair_published_twice_fails_the_gate(spark, tmp_path):
     delta.append_idempotent(spark.createDataFrame([(50_000, "t1 t2 t3")], "id long, text string"), src, "t", 1)
     run_named(spark, "ssj", run_id="r1", **kw)
     job = get_spec("ssj").make_run(kw, run_id="r1")
-    gates.pairs(spark, job)  # as published: passes
+    gates.pairs(StageContext(job, spark))  # as published: passes
     staging = delta.read_table(spark, job.tables.staging).filter(F.col("run_id") == "r1")
     dup = (delta.read_table(spark, out).filter(F.col("run_id") == "r0").limit(1)
            .withColumn("run_id", F.lit("r1")).select(*staging.columns))
     delta.overwrite_partition(staging.unionByName(dup).localCheckpoint(), job.tables.staging, {"run_id": "r1"})
     with pytest.raises(GateFailed) as e:
-        gates.pairs(spark, get_spec("ssj").make_run(kw, run_id="r1"))
+        gates.pairs(StageContext(get_spec("ssj").make_run(kw, run_id="r1"), spark))
     line = one_line(e.value)
     assert "\n" not in line and "ssj_published" in line and "left_id" in line, line
