@@ -39,7 +39,7 @@ class S3JRun(StreamRun):
     #: a unit reads the latest assignment only (``assignment_arrow``)
     STATE_RETENTION: ClassVar[dict[str, str]] = {"assignment": "latest"}
     IN_PROCESS: ClassVar[bool] = True
-    UNIT: ClassVar[type] = S3JUnit
+    UNIT: ClassVar[type | None] = S3JUnit
 
     def expiry(self) -> dict[str, Any]:
         """The join state of the windows that ended at or before the watermark less the allowed

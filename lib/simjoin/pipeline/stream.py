@@ -97,7 +97,7 @@ class StreamRun(Run):
 
     #: the unit class the pipeline's stages see (a subclass of :class:`OpenUnit` adds what the
     #: pipeline keeps with its units and checks them in ``check``)
-    UNIT: ClassVar[type] = object
+    UNIT: ClassVar[type | None] = None
 
     def context(self, spark: Any, stage: Any) -> Any:
         """Ingest (the first stage) is called to stage a unit; every later stage only with the
@@ -121,7 +121,7 @@ class StreamRun(Run):
         requested = str(getattr(self.cfg, "executor", "auto") or "auto")
         u = OpenUnit.of(self.engine(spark), self, requested=requested if self.IN_PROCESS else "spark")
         if u is not None:
-            if self.UNIT is not object:
+            if self.UNIT is not None:
                 u = u.like(self.UNIT)
             u.check()
             from simjoin.log import get_logger
