@@ -29,7 +29,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         ex.write(out, job.output, job.part)
         increment.write(spark, job, inc, pairs=n)
         pins.mark_published(spark, job.tables.runs, job.run_id)
-    for kept in [*job.frames.pop("join_results", []), job.frames.pop("encoded", None)]:
+    for kept in [*job.frames.pop("join_results", []), *job.frames.pop("tokenized", [])]:
         if kept is not None:
             ex.release(kept)
     new = ex.count(staged) if inc.incremental else n

@@ -94,3 +94,39 @@ def test_both_executors_give_the_same_rows(spark, tmp_path, seed):
         ex.write(parts, path, {"run_id": "r1"})  # a rerun replaces, never appends
         back = local.collect(local.scan(path, list(SCHEMA.names), where=[("run_id", "=", "r1")]))
         assert _rows(back.cast(SCHEMA)) == _rows(t)
+
+
+def test_the_spark_scan_reads_what_deltalake_reads(spark, tmp_path):
+    """The Spark executor's scan of a local table (its data files read by the tasks with pyarrow,
+    packed) gives the rows the in-process scan gives: a partition column's condition, a value
+    condition, renames and literals, an older version, and the rows appended since a version. A
+    table the tasks do not read that way (a path with ``%``) is read by Spark, alike."""
+    from simjoin.spark import executor as E
+    from simjoin.spark.session import arrow_frame
+
+    local, remote = InProcessExecutor(), SparkExecutor(spark)
+    t = _table(3)
+    cases = [dict(columns=["k", "s"], where=[("run_id", "=", "a")]),
+             dict(columns=["k", "x"], where=[("run_id", "=", "b"), ("k", ">=", 10)]),
+             dict(columns=["k", "s"], where=[("run_id", "in", ["a", "b"]), ("g", "!=", 2)]),
+             dict(columns=["k", "s"], rename={"k": "id", "s": "text"}, literals={"side": 1}),
+             dict(columns=["k", "g"], version=1),
+             dict(columns=["k", "s"], version=2, appended_since=1)]
+    got = {}
+    for name in ("plain", "per%cent"):
+        path = str(tmp_path / name)
+        remote.write(remote.from_arrow(t), path, {"run_id": "a"})  # version 0
+        remote.write(remote.from_arrow(t.slice(0, 40)), path, {"run_id": "b"})  # version 1
+        extra = t.slice(0, 7).append_column("run_id", pa.array(["a"] * 7))
+        arrow_frame(spark, extra).write.format("delta").mode("append").save(path)  # version 2
+        for i, kw in enumerate(cases):
+            scan = E._file_scan(spark, path, kw["columns"], kw.get("version"), kw.get("where"),
+                                kw.get("appended_since"), kw.get("rename"), kw.get("literals"))
+            assert (scan is None) == ("%" in name), kw
+            got[name, i] = remote.collect(remote.scan(path, **kw))
+            if "%" not in name:
+                want = local.collect(local.scan(path, **kw))
+                assert got[name, i].column_names == want.column_names, kw
+                assert _rows(got[name, i]) == _rows(want), kw
+    for i in range(len(cases)):
+        assert _rows(got["per%cent", i]) == _rows(got["plain", i]), cases[i]

@@ -68,7 +68,7 @@ def test_the_ssj_encode_task_ships_no_kernel():
 
     from simjoin.operators import setsim_steps as steps
 
-    fn = functools.partial(steps._encode_part, qgram=None, cache=steps.PartitionCache(), drops=None,
+    fn = functools.partial(steps._encode_part, drops=None,
                            dictionary=pa.array([], pa.string()), rid_base={})
     shipped: list[str] = []
     orig = dispatcher.Dispatcher._reduce_states

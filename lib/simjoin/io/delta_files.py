@@ -152,14 +152,28 @@ def _part_value(v: Any) -> str | None:
 
 
 def _write_task(root: str, schema_ipc: bytes, part_cols: list[str],
-                expect: dict[str, str | None] | None) -> Any:
+                expect: dict[str, str | None] | None, packed: dict[str, Any] | None = None) -> Any:
     """The task: write its batches as Parquet files (one per partition value) under ``root``;
-    yield one ``FILES_SCHEMA`` row per file."""
+    yield one ``FILES_SCHEMA`` row per file. ``packed``: its batches hold packed rows (a ``rows``
+    column of Arrow IPC values), to which the task adds these constant columns."""
+
+    def unpacked(batches: Iterator[Any], full: Any) -> Iterator[Any]:
+        import pyarrow as pa
+
+        for b in batches:
+            for blob in b.column("rows"):
+                t = pa.ipc.open_stream(blob.as_buffer()).read_all()
+                for c, v in (packed or {}).items():
+                    if c not in t.column_names:
+                        t = t.append_column(c, pa.array([v] * t.num_rows, full.field(c).type))
+                yield from t.to_batches()
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
         full = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
+        if packed is not None:
+            batches = unpacked(batches, full)
         os.makedirs(root, exist_ok=True)  # a new table's directory
         file_schema = pa.schema([f for f in full if f.name not in part_cols])
         files: dict[tuple[Any, ...], _File] = {}

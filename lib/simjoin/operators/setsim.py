@@ -76,6 +76,41 @@ class Partition:
     def good_rows(self) -> pa.Table:
         return self.rows if self.good.all() else self.rows.filter(pa.array(self.good))
 
+    def to_table(self) -> pa.Table:
+        """The partition as one Arrow table (``TOKENIZED_ARROW``): its rows, and each row's tokens
+        as a list of codes into this partition's dictionary (a bad row's: empty). What the
+        tokenizer keeps between its passes on either executor."""
+        lengths = np.zeros(self.rows.num_rows, np.int64)
+        lengths[self.good] = np.diff(self.offsets)
+        off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        values = pa.DictionaryArray.from_arrays(pa.array(self.codes, pa.int32()), self.dictionary)
+        tokens = pa.ListArray.from_arrays(pa.array(off), values)
+        return conform_rows(self.rows).append_column("tokens", tokens)
+
+    @staticmethod
+    def from_table(t: pa.Table, part: int) -> Partition:
+        """:meth:`to_table` read back (``part``: its number)."""
+        t = t.combine_chunks()
+        col = t.column("tokens")
+        tokens = col.chunk(0) if col.num_chunks else pa.array([], TOKENIZED_ARROW.field("tokens").type)
+        raw = tokens.offsets.to_numpy()
+        values = tokens.values
+        codes = values.indices.to_numpy(zero_copy_only=False)[raw[0]:raw[-1]].astype(np.int32)
+        good = pc.equal(t.column("reason"), "").to_numpy(zero_copy_only=False)
+        lengths = np.diff(raw)[good]
+        off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return Partition(part, t.drop_columns(["tokens"]), good, off, values.dictionary, codes)
+
+
+#: A tokenized partition (``Partition.to_table``)
+TOKENIZED_ARROW = pa.schema([("side", pa.int32()), ("id", pa.int64()), ("text", pa.string()), ("reason", pa.string()),
+                             ("tokens", pa.list_(pa.dictionary(pa.int32(), pa.string())))])
+
+
+def conform_rows(rows: pa.Table) -> pa.Table:
+    """A partition's rows as ``TOKENIZED_ARROW`` has them (side, id, text, reason)."""
+    return pa.table({f.name: rows.column(f.name).cast(f.type) for f in TOKENIZED_ARROW if f.name != "tokens"})
+
 
 def _partition(rows: pa.Table, offsets: np.ndarray, dictionary: pa.Array, codes: np.ndarray,
                part: int) -> Partition:

@@ -6,12 +6,11 @@ records, the same plan and the same pairs (``tests/spark/test_ssj_executors.py``
 
 - :func:`input_rows`: (side, id, text) from the inputs at their pinned versions; a row appended
   since an incremental run's base gets side + ``APPENDED``.
-- :func:`tokenize`: two passes over the rows. The first tokenizes each partition and profiles it
-  (token counts, record lengths, ids; ``profile_partition``); the driver sums the profiles into
-  the global token order and each partition's dense rids. The second encodes each partition
-  (``encode_partition``). A partition is tokenized once per pass on Spark (nothing but integer
-  records is cached) and once in all on the in-process executor, whose passes see the same
-  Arrow slices (:class:`PartitionCache`). Repeated ids keep the first good row by text.
+- :func:`tokenize`: each partition tokenized once (``Partition.to_table``: its rows and their
+  tokens as codes into its own dictionary), kept (``persist``) for the passes that follow: the
+  profile (token counts, record lengths, ids; ``profile_partition``), which the driver sums into
+  the global token order and each partition's dense rids, and the encode
+  (``encode_partition``). Repeated ids keep the first good row by text.
 - :func:`measure_slices`: the optimizer's slice costs, one scan.
 - :func:`join_units`: every record to the plan units ``Plan.assign_units`` names, one PPJoin per
   unit (``join_unit``), as one shuffle of the executor.
@@ -41,6 +40,7 @@ from simjoin.operators.setsim import (
     MEASURE_ARROW,
     PROFILE_ARROW,
     RECORD_COLUMNS,
+    TOKENIZED_ARROW,
     UNIT_ARROW,
     Partition,
     TokenProfile,
@@ -56,7 +56,7 @@ from simjoin.operators.setsim import (
     with_duplicates,
 )
 
-__all__ = ["INPUT_ARROW", "RECORD_ARROW", "PAIR_ARROW", "check_input_schema", "input_rows", "PartitionCache",
+__all__ = ["INPUT_ARROW", "RECORD_ARROW", "PAIR_ARROW", "check_input_schema", "input_rows",
            "Tokenized", "tokenize", "measure_slices", "join_units", "increment_blocks", "self_pairs",
            "appended_id_clash", "retag_full"]
 
@@ -111,61 +111,39 @@ def retag_full(ex: Any, rows: Any) -> Any:
     return ex.map(rows, _retag, _SCANNED)
 
 
-class PartitionCache:
-    """A partition's tokenized form (``Partition``), kept for the next pass over the very same rows
-    in this process: the in-process executor hands every pass the same Arrow slices, so it
-    tokenizes each once. A copy shipped to a Spark task is empty (``__getstate__``): a task's
-    rows are new objects each pass, and it tokenizes them again."""
+def _tokenize_part(rows: pa.Table, part: int, qgram: int | None) -> pa.Table:
+    """A partition of scanned rows tokenized (``Partition.to_table``): what the later passes read."""
+    from simjoin.operators.setsim import keep_freed_memory
 
-    def __init__(self) -> None:
-        self._kept: dict[int, tuple[pa.Table, Partition | None]] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._kept = {}
-
-    def get(self, rows: pa.Table, part: int, qgram: int | None) -> Partition | None:
-        hit = self._kept.get(part)
-        if hit is not None and hit[0] is rows:
-            return hit[1]
-        p = tokenize_partition(canonical(rows), qgram, part)
-        self._kept[part] = (rows, p)
-        return p
-
-    def clear(self) -> None:
-        self._kept.clear()
+    keep_freed_memory()
+    p = tokenize_partition(canonical(rows), qgram, part)
+    return TOKENIZED_ARROW.empty_table() if p is None else p.to_table()
 
 
-def _partition(rows: pa.Table, part: int, qgram: int | None, cache: PartitionCache,
-               drops: dict[int, np.ndarray] | None) -> Partition | None:
-    """Partition ``part`` tokenized, with the good rows ``drops`` names marked as duplicates."""
-    p = cache.get(rows, part, qgram)
-    if p is None or not drops or part not in drops:
+def _partition(t: pa.Table, part: int, drops: dict[int, np.ndarray] | None = None) -> Partition | None:
+    """Tokenized partition ``part``, with the good rows ``drops`` names marked as duplicates."""
+    if t.num_rows == 0:
+        return None
+    p = Partition.from_table(t, part)
+    if not drops or part not in drops:
         return p
     mask = np.zeros(p.rows.num_rows, bool)
     mask[drops[part]] = True
     return with_duplicates(p, mask)
 
 
-def _profile_part(rows: pa.Table, part: int, qgram: int | None, cache: PartitionCache,
-                  drops: dict[int, np.ndarray] | None) -> pa.Table:
-    from simjoin.operators.setsim import keep_freed_memory
-
-    keep_freed_memory()
-    p = _partition(rows, part, qgram, cache, drops)
+def _profile_part(t: pa.Table, part: int, drops: dict[int, np.ndarray] | None) -> pa.Table:
+    p = _partition(t, part, drops)
     return PROFILE_ARROW.empty_table() if p is None else pa.Table.from_batches(list(profile_partition(p)),
                                                                                 PROFILE_ARROW)
 
 
-def _encode_part(rows: pa.Table, part: int, qgram: int | None, cache: PartitionCache,
-                 drops: dict[int, np.ndarray] | None, dictionary: pa.Array,
+def _encode_part(t: pa.Table, part: int, drops: dict[int, np.ndarray] | None, dictionary: pa.Array,
                  rid_base: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> pa.Table:
     from simjoin.operators.setsim import keep_freed_memory
 
     keep_freed_memory()
-    p = _partition(rows, part, qgram, cache, drops)
+    p = _partition(t, part, drops)
     if p is None:
         return ENCODED_ARROW.empty_table()
     return pa.Table.from_batches(list(encode_partition(p, dictionary, rid_base)), ENCODED_ARROW)
@@ -180,9 +158,8 @@ def _key_task(side: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
 _KEYS = pa.schema([("side", pa.int32()), ("id", pa.int64())])
 
 
-def _good_keys(rows: pa.Table, part: int, qgram: int | None, cache: PartitionCache, n: int
-               ) -> tuple[np.ndarray, pa.Table]:
-    p = cache.get(rows, part, qgram)
+def _good_keys(rows: pa.Table, part: int, n: int) -> tuple[np.ndarray, pa.Table]:
+    p = _partition(rows, part)
     if p is None:
         return np.zeros(0, np.int64), _KEYS.empty_table()
     t = p.good_rows
@@ -205,10 +182,9 @@ _DUP_ROWS = pa.schema([("side", pa.int32()), ("id", pa.int64()), ("text", pa.str
                        ("row", pa.int64())])
 
 
-def _dup_rows(rows: pa.Table, part: int, qgram: int | None, cache: PartitionCache,
-              keys: tuple[tuple[int, int], ...]) -> pa.Table:
+def _dup_rows(rows: pa.Table, part: int, keys: tuple[tuple[int, int], ...]) -> pa.Table:
     """This partition's good rows of the repeated keys, with where they are (part, row)."""
-    p = cache.get(rows, part, qgram)
+    p = _partition(rows, part)
     if p is None:
         return _DUP_ROWS.empty_table()
     g = np.flatnonzero(p.good)
@@ -224,12 +200,11 @@ def _dup_rows(rows: pa.Table, part: int, qgram: int | None, cache: PartitionCach
                      "row": pa.array(at.astype(np.int64))}, schema=_DUP_ROWS)
 
 
-def _duplicate_drops(ex: Any, rows: Any, qgram: int | None, cache: PartitionCache,
-                     keys: list[tuple[int, int]]) -> dict[int, np.ndarray]:
+def _duplicate_drops(ex: Any, rows: Any, keys: list[tuple[int, int]]) -> dict[int, np.ndarray]:
     """Per partition, the good rows to mark ``duplicate id``: of each repeated (side, id), every
     good row but the first by text."""
-    got = ex.collect(ex.map(rows, functools.partial(_dup_rows, qgram=qgram, cache=cache,
-                                                    keys=tuple(sorted((int(s), int(i)) for s, i in keys))), _DUP_ROWS))
+    got = ex.collect(ex.map(rows, functools.partial(_dup_rows, keys=tuple(sorted((int(s), int(i)) for s, i in keys))),
+                            _DUP_ROWS))
     if not got.num_rows:
         return {}
     t = got.take(pc.sort_indices(got, [(c, "ascending") for c in ("side", "id", "text", "part", "row")]))
@@ -241,23 +216,25 @@ def _duplicate_drops(ex: Any, rows: Any, qgram: int | None, cache: PartitionCach
 
 @dataclass(frozen=True)
 class Tokenized:
-    """The tokenize step's result: the records (``RECORD_ARROW`` partitions), the bad rows
-    (``BAD_ARROW``: side, id, text, reason), the profile and the persisted encoded rows behind
-    both (``release`` them when done)."""
+    """The tokenize step's result: the records (``RECORD_ARROW`` partitions, persisted: several
+    steps read them), the bad rows (``BAD_ARROW``: side, id, text, reason), the profile and the
+    persisted encoded rows behind both (``release`` them after the records: on Spark, releasing a
+    persisted frame drops what was persisted from it)."""
 
     records: Any
     bad: Any
     prof: TokenProfile
     encoded: Any
+    #: the tokenized partitions (persisted: the profile, the repeated ids and the encode read them)
+    tokenized: Any
     #: tokenize (the profile pass), statistics (the repeated ids, when any), encode (the encode
     #: pass; on Spark, planned here and run by the first action on the records)
     seconds: dict[str, float]
 
 
-def _profile(ex: Any, rows: Any, qgram: int | None, cache: PartitionCache,
-             drops: dict[int, np.ndarray] | None) -> tuple[TokenProfile, bool]:
-    got = ex.aggregate(ex.map(rows, functools.partial(_profile_part, qgram=qgram, cache=cache, drops=drops),
-                              PROFILE_ARROW), ["kind", "side", "key", "token"], {"n": "sum", "aux": "max"})
+def _profile(ex: Any, parts: Any, drops: dict[int, np.ndarray] | None) -> tuple[TokenProfile, bool]:
+    got = ex.aggregate(ex.map(parts, functools.partial(_profile_part, drops=drops), PROFILE_ARROW),
+                       ["kind", "side", "key", "token"], {"n": "sum", "aux": "max"})
     return summarize_profile(got)
 
 
@@ -267,32 +244,30 @@ def tokenize(ex: Any, rows: Any, qgram: int | None) -> Tokenized:
     import time
 
     t0 = time.perf_counter()
-    cache = PartitionCache()
-    prof, overlap = _profile(ex, rows, qgram, cache, None)
+    # each partition tokenized once, kept for the passes below
+    parts = ex.persist(ex.map(rows, functools.partial(_tokenize_part, qgram=qgram), TOKENIZED_ARROW))
+    prof, overlap = _profile(ex, parts, None)
     t1 = time.perf_counter()
     keys = prof.duplicates
     if overlap:  # two partitions' id intervals meet: the repeated ids by a shuffle of the good ids
         n = max(1, int(getattr(ex, "parallelism", 1)))
-        got = ex.collect(ex.shuffle(rows, functools.partial(_good_keys, qgram=qgram, cache=cache, n=n), n,
-                                    _repeated_keys, _KEYS))
+        got = ex.collect(ex.shuffle(parts, functools.partial(_good_keys, n=n), n, _repeated_keys, _KEYS))
         keys = list(zip(got.column("side").to_pylist(), got.column("id").to_pylist(), strict=True))
     drops: dict[int, np.ndarray] | None = None
     if keys:
-        drops = _duplicate_drops(ex, rows, qgram, cache, keys)
+        drops = _duplicate_drops(ex, parts, keys)
         log.info("ssj tokenize: %d rows repeat the id of a good row; keeping the first row of each (by text)",
                  sum(int(d.size) for d in drops.values()))
-        prof, _ = _profile(ex, rows, qgram, cache, drops)
+        prof, _ = _profile(ex, parts, drops)
         if prof.duplicates:  # every repeat was marked: a partition finding one is a bug
             raise AssertionError(f"ssj tokenize: ids still repeated after marking duplicates: {prof.duplicates[:5]}")
     t2 = time.perf_counter()
-    encoded = ex.persist(ex.map(rows, functools.partial(_encode_part, qgram=qgram, cache=cache, drops=drops,
-                                                        dictionary=prof.dictionary, rid_base=prof.rid_base),
-                                ENCODED_ARROW))
-    cache.clear()
+    encoded = ex.persist(ex.map(parts, functools.partial(_encode_part, drops=drops, dictionary=prof.dictionary,
+                                                         rid_base=prof.rid_base), ENCODED_ARROW))
     seconds = {"tokenize": t1 - t0, "statistics": t2 - t1, "encode": time.perf_counter() - t2}
-    records = ex.select(encoded, list(RECORD_COLUMNS), [("reason", "=", "")])
+    records = ex.persist(ex.select(encoded, list(RECORD_COLUMNS), [("reason", "=", "")]))
     bad = ex.map(ex.select(encoded, BAD_ARROW.names, [("reason", "!=", "")]), _bad_side, BAD_ARROW)
-    return Tokenized(records, bad, prof, encoded, seconds)
+    return Tokenized(records, bad, prof, encoded, parts, seconds)
 
 
 def _bad_side(b: pa.Table, part: int) -> pa.Table:

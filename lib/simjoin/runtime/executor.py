@@ -24,7 +24,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Executor", "InProcessExecutor", "TaskFn", "task_groups", "take_rows", "map_tasks", "task_table"]
+__all__ = ["Executor", "InProcessExecutor", "TaskFn", "task_groups", "take_rows", "map_tasks", "task_table",
+           "where_rows", "conform", "aggregate_table"]
 
 R = TypeVar("R")
 #: A task function: a task's rows in, its output batches out.
@@ -70,7 +71,8 @@ class Executor(Protocol):
         commits since only appended)."""
 
     def frame(self, parts: Any) -> Any:
-        """What a quality gate validates: a pyarrow Table in process, a DataFrame on Spark."""
+        """What a quality gate validates: a pyarrow Table (on Spark, a DataFrame above
+        ``simjoin.spark.executor.FRAME_ROWS`` rows)."""
 
     def unit_budget(self, memory_gb: float | None = None) -> Any:
         """Memory per task and task slots (``simjoin.runtime.placement.UnitBudget``)."""
@@ -241,7 +243,7 @@ class InProcessExecutor:
 
     def map(self, parts: list[pa.Table], fn: PartFn, schema: pa.Schema) -> list[pa.Table]:
         def one(it: tuple[int, pa.Table]) -> pa.Table:
-            return _conform(fn(it[1], it[0]), schema) if it[1].num_rows else schema.empty_table()
+            return conform(fn(it[1], it[0]), schema) if it[1].num_rows else schema.empty_table()
 
         return pool_map(one, list(enumerate(parts)))
 
@@ -257,16 +259,13 @@ class InProcessExecutor:
         todo = [u for u in (order if order is not None else sorted(pieces)) if u in pieces]
         todo += [u for u in sorted(pieces) if u not in set(todo)]
         done = dict(zip(todo, pool_map(lambda u: fn(pa.concat_tables(pieces[u]), u), todo), strict=True))
-        return [_conform(done[u], schema) for u in sorted(done)] or [schema.empty_table()]
+        return [conform(done[u], schema) for u in sorted(done)] or [schema.empty_table()]
 
     def select(self, parts: list[pa.Table], columns: Sequence[str], where: Any = None) -> list[pa.Table]:
-        return [_where(t, where).select(list(columns)) for t in parts]
+        return [where_rows(t, where).select(list(columns)) for t in parts]
 
     def aggregate(self, parts: list[pa.Table], keys: Sequence[str], aggs: Mapping[str, str]) -> pa.Table:
-        t = self.collect(parts)
-        got = t.group_by(list(keys), use_threads=False).aggregate([(c, f) for c, f in aggs.items()])
-        got = got.rename_columns([c.rsplit("_", 1)[0] if c not in keys else c for c in got.column_names])
-        return got.select([*keys, *aggs])
+        return aggregate_table(self.collect(parts), keys, aggs)
 
     def union(self, parts: Sequence[list[pa.Table]]) -> list[pa.Table]:
         return [t for p in parts for t in p]
@@ -295,7 +294,17 @@ _COMPARE = {"=": "equal", "==": "equal", "!=": "not_equal", "<": "less", "<=": "
             ">=": "greater_equal"}
 
 
-def _where(t: pa.Table, where: Any) -> pa.Table:
+def aggregate_table(t: pa.Table, keys: Sequence[str], aggs: Mapping[str, str]) -> pa.Table:
+    """``t`` grouped by ``keys`` (nulls group together), each ``column -> sum|max`` of ``aggs`` over
+    its group (a sum of sums and a max of maxes are the same: how the Spark executor aggregates
+    each partition first)."""
+    got = t.group_by(list(keys), use_threads=False).aggregate([(c, f) for c, f in aggs.items()])
+    got = got.rename_columns([c.rsplit("_", 1)[0] if c not in keys else c for c in got.column_names])
+    return got.select([*keys, *aggs])
+
+
+def where_rows(t: pa.Table, where: Any) -> pa.Table:
+    """The rows of ``t`` where every ``(column, op, value)`` of ``where`` holds."""
     import pyarrow.compute as pc
 
     for c, op, v in where or ():
@@ -312,7 +321,8 @@ def _local(path: str) -> str:
     return local
 
 
-def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+def conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``t`` with the columns of ``schema``, in its order and of its types."""
     return t if t.schema == schema else t.select(schema.names).cast(schema)
 
 

@@ -286,6 +286,29 @@ def overwrite(df: DataFrame, ref: str, partition_by: Sequence[str] | None = None
     _save(_writer(df, "overwrite", partition_by, opts), ref)
 
 
+def overwrite_packed(df: DataFrame, schema: Any, rows: Any, ref: str, partition: Mapping[str, Any],
+                     merge_schema: bool = False) -> None:
+    """:func:`overwrite_partition` of packed rows (``simjoin.spark.executor.Packed``: ``df`` of
+    Arrow IPC values of ``schema``, the partition's columns not in them): a local table's files
+    are written by the tasks straight from the packed values (no Spark rows); elsewhere, or when
+    the task writer cannot write the table, Spark writes ``rows()`` (a DataFrame of the rows with
+    the partition's columns)."""
+    submit = getattr(_local, "submit", None)
+    if submit is not None:
+        submit(_overwrite_packed_now, df, schema, rows, ref, dict(partition), merge_schema)
+        return
+    _overwrite_packed_now(df, schema, rows, ref, partition, merge_schema)
+
+
+def _overwrite_packed_now(df: DataFrame, schema: Any, rows: Any, ref: str, partition: Mapping[str, Any],
+                          merge_schema: bool) -> None:
+    exists = table_exists(df.sparkSession, ref)
+    if _by_task_files(ref, "the partition overwrite", lambda local: delta_tasks.write(
+            df, local, partition=partition, exists=exists, packed=schema)):
+        return
+    _overwrite_partition_now(rows(), ref, partition, merge_schema)
+
+
 def overwrite_partition(df: DataFrame, ref: str, partition: Mapping[str, Any], merge_schema: bool = False) -> None:
     """Overwrite exactly the rows matching ``partition`` (e.g. ``{"run_id": "r1"}``) with ``replaceWhere``.
 

@@ -41,18 +41,24 @@ _PART_TYPES = ('"string"', '"long"', '"integer"', '"short"', '"byte"', '"boolean
 
 def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int | None = None,
           partition: Mapping[str, Any] | None = None, partition_by: list[str] | None = None,
-          replace: bool = False, metadata: str | None = None, exists: bool) -> None:
+          replace: bool = False, metadata: str | None = None, exists: bool, packed: Any = None) -> None:
     """Write ``df`` to the Delta table at the local directory ``local``: an append once per
     (``app_id``, ``version``), or - with ``partition`` - the replacement of that partition, or -
     with ``replace`` - of every row (the same columns and partitioning). A new table is created,
     partitioned by ``partition_by`` (or the partition's columns). Raises ``Unsupported`` (nothing
     written) when the table's columns differ from the frame's, or its partitioning from the
-    write's: the caller uses Spark."""
+    write's: the caller uses Spark. ``packed``: the Arrow schema of the rows when ``df`` holds them
+    packed (``simjoin.spark.executor.Packed``), the partition's columns added by the tasks."""
     import pyarrow as pa
     from deltalake import Schema
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    arrow = to_arrow_schema(df.schema, timezone="UTC")
+    if packed is not None:
+        have = set(packed.names)
+        arrow = pa.schema([*packed, *(pa.field(c, pa.scalar(v).type) for c, v in (partition or {}).items()
+                                      if c not in have)])
+    else:
+        arrow = to_arrow_schema(df.schema, timezone="UTC")
     want = Schema.from_arrow(arrow)
     table = open_table(local) if exists else None
     if table is not None:
@@ -73,7 +79,8 @@ def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int 
     if any(types[c] not in _PART_TYPES for c in part_cols):
         raise Unsupported(f"partition columns {part_cols} of a type the task writer does not write")
     expect = {c: _part_value(partition[c]) for c in part_cols} if partition is not None else None
-    task = _write_task(local, full.serialize().to_pybytes(), part_cols, expect)
+    task = _write_task(local, full.serialize().to_pybytes(), part_cols, expect,
+                       dict(partition or {}) if packed is not None else None)
     try:
         got = faults.wrap_rows(df).mapInArrow(task, FILES_SCHEMA).collect()
     except Exception as e:
