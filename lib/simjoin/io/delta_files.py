@@ -152,21 +152,29 @@ def _part_value(v: Any) -> str | None:
 
 
 def _write_task(root: str, schema_ipc: bytes, part_cols: list[str],
-                expect: dict[str, str | None] | None, packed: dict[str, Any] | None = None) -> Any:
+                expect: dict[str, str | None] | None, packed: dict[str, Any] | None = None,
+                transform: Any = None) -> Any:
     """The task: write its batches as Parquet files (one per partition value) under ``root``;
     yield one ``FILES_SCHEMA`` row per file. ``packed``: its batches hold packed rows (a ``rows``
-    column of Arrow IPC values), to which the task adds these constant columns."""
+    column of Arrow IPC values, a ``part`` column numbering their partitions), to which the task
+    adds these constant columns, after ``transform(rows, part)`` of each partition's rows."""
 
     def unpacked(batches: Iterator[Any], full: Any) -> Iterator[Any]:
         import pyarrow as pa
 
+        got: dict[int, list[Any]] = {}
         for b in batches:
-            for blob in b.column("rows"):
-                t = pa.ipc.open_stream(blob.as_buffer()).read_all()
-                for c, v in (packed or {}).items():
-                    if c not in t.column_names:
-                        t = t.append_column(c, pa.array([v] * t.num_rows, full.field(c).type))
-                yield from t.to_batches()
+            for part, blob in zip(b.column("part").to_pylist(), b.column("rows"), strict=True):
+                got.setdefault(int(part), []).append(pa.ipc.open_stream(blob.as_buffer()).read_all())
+        for part in sorted(got):
+            ts = got.pop(part)
+            t = ts[0] if len(ts) == 1 else pa.concat_tables(ts)
+            if transform is not None:
+                t = transform(t, part)
+            for c, v in (packed or {}).items():
+                if c not in t.column_names:
+                    t = t.append_column(c, pa.array([v] * t.num_rows, full.field(c).type))
+            yield from t.to_batches()
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa

@@ -287,24 +287,25 @@ def overwrite(df: DataFrame, ref: str, partition_by: Sequence[str] | None = None
 
 
 def overwrite_packed(df: DataFrame, schema: Any, rows: Any, ref: str, partition: Mapping[str, Any],
-                     merge_schema: bool = False) -> None:
+                     merge_schema: bool = False, transform: Any = None) -> None:
     """:func:`overwrite_partition` of packed rows (``simjoin.spark.executor.Packed``: ``df`` of
     Arrow IPC values of ``schema``, the partition's columns not in them): a local table's files
     are written by the tasks straight from the packed values (no Spark rows); elsewhere, or when
     the task writer cannot write the table, Spark writes ``rows()`` (a DataFrame of the rows with
-    the partition's columns)."""
+    the partition's columns). ``transform(rows, part)``: what each partition's rows go through
+    first (the executor's lazy maps)."""
     submit = getattr(_local, "submit", None)
     if submit is not None:
-        submit(_overwrite_packed_now, df, schema, rows, ref, dict(partition), merge_schema)
+        submit(_overwrite_packed_now, df, schema, rows, ref, dict(partition), merge_schema, transform)
         return
-    _overwrite_packed_now(df, schema, rows, ref, partition, merge_schema)
+    _overwrite_packed_now(df, schema, rows, ref, partition, merge_schema, transform)
 
 
 def _overwrite_packed_now(df: DataFrame, schema: Any, rows: Any, ref: str, partition: Mapping[str, Any],
-                          merge_schema: bool) -> None:
+                          merge_schema: bool, transform: Any = None) -> None:
     exists = table_exists(df.sparkSession, ref)
     if _by_task_files(ref, "the partition overwrite", lambda local: delta_tasks.write(
-            df, local, partition=partition, exists=exists, packed=schema)):
+            df, local, partition=partition, exists=exists, packed=schema, transform=transform)):
         return
     _overwrite_partition_now(rows(), ref, partition, merge_schema)
 

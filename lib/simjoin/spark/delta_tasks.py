@@ -41,14 +41,16 @@ _PART_TYPES = ('"string"', '"long"', '"integer"', '"short"', '"byte"', '"boolean
 
 def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int | None = None,
           partition: Mapping[str, Any] | None = None, partition_by: list[str] | None = None,
-          replace: bool = False, metadata: str | None = None, exists: bool, packed: Any = None) -> None:
+          replace: bool = False, metadata: str | None = None, exists: bool, packed: Any = None,
+          transform: Any = None) -> None:
     """Write ``df`` to the Delta table at the local directory ``local``: an append once per
     (``app_id``, ``version``), or - with ``partition`` - the replacement of that partition, or -
     with ``replace`` - of every row (the same columns and partitioning). A new table is created,
     partitioned by ``partition_by`` (or the partition's columns). Raises ``Unsupported`` (nothing
     written) when the table's columns differ from the frame's, or its partitioning from the
     write's: the caller uses Spark. ``packed``: the Arrow schema of the rows when ``df`` holds them
-    packed (``simjoin.spark.executor.Packed``), the partition's columns added by the tasks."""
+    packed (``simjoin.spark.executor.Packed``), the partition's columns added by the tasks, each
+    packed partition's rows first through ``transform(rows, part)`` when given."""
     import pyarrow as pa
     from deltalake import Schema
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -80,7 +82,7 @@ def write(df: DataFrame, local: str, *, app_id: str | None = None, version: int 
         raise Unsupported(f"partition columns {part_cols} of a type the task writer does not write")
     expect = {c: _part_value(partition[c]) for c in part_cols} if partition is not None else None
     task = _write_task(local, full.serialize().to_pybytes(), part_cols, expect,
-                       dict(partition or {}) if packed is not None else None)
+                       dict(partition or {}) if packed is not None else None, transform)
     try:
         got = faults.wrap_rows(df).mapInArrow(task, FILES_SCHEMA).collect()
     except Exception as e:

@@ -14,7 +14,7 @@ conversions cost several times the work of the ssj steps themselves."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,11 +123,9 @@ class SparkExecutor:
         return Packed(arrow_frame(self.spark, pa.Table.from_batches(got, PACKED_ARROW)), t.schema)
 
     def map(self, parts: Any, fn: PartFn, schema: pa.Schema) -> Packed:
-        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for part, rows in _parts(batches):
-                yield from _blobs(part, conform(fn(rows, part), schema))
-
-        return packed(parts).then(run, schema)
+        """Lazy: consecutive maps run in one Python pass (the next shuffle, collect, count,
+        persist or write runs them), each partition's rows through every function in turn."""
+        return packed(parts).then(fn, schema)
 
     def shuffle(self, parts: Any, split: SplitFn, n: int, fn: PartFn, schema: pa.Schema,
                 order: Sequence[int] | None = None) -> Packed:
@@ -135,8 +133,14 @@ class SparkExecutor:
 
         keys = partition_keys(max(1, n))
 
+        p = packed(parts)
+        steps = p.steps
+
         def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for part, rows in _parts(batches):
+                rows = _apply(steps, rows, part)
+                if rows.num_rows == 0:
+                    continue
                 task, out = split(rows, part)
                 if out.num_rows == 0:
                     continue
@@ -144,12 +148,9 @@ class SparkExecutor:
                     for b in _blobs(u, take_rows(out, at)):
                         yield b.append_column("pkey", pa.array([int(keys[u % len(keys)])], pa.int64()))
 
-        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for task, rows in _parts(batches):
-                yield from _blobs(task, conform(fn(rows, task), schema))
-
-        routed = packed(parts).df.mapInArrow(route, PACKED_DDL + ", pkey long").repartition(max(1, n), "pkey")
-        return Packed(routed.drop("pkey"), schema).then(run, schema)
+        routed = p.source.mapInArrow(route, PACKED_DDL + ", pkey long").repartition(max(1, n), "pkey")
+        # each task's pieces are one partition (numbered by the task): fn runs on it lazily
+        return Packed(routed.drop("pkey"), p.schema).then(fn, schema)
 
     def select(self, parts: Any, columns: Sequence[str], where: Any = None) -> Packed:
         p = packed(parts)
@@ -213,7 +214,9 @@ class SparkExecutor:
                     df = df.withColumn(k, F.lit(v))
             return df
 
-        delta.overwrite_packed(p.df, p.schema, rows, path, partition, merge_schema=merge_schema)
+        steps = p.steps
+        delta.overwrite_packed(p.source, p.schema, rows, path, partition, merge_schema=merge_schema,
+                               transform=(lambda t, part: _apply(steps, t, part)) if steps else None)
 
 
 #: ``frame`` hands a quality gate a pyarrow Table up to this many rows, a DataFrame above
@@ -235,13 +238,28 @@ class Packed:
     Spark rows, a shuffle moves a few values, a persisted run keeps a few values per partition,
     and a count needs no Python."""
 
-    df: Any = field(repr=False)
+    #: the packed rows before ``steps``
+    source: Any = field(repr=False)
     schema: pa.Schema
+    #: functions still to run on each partition, in turn, with their output schema (lazy maps)
+    steps: tuple[tuple[PartFn, pa.Schema], ...] = ()
 
-    def then(self, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: pa.Schema
-             ) -> Packed:
-        """``fn`` over the packed rows of each Spark partition, giving packed rows of ``schema``."""
-        return Packed(self.df.mapInArrow(fn, PACKED_DDL), schema)
+    @property
+    def df(self) -> Any:
+        """The packed rows (``steps`` run in one ``mapInArrow``)."""
+        if not self.steps:
+            return self.source
+        steps = self.steps
+
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for part, rows in _parts(batches):
+                yield from _blobs(part, _apply(steps, rows, part))
+
+        return self.source.mapInArrow(run, PACKED_DDL)
+
+    def then(self, fn: PartFn, schema: pa.Schema) -> Packed:
+        """``fn`` on each partition after ``steps`` (lazily), into ``schema``."""
+        return Packed(self.source, schema, (*self.steps, (fn, schema)))
 
     def repartition(self, n: int) -> Packed:
         """The same partitions spread over ``n`` Spark partitions."""
@@ -249,14 +267,13 @@ class Packed:
 
     def rows(self) -> Any:
         """A DataFrame of the rows themselves (what Spark writes and validates)."""
-        schema = self.schema
+        schema, steps = self.schema, self.steps
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for b in batches:
-                for blob in b.column("rows"):
-                    yield from conform(unpacked(blob), schema).to_batches()
+            for part, rows in _parts(batches):
+                yield from conform(_apply(steps, rows, part), schema).to_batches()
 
-        return self.df.mapInArrow(run, _ddl(schema))
+        return self.source.mapInArrow(run, _ddl(schema))
 
 
 def packed(parts: Any) -> Packed:
@@ -371,6 +388,14 @@ def _expression(where: Any) -> Any:
         e = pds.field(c).isin(list(v)) if op == "in" else getattr(pds.field(c), ops[op])(v)
         cond = e if cond is None else cond & e
     return cond
+
+
+def _apply(steps: Sequence[tuple[PartFn, pa.Schema]], rows: pa.Table, part: int) -> pa.Table:
+    """A partition's rows through each step in turn (as in process, a function never sees an
+    empty partition: it gives no rows)."""
+    for fn, schema in steps:
+        rows = conform(fn(rows, part), schema) if rows.num_rows else schema.empty_table()
+    return rows
 
 
 def _parts(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.Table]]:
