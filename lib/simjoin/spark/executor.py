@@ -96,9 +96,13 @@ class SparkExecutor:
         """A pyarrow Table (validated in the warm gate server, as in process) when it has at most
         ``FRAME_ROWS`` rows, else a DataFrame of its rows (validated by Spark)."""
         p = packed(parts)
-        if self.count(p) <= FRAME_ROWS:
-            return self.collect(p)
-        return p.rows()
+        got, n = [], 0
+        for r in p.df.select("n", "rows").toLocalIterator():  # one job; stops once it is too large
+            n += int(r["n"])
+            if n > FRAME_ROWS:
+                return p.rows()
+            got.append(conform(pa.ipc.open_stream(pa.py_buffer(r["rows"])).read_all(), p.schema))
+        return pa.concat_tables(got) if got else p.schema.empty_table()
 
     def unit_budget(self, memory_gb: float | None = None) -> Any:
         from simjoin.runtime.placement import unit_budget
