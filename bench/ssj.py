@@ -476,7 +476,8 @@ def breakdown_section(rows: list[dict]) -> list[str]:
     if not have:
         return []
     warm = (" The `spark` rows ran on a warm `simjoin spark-server` (`--warm-spark`: no JVM start, Python "
-            "workers kept), as an Airflow deployment runs them." if WARM else "")
+            "workers kept, warmed up by one untimed run of 20,000 records), as an Airflow deployment runs them."
+            if WARM else "")
     out = ["", "## Where the seconds go, per path (issue 43)", "",
            "Each run of the table above on each path (`--executor`)." + warm
            + " `auto` chose in process for every input here "
@@ -656,6 +657,23 @@ def run_ssj(src: str, out: str, theta: float, cap: float | None, logs: Path,
     return p, last_line(p.stdout)
 
 
+#: ``--warm-spark``: the records of the run that warms the server up before the timed runs
+WARM_UP_ROWS = 20_000
+
+
+def warm_up(work: Path, logs: Path, seed: int) -> None:
+    """One untimed ``simjoin ssj --executor spark`` of ``WARM_UP_ROWS`` records on the warm Spark:
+    a deployment's server has run jobs before (its JVM has loaded and compiled the Delta, Arrow
+    and Connect paths, and its Python workers have imported simjoin), a just-started one has not:
+    its first 1M-record run pays 10-12 s more."""
+    src = str(work / "warm_up" / "input")
+    must(run([str(BIN / "simjoin"), "generate", "sets", "--out", src, "--rows", str(WARM_UP_ROWS), "--seed",
+              str(seed + 1)], log_path=logs / "warm_up_generate.log"), "generate the warm-up input")
+    p, _ = run_ssj(src, str(work / "warm_up" / "pairs"), 0.8, None, logs, "spark")
+    must(p, "the warm-up run")
+    log(f"warm Spark: warmed up by one {WARM_UP_ROWS:,}-record run in {p.seconds:.1f}s (not timed)")
+
+
 def start_warm_spark(logs: Path) -> subprocess.Popen:
     """``simjoin spark-server`` (local[2] by default here: the machine's cores) on a free port, for
     the Spark executor's runs (``--warm-spark``): what an Airflow deployment keeps running. Returns
@@ -822,6 +840,7 @@ def main() -> None:
     server = start_warm_spark(logs) if a.warm_spark else None
     if server is not None:
         log(f"warm Spark at {WARM['remote']} for the spark executor's runs")
+        warm_up(work, logs, a.seed)
     try:
         for fam in families:
             visit = sorted(set(sizes) | ({a.minhash_size} if fam in mh_fams else set()))
