@@ -123,7 +123,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
     if good != tok.prof.good:
         raise AssertionError(f"ssj tokenize lost rows: {good} records encoded, {tok.prof.good} good rows")
     log.info("quality %s: %d rows in, %d good, %d quarantined", " + ".join(p for _, p in sides), n_in, good, n_bad)
-    ex.write(ex.map(tok.bad, _tokenize_stage, QUARANTINE_ARROW), job.tables.quarantine, job.part)
+    if n_bad:
+        ex.write(ex.map(tok.bad, _tokenize_stage, QUARANTINE_ARROW), job.tables.quarantine, job.part)
+    else:  # the partition replaced by no rows, without a pass over the encoded rows to find none
+        delta.overwrite_partition_arrow(spark, QUARANTINE_ARROW.empty_table(), job.tables.quarantine, job.part)
     length_rows = [{"length": int(a), "count": int(c)} for a, c in zip(tok.prof.lengths, tok.prof.counts)]
     delta.overwrite_rows(spark, [(r["length"], r["count"], job.run_id) for r in length_rows],
                          "length int, count long, run_id string", job.tables.lengths, job.part)
