@@ -431,3 +431,22 @@ def warm_kernels(sim: str) -> None:
     t = threading.Thread(target=warm, name="ssj-warm", daemon=True)
     _WARMING.append(t)
     t.start()
+
+
+def warm_up() -> None:
+    """A toy input through every ssj step's function, in this thread and process: the modules
+    imported and the numba kernels loaded (from numba's cache) before a real task needs them. The
+    Spark executors' Python daemon runs it once before it forks its workers
+    (``simjoin.spark.worker_daemon``)."""
+    from simjoin.core.setsim import SIMILARITIES, make_plan
+
+    rows = pa.table({"side": pa.array([0, 0, 0], pa.int32()), "id": pa.array([1, 2, 3], pa.int64()),
+                     "text": pa.array(["a b c", "a b d", "a b c"], pa.string())})
+    tok = _tokenize_part(rows, 0, None)
+    prof, _ = summarize_profile(_profile_part(tok, 0, None))
+    enc = _encode_part(tok, 0, None, prof.dictionary, prof.rid_base)
+    recs = enc.filter(pc.equal(enc.column("reason"), "")).select(list(RECORD_COLUMNS))
+    for sim in SIMILARITIES:
+        merge_measures(_measure_part(recs, 0, 0.5, sim, 1.0, 1.0), 0.5, sim, False, 1.0, 1.0)
+        plan = make_plan(np.array([3]), np.array([3]), 0.5, sim, n=1, m=1)
+        join_task(_route_units(recs, 0, plan)[1], 0, plan, False)

@@ -104,6 +104,9 @@ def _builder(cfg: SparkConfig, extra: dict[str, Any] | None, record_to: str | No
         .config("spark.databricks.delta.writeChecksumFile.enabled", "false")
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        # the executors' Python daemon imports simjoin's operators and loads ssj's kernels once,
+        # before it forks a worker per task (simjoin.spark.worker_daemon)
+        .config("spark.python.daemon.module", "simjoin.spark.worker_daemon")
         .config("spark.driver.extraJavaOptions", _java_options(warehouse, record_to))
     )
     for k, v in {**auth_conf(), **(extra or {})}.items():
