@@ -189,7 +189,8 @@ class SparkExecutor:
         return pa.concat_tables([conform(t, p.schema) for t in tables]) if tables else p.schema.empty_table()
 
     def count(self, parts: Any) -> int:
-        """The rows, counted without a Python task (each packed partition carries its count)."""
+        """The rows: each packed partition carries its count, so persisted partitions are counted
+        without a Python task."""
         from pyspark.sql import functions as F
 
         got = packed(parts).df.agg(F.sum("n").alias("n")).collect()[0]["n"]
