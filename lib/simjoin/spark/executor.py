@@ -303,14 +303,15 @@ def _file_scan(spark: Any, path: str, columns: Sequence[str], version: int | Non
                literals: Mapping[str, int] | None) -> Packed | None:
     """:meth:`SparkExecutor.scan` of a local table by the tasks: the data files of ``version``
     (those ``where`` can match), in groups of about ``PARTITION_ROWS`` rows, each group read by
-    one task with pyarrow. None when the table is not local or deltalake cannot read it (a reader
-    feature it lacks, a file it names otherwise than its log): Spark reads it."""
+    one task with pyarrow (the groups spread over at most twice the executors' task slots of Spark
+    partitions). None when the table is not local or deltalake cannot read it (a reader feature
+    it lacks, a file it names otherwise than its log): Spark reads it."""
     from urllib.parse import unquote
 
     from deltalake import DeltaTable
 
     from simjoin.io.tables import local_dir
-    from simjoin.runtime.executor import PARTITION_ROWS, threads
+    from simjoin.runtime.executor import PARTITION_ROWS
     from simjoin.spark.routing import partition_keys
     from simjoin.spark.session import arrow_frame
 
@@ -356,7 +357,7 @@ def _file_scan(spark: Any, path: str, columns: Sequence[str], version: int | Non
         size += n
     if not groups:
         groups = [[]]
-    k = max(1, min(len(groups), 4 * threads()))
+    k = max(1, min(len(groups), 2 * SparkExecutor(spark).parallelism))  # the executors' task slots, twice
     keys = partition_keys(k)
     df = arrow_frame(spark, pa.table({"group": pa.array(range(len(groups)), pa.int64()),
                                       "pkey": pa.array([int(keys[g % k]) for g in range(len(groups))], pa.int64())}))
