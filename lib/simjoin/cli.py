@@ -351,6 +351,9 @@ def _exit_now(code: int) -> None:
     import logging
     import os
 
+    memory = sys.modules.get("simjoin.memory")
+    if memory is not None:  # exit handlers do not run: this process's memory reservations go now
+        memory.release_all()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -159,8 +159,23 @@ def reserve(nbytes: int, what: str, ledger: str | None = None, key: str | None =
     with open(tmp, "w") as fh:
         json.dump({"bytes": int(nbytes), "what": what, **({"key": key} if key else {})}, fh)
     os.replace(tmp, path)
-    atexit.register(_release, path)
+    if path not in _HELD:
+        _HELD.add(path)
+        atexit.register(_release, path)
     return path
+
+
+#: this process's reservation files (``release_all`` removes them)
+_HELD: set[str] = set()
+
+
+def release_all() -> None:
+    """Remove this process's reservations now: what a process that ends with ``os._exit`` (the
+    ``simjoin`` command, which skips exit handlers) calls first, or its next run of the same
+    output would take it for a killed run and fall back to Spark."""
+    for path in list(_HELD):
+        _release(path)
+        _HELD.discard(path)
 
 
 def hold(key: str, what: str, ledger: str | None = None) -> str:

@@ -46,3 +46,15 @@ def test_an_old_record_goes_and_a_live_process_keeps_its_estimate(tmp_path):
     memory.hold("ssj:/w/out", "ssj join", ledger)
     assert json.load(open(path)) == {"bytes": 5 << 20, "what": "ssj in process", "key": "ssj:/w/out"}
     os.remove(path)
+
+
+def test_a_simjoin_command_that_ends_well_leaves_no_record_of_a_killed_run(tmp_path):
+    """``simjoin`` ends with ``os._exit`` (no exit handlers): its reservations go first, or every
+    rerun of an in-process ssj on the same output took it for killed and ran on Spark."""
+    ledger = str(tmp_path / "ledger")
+    code = ("from simjoin.memory import reserve, hold; from simjoin.cli import _exit_now; "
+            "reserve(123, 'ssj run', key='ssj:/w/out'); hold('ssj:/w/out', 'ssj run'); _exit_now(0)")
+    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "SIMJOIN_MEMORY_LEDGER": ledger})
+    assert p.returncode == 0
+    assert memory.died("ssj:/w/out", ledger) is None
+    assert os.listdir(ledger) == []
