@@ -114,7 +114,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         inc = replace(increment.full(f"the appended row id {clash} repeats an id of an earlier row"),
                       executor=inc.executor, executor_reason=inc.executor_reason)
         log.info("ssj tokenize: %s", inc.reason)
-        for kept in (tok.records, tok.encoded, tok.tokenized):
+        for kept in (tok.records, tok.tokenized):
             ex.release(kept)
         tok = steps.tokenize(ex, steps.retag_full(ex, rows), cfg.qgram)
     t1 = time.perf_counter()
@@ -135,8 +135,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     inc = increment.write(spark, job, increment.with_new_records(inc, new))
     job.keep("records", tok.records)
     # released by the publish stage, all at once: on Spark, releasing a persisted frame drops what
-    # was persisted from it too (the records from the encoded rows)
-    job.keep("tokenized", [tok.records, tok.encoded, tok.tokenized])
+    # was persisted from it too (the records from the tokenized partitions)
+    job.keep("tokenized", [tok.records, tok.tokenized])
     job.keep("length_rows", length_rows)
     log.info("ssj tokenize: %d records in, %d tokenized (%d to join: %s), %d quarantined", n_in, good, new,
              inc.mode, n_bad)

@@ -186,7 +186,8 @@ def test_tokenize_finds_repeated_ids_inside_and_across_partitions(spark):
             kept = {(r["side"], r["id"]): r for r in ex.collect(tok.records).to_pylist()}
             got.append((sorted({(r["side"], r["id"]) for r in bad.to_pylist() if r["reason"].startswith("duplicate")}),
                         sorted(kept)))
-            ex.release(tok.encoded)
+            ex.release(tok.records)
+            ex.release(tok.tokenized)
         assert got[0] == got[1]
         return got[0][0]
 

@@ -60,3 +60,12 @@ def _micros(v: Any) -> int | None:
     if v is None or isinstance(v, int):
         return v
     return (v - (_EPOCH if v.tzinfo is None else _EPOCH_UTC)) // dt.timedelta(microseconds=1)
+
+
+def aggregate_table(t: Any, keys: Any, aggs: Any) -> Any:
+    """Table ``t`` grouped by ``keys`` (nulls group together), each ``column -> sum|max`` of
+    ``aggs`` over its group (a sum of sums and a max of maxes are the same: how the executors
+    aggregate each partition first)."""
+    got = t.group_by(list(keys), use_threads=False).aggregate([(c, f) for c, f in aggs.items()])
+    got = got.rename_columns([c.rsplit("_", 1)[0] if c not in keys else c for c in got.column_names])
+    return got.select([*keys, *aggs])

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from simjoin.contracts import RowKind
 from simjoin.core.setsim import Plan
 from simjoin.core.unique import unique
+from simjoin.io.rows import aggregate_table
 from simjoin.log import get_logger
 from simjoin.operators.setsim import (
     APPENDED,
@@ -132,21 +133,41 @@ def _partition(t: pa.Table, part: int, drops: dict[int, np.ndarray] | None = Non
     return with_duplicates(p, mask)
 
 
+def _profile_of(p: Partition | None) -> pa.Table:
+    """A partition's profile rows, summed by key (what ``summarize_profile`` sums over partitions)."""
+    if p is None:
+        return PROFILE_ARROW.empty_table()
+    return aggregate_table(pa.Table.from_batches(list(profile_partition(p)), PROFILE_ARROW), PROFILE_KEYS,
+                           PROFILE_AGGS)
+
+
 def _profile_part(t: pa.Table, part: int, drops: dict[int, np.ndarray] | None) -> pa.Table:
-    p = _partition(t, part, drops)
-    return PROFILE_ARROW.empty_table() if p is None else pa.Table.from_batches(list(profile_partition(p)),
-                                                                                PROFILE_ARROW)
+    return _profile_of(_partition(t, part, drops))
+
+
+def _tokenize_profile_part(rows: pa.Table, part: int, qgram: int | None) -> tuple[pa.Table, pa.Table]:
+    """A partition of scanned rows tokenized (``Partition.to_table``: what the later passes read),
+    and its profile: one pass."""
+    from simjoin.operators.setsim import keep_freed_memory
+
+    keep_freed_memory()
+    p = tokenize_partition(canonical(rows), qgram, part)
+    return (TOKENIZED_ARROW.empty_table() if p is None else p.to_table()), _profile_of(p)
 
 
 def _encode_part(t: pa.Table, part: int, drops: dict[int, np.ndarray] | None, dictionary: pa.Array,
-                 rid_base: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> pa.Table:
+                 rid_base: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[pa.Table, pa.Table]:
+    """A tokenized partition's records (``RECORD_ARROW``) and bad rows (``BAD_ARROW``)."""
     from simjoin.operators.setsim import keep_freed_memory
 
     keep_freed_memory()
     p = _partition(t, part, drops)
     if p is None:
-        return ENCODED_ARROW.empty_table()
-    return pa.Table.from_batches(list(encode_partition(p, dictionary, rid_base)), ENCODED_ARROW)
+        return RECORD_ARROW.empty_table(), BAD_ARROW.empty_table()
+    enc = pa.Table.from_batches(list(encode_partition(p, dictionary, rid_base)), ENCODED_ARROW)
+    good = pc.equal(enc.column("reason"), "")
+    bad = enc.filter(pc.invert(good)).select(BAD_ARROW.names)
+    return enc.filter(good).select(list(RECORD_COLUMNS)), _bad_side(bad, part)
 
 
 def _key_task(side: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
@@ -216,25 +237,29 @@ def _duplicate_drops(ex: Any, rows: Any, keys: list[tuple[int, int]]) -> dict[in
 
 @dataclass(frozen=True)
 class Tokenized:
-    """The tokenize step's result: the records (``RECORD_ARROW`` partitions, persisted: several
-    steps read them), the bad rows (``BAD_ARROW``: side, id, text, reason), the profile and the
-    persisted encoded rows behind both (``release`` them after the records: on Spark, releasing a
-    persisted frame drops what was persisted from it)."""
+    """The tokenize step's result: the records (``RECORD_ARROW`` partitions) and the bad rows
+    (``BAD_ARROW``: side, id, text, reason), persisted together by the encode pass (several steps
+    read the records), and the profile. ``release`` the records after the tokenized partitions
+    (on Spark, releasing a persisted frame drops what was persisted from it)."""
 
     records: Any
     bad: Any
     prof: TokenProfile
-    encoded: Any
-    #: the tokenized partitions (persisted: the profile, the repeated ids and the encode read them)
+    #: the tokenized partitions (persisted: the repeated ids and the encode read them)
     tokenized: Any
     #: tokenize (the profile pass), statistics (the repeated ids, when any), encode (the encode
     #: pass; on Spark, planned here and run by the first action on the records)
     seconds: dict[str, float]
 
 
+#: how profile rows of one key add up (``summarize_profile`` reads the sums)
+PROFILE_KEYS = ["kind", "side", "key", "token"]
+PROFILE_AGGS = {"n": "sum", "aux": "max"}
+
+
 def _profile(ex: Any, parts: Any, drops: dict[int, np.ndarray] | None) -> tuple[TokenProfile, bool]:
     got = ex.aggregate(ex.map(parts, functools.partial(_profile_part, drops=drops), PROFILE_ARROW),
-                       ["kind", "side", "key", "token"], {"n": "sum", "aux": "max"})
+                       PROFILE_KEYS, PROFILE_AGGS)
     return summarize_profile(got)
 
 
@@ -244,9 +269,10 @@ def tokenize(ex: Any, rows: Any, qgram: int | None) -> Tokenized:
     import time
 
     t0 = time.perf_counter()
-    # each partition tokenized once, kept for the passes below
-    parts = ex.persist(ex.map(rows, functools.partial(_tokenize_part, qgram=qgram), TOKENIZED_ARROW))
-    prof, overlap = _profile(ex, parts, None)
+    # each partition tokenized once and profiled in the same pass, kept for the passes below
+    parts, profiles = ex.persist_many(rows, functools.partial(_tokenize_profile_part, qgram=qgram),
+                                      [TOKENIZED_ARROW, PROFILE_ARROW])
+    prof, overlap = summarize_profile(aggregate_table(ex.collect(profiles), PROFILE_KEYS, PROFILE_AGGS))
     t1 = time.perf_counter()
     keys = prof.duplicates
     if overlap:  # two partitions' id intervals meet: the repeated ids by a shuffle of the good ids
@@ -262,12 +288,11 @@ def tokenize(ex: Any, rows: Any, qgram: int | None) -> Tokenized:
         if prof.duplicates:  # every repeat was marked: a partition finding one is a bug
             raise AssertionError(f"ssj tokenize: ids still repeated after marking duplicates: {prof.duplicates[:5]}")
     t2 = time.perf_counter()
-    encoded = ex.persist(ex.map(parts, functools.partial(_encode_part, drops=drops, dictionary=prof.dictionary,
-                                                         rid_base=prof.rid_base), ENCODED_ARROW))
+    # the records and the bad rows of each partition in one pass, kept (the next action runs it)
+    records, bad = ex.persist_many(parts, functools.partial(_encode_part, drops=drops, dictionary=prof.dictionary,
+                                                            rid_base=prof.rid_base), [RECORD_ARROW, BAD_ARROW])
     seconds = {"tokenize": t1 - t0, "statistics": t2 - t1, "encode": time.perf_counter() - t2}
-    records = ex.persist(ex.select(encoded, list(RECORD_COLUMNS), [("reason", "=", "")]))
-    bad = ex.map(ex.select(encoded, BAD_ARROW.names, [("reason", "!=", "")]), _bad_side, BAD_ARROW)
-    return Tokenized(records, bad, prof, encoded, parts, seconds)
+    return Tokenized(records, bad, prof, parts, seconds)
 
 
 def _bad_side(b: pa.Table, part: int) -> pa.Table:
@@ -442,10 +467,9 @@ def warm_up() -> None:
 
     rows = pa.table({"side": pa.array([0, 0, 0], pa.int32()), "id": pa.array([1, 2, 3], pa.int64()),
                      "text": pa.array(["a b c", "a b d", "a b c"], pa.string())})
-    tok = _tokenize_part(rows, 0, None)
-    prof, _ = summarize_profile(_profile_part(tok, 0, None))
-    enc = _encode_part(tok, 0, None, prof.dictionary, prof.rid_base)
-    recs = enc.filter(pc.equal(enc.column("reason"), "")).select(list(RECORD_COLUMNS))
+    tok, profile = _tokenize_profile_part(rows, 0, None)
+    prof, _ = summarize_profile(profile)
+    recs, _ = _encode_part(tok, 0, None, prof.dictionary, prof.rid_base)
     for sim in SIMILARITIES:
         merge_measures(_measure_part(recs, 0, 0.5, sim, 1.0, 1.0), 0.5, sim, False, 1.0, 1.0)
         plan = make_plan(np.array([3]), np.array([3]), 0.5, sim, n=1, m=1)

@@ -24,6 +24,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
+from simjoin.io.rows import aggregate_table
+
 __all__ = ["Executor", "InProcessExecutor", "TaskFn", "task_groups", "take_rows", "map_tasks", "task_table",
            "where_rows", "conform", "aggregate_table"]
 
@@ -114,7 +116,12 @@ class Executor(Protocol):
         """``parts`` computed once and kept for several reads (until :meth:`release`)."""
 
     def release(self, parts: Any) -> None:
-        """Forget what :meth:`persist` kept."""
+        """Forget what :meth:`persist` (or :meth:`persist_many`) kept."""
+
+    def persist_many(self, parts: Any, fn: ManyFn, schemas: Sequence[pa.Schema]) -> list[Any]:
+        """``fn(rows, partition number)`` on every partition, giving one table per schema of
+        ``schemas``; the result is one set of partitions per schema (numbered as ``parts``),
+        computed in one pass and kept together: releasing one releases them all."""
 
     def write(self, parts: Any, path: str, partition: Mapping[str, Any], merge_schema: bool = False) -> None:
         """Replace the rows of ``partition`` (column -> value, added to the rows) in the Delta table
@@ -123,6 +130,8 @@ class Executor(Protocol):
 
 #: A partition's function: its rows and its number (a task's: its rows and the task) -> rows.
 PartFn = Callable[[pa.Table, int], pa.Table]
+#: A partition's function with several outputs: its rows and its number -> one table per output.
+ManyFn = Callable[[pa.Table, int], Sequence[pa.Table]]
 #: A shuffle's split of one partition: (the task of each output row, the output rows).
 SplitFn = Callable[[pa.Table, int], tuple[np.ndarray, pa.Table]]
 
@@ -282,6 +291,15 @@ class InProcessExecutor:
     def release(self, parts: list[pa.Table]) -> None:
         return None
 
+    def persist_many(self, parts: list[pa.Table], fn: ManyFn, schemas: Sequence[pa.Schema]) -> list[list[pa.Table]]:
+        def one(it: tuple[int, pa.Table]) -> list[pa.Table]:
+            if not it[1].num_rows:
+                return [s.empty_table() for s in schemas]
+            return [conform(t, s) for t, s in zip(fn(it[1], it[0]), schemas, strict=True)]
+
+        done = pool_map(one, list(enumerate(parts)))
+        return [[d[j] for d in done] for j in range(len(schemas))]
+
     def write(self, parts: list[pa.Table], path: str, partition: Mapping[str, Any], merge_schema: bool = False
               ) -> None:
         from simjoin.io import tables
@@ -292,15 +310,6 @@ class InProcessExecutor:
 
 _COMPARE = {"=": "equal", "==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater",
             ">=": "greater_equal"}
-
-
-def aggregate_table(t: pa.Table, keys: Sequence[str], aggs: Mapping[str, str]) -> pa.Table:
-    """``t`` grouped by ``keys`` (nulls group together), each ``column -> sum|max`` of ``aggs`` over
-    its group (a sum of sums and a max of maxes are the same: how the Spark executor aggregates
-    each partition first)."""
-    got = t.group_by(list(keys), use_threads=False).aggregate([(c, f) for c, f in aggs.items()])
-    got = got.rename_columns([c.rsplit("_", 1)[0] if c not in keys else c for c in got.column_names])
-    return got.select([*keys, *aggs])
 
 
 def where_rows(t: pa.Table, where: Any) -> pa.Table:

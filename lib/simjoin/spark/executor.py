@@ -14,7 +14,7 @@ conversions cost several times the work of the ssj steps themselves."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from simjoin.operators.setsim import binary, pack, unpacked
 from simjoin.runtime.executor import (
+    ManyFn,
     PartFn,
     SplitFn,
     TaskFn,
@@ -138,10 +139,10 @@ class SparkExecutor:
         keys = partition_keys(max(1, n))
 
         p = packed(parts)
-        steps = p.steps
+        steps, read = p.steps, p.read
 
         def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for part, rows in _parts(batches):
+            for part, rows in read(batches):
                 rows = _apply(steps, rows, part)
                 if rows.num_rows == 0:
                     continue
@@ -203,7 +204,31 @@ class SparkExecutor:
         return Packed(p.df.persist(StorageLevel.MEMORY_AND_DISK_DESER), p.schema)
 
     def release(self, parts: Any) -> None:
-        packed(parts).df.unpersist()
+        p = packed(parts)
+        (p.cache if p.cache is not None else p.df).unpersist()
+
+    def persist_many(self, parts: Any, fn: ManyFn, schemas: Sequence[pa.Schema]) -> list[Packed]:
+        """One ``mapInArrow`` pass whose packed rows of output j are numbered part + j << ``MANY_SHIFT``,
+        persisted once; each output is a view of it (a filter and a subtraction in the JVM: reading
+        one, e.g. a count or a collect of a small output, runs no Python task)."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        p = packed(parts)
+        steps, outs, read = p.steps, list(schemas), p.read
+
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for part, rows in read(batches):
+                rows = _apply(steps, rows, part)
+                got = fn(rows, part) if rows.num_rows else [s.empty_table() for s in outs]
+                for j, (t, s) in enumerate(zip(got, outs, strict=True)):
+                    yield from _blobs(part + (j << MANY_SHIFT), conform(t, s))
+
+        cache = p.source.mapInArrow(run, PACKED_DDL).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        part = F.col("part")
+        return [Packed(cache.where(F.shiftright(part, MANY_SHIFT) == j)
+                       .withColumn("part", part - F.lit(j << MANY_SHIFT)), s, cache=cache)
+                for j, s in enumerate(outs)]
 
     def write(self, parts: Any, path: str, partition: Mapping[str, Any], merge_schema: bool = False) -> None:
         from pyspark.sql import functions as F
@@ -219,6 +244,8 @@ class SparkExecutor:
                     df = df.withColumn(k, F.lit(v))
             return df
 
+        if p.load is not None:  # read by a Python pass of its own
+            p = Packed(p.df, p.schema)
         steps = p.steps
         delta.overwrite_packed(p.source, p.schema, rows, path, partition, merge_schema=merge_schema,
                                transform=(lambda t, part: _apply(steps, t, part)) if steps else None)
@@ -230,6 +257,8 @@ FRAME_ROWS = 4_000_000
 BLOB_BYTES = 64 << 20
 #: ``union`` numbers the partitions of its i-th input apart by i << this
 UNION_SHIFT = 26
+#: ``persist_many`` numbers the partitions of its j-th output apart by j << this
+MANY_SHIFT = 48
 #: a packed partition (``Packed``): its number, its rows, the rows as one Arrow IPC value
 PACKED_DDL = "part long, n long, rows binary"
 PACKED_ARROW = pa.schema([("part", pa.int64()), ("n", pa.int64()), ("rows", pa.binary())])
@@ -248,23 +277,35 @@ class Packed:
     schema: pa.Schema
     #: functions still to run on each partition, in turn, with their output schema (lazy maps)
     steps: tuple[tuple[PartFn, pa.Schema], ...] = ()
+    #: the persisted DataFrame this is a view of (``persist_many``): what ``release`` forgets
+    cache: Any = field(default=None, repr=False)
+    #: what turns ``source``'s rows into partitions when they are not packed rows (a scan's
+    #: groups of files: read by the first Python pass over them, with its steps)
+    load: Callable[[Iterator[pa.RecordBatch]], Iterator[tuple[int, pa.Table]]] | None = field(default=None,
+                                                                                               repr=False)
+
+    @property
+    def read(self) -> Callable[[Iterator[pa.RecordBatch]], Iterator[tuple[int, pa.Table]]]:
+        """What gives the partitions (number, rows before ``steps``) of a Spark partition of
+        ``source`` (a function a task runs: it holds no DataFrame)."""
+        return self.load or _parts
 
     @property
     def df(self) -> Any:
         """The packed rows (``steps`` run in one ``mapInArrow``)."""
-        if not self.steps:
+        if not self.steps and self.load is None:
             return self.source
-        steps = self.steps
+        steps, read = self.steps, self.read
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for part, rows in _parts(batches):
+            for part, rows in read(batches):
                 yield from _blobs(part, _apply(steps, rows, part))
 
         return self.source.mapInArrow(run, PACKED_DDL)
 
     def then(self, fn: PartFn, schema: pa.Schema) -> Packed:
         """``fn`` on each partition after ``steps`` (lazily), into ``schema``."""
-        return Packed(self.source, schema, (*self.steps, (fn, schema)))
+        return Packed(self.source, schema, (*self.steps, (fn, schema)), load=self.load)
 
     def repartition(self, n: int) -> Packed:
         """The same partitions spread over ``n`` Spark partitions."""
@@ -272,10 +313,10 @@ class Packed:
 
     def rows(self) -> Any:
         """A DataFrame of the rows themselves (what Spark writes and validates)."""
-        schema, steps = self.schema, self.steps
+        schema, steps, read = self.schema, self.steps, self.read
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for part, rows in _parts(batches):
+            for part, rows in read(batches):
                 yield from conform(_apply(steps, rows, part), schema).to_batches()
 
         return self.source.mapInArrow(run, _ddl(schema))
@@ -364,7 +405,9 @@ def _file_scan(spark: Any, path: str, columns: Sequence[str], version: int | Non
     files = [(f, f.path not in old if old is not None else None) for f in frags]
     consts = dict(literals or {})
 
-    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.Table]]:
+        from simjoin.runtime.executor import slices
+
         for b in batches:
             for g in b.column("group").to_pylist():
                 parts = []
@@ -378,9 +421,12 @@ def _file_scan(spark: Any, path: str, columns: Sequence[str], version: int | Non
                         t = t.append_column("_appended", pa.array(np.full(t.num_rows, new)))
                     parts.append(conform(t, out))
                 t = pa.concat_tables(parts) if parts else out.empty_table()
-                yield from _blobs(g * 1024, t, split=True)
+                for i, piece in enumerate(slices(t, PARTITION_ROWS, parts=1)):
+                    yield g * 1024 + i, piece
 
-    return Packed(df.repartition(k, "pkey").mapInArrow(read, PACKED_DDL), out)
+    # the groups are read by the first pass over them (with that pass's functions: no Python
+    # pass of their own, no packed copy of the rows read)
+    return Packed(df.repartition(k, "pkey"), out, load=read)
 
 
 def _expression(where: Any) -> Any:
