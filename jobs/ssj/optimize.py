@@ -15,7 +15,7 @@ from simjoin.core.setsim import Plan, RamFactors, make_plan, search_plan
 from simjoin.core.setsim.work import measured_costs
 from simjoin.log import get_logger
 from simjoin.operators import setsim as O
-from simjoin.operators.setsim_steps import measure_slices
+from simjoin.operators.setsim_steps import measure_slices, merge_measured
 from simjoin.pipeline.context import StageContext
 from simjoin.spark import delta
 
@@ -53,9 +53,13 @@ def make(spark: Any, job: SSJRun) -> Plan:
         ex = job.executor(spark, inc)
         room = ex.unit_budget(cfg.memory_gb)
         t0 = time.perf_counter()
-        records = read_records(spark, job, inc)
         n = int(counts.sum())
-        work, fraction, results, sampled = measure_slices(ex, records, cfg.threshold, cfg.similarity, job.rs, n)
+        if "measures" in job.frames:  # taken by the encode pass of this process's tokenize stage
+            work, fraction, results, sampled = merge_measured(ex, job.frames["measures"], cfg.threshold,
+                                                              cfg.similarity, job.rs, n)
+        else:
+            work, fraction, results, sampled = measure_slices(ex, read_records(spark, job, inc), cfg.threshold,
+                                                              cfg.similarity, job.rs, n)
         log.info("ssj optimize: slice costs measured in %.1fs: %.3g posting visits (%s of the records), "
                  "%.3g result pairs (from a join of %s of them)", time.perf_counter() - t0, sum(work.values()),
                  "all" if fraction >= 1 else f"{fraction:.1%}", sum(results.values()),

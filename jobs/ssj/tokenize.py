@@ -109,14 +109,16 @@ def run(ctx: StageContext) -> dict[str, Any]:
     rows = steps.input_rows(ex, [(s, p, versions[s], inc.since[s] if inc.incremental else None) for s, p in sides],
                             cfg.id_col, cfg.text_col)
     read_s = time.perf_counter() - t0
-    tok = steps.tokenize(ex, rows, cfg.qgram)
+    # the optimizer's slice measurements in the encode pass, unless the user set the plan
+    measure = (cfg.threshold, cfg.similarity) if cfg.workers is None and cfg.mod is None else None
+    tok = steps.tokenize(ex, rows, cfg.qgram, measure)
     if inc.incremental and (clash := steps.appended_id_clash(ex, tok.records)) is not None:
         inc = replace(increment.full(f"the appended row id {clash} repeats an id of an earlier row"),
                       executor=inc.executor, executor_reason=inc.executor_reason)
         log.info("ssj tokenize: %s", inc.reason)
         for kept in (tok.records, tok.tokenized):
             ex.release(kept)
-        tok = steps.tokenize(ex, steps.retag_full(ex, rows), cfg.qgram)
+        tok = steps.tokenize(ex, steps.retag_full(ex, rows), cfg.qgram, measure)
     t1 = time.perf_counter()
     good, n_bad = ex.count(tok.records), tok.prof.bad
     n_in = tok.prof.good + n_bad
@@ -134,6 +136,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     new = ex.count(ex.map(tok.records, _appended, steps.RECORD_ARROW)) if inc.incremental else good
     inc = increment.write(spark, job, increment.with_new_records(inc, new))
     job.keep("records", tok.records)
+    if tok.measures is not None:
+        job.keep("measures", tok.measures)
     # released by the publish stage, all at once: on Spark, releasing a persisted frame drops what
     # was persisted from it too (the records from the tokenized partitions)
     job.keep("tokenized", [tok.records, tok.tokenized])

@@ -156,18 +156,24 @@ def _tokenize_profile_part(rows: pa.Table, part: int, qgram: int | None) -> tupl
 
 
 def _encode_part(t: pa.Table, part: int, drops: dict[int, np.ndarray] | None, dictionary: pa.Array,
-                 rid_base: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[pa.Table, pa.Table]:
-    """A tokenized partition's records (``RECORD_ARROW``) and bad rows (``BAD_ARROW``)."""
+                 rid_base: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                 measure: Measure | None = None) -> tuple[pa.Table, ...]:
+    """A tokenized partition's records (``RECORD_ARROW``) and bad rows (``BAD_ARROW``), and with
+    ``measure`` its share of the slice measurements (``MEASURE_ARROW``)."""
     from simjoin.operators.setsim import keep_freed_memory
 
     keep_freed_memory()
     p = _partition(t, part, drops)
     if p is None:
-        return RECORD_ARROW.empty_table(), BAD_ARROW.empty_table()
+        return RECORD_ARROW.empty_table(), BAD_ARROW.empty_table(), *([MEASURE_ARROW.empty_table()] if measure else [])
     enc = pa.Table.from_batches(list(encode_partition(p, dictionary, rid_base)), ENCODED_ARROW)
     good = pc.equal(enc.column("reason"), "")
     bad = enc.filter(pc.invert(good)).select(BAD_ARROW.names)
-    return enc.filter(good).select(list(RECORD_COLUMNS)), _bad_side(bad, part)
+    records = enc.filter(good).select(list(RECORD_COLUMNS))
+    if measure is None:
+        return records, _bad_side(bad, part)
+    took = _measure_part(records, part, *measure) if records.num_rows else MEASURE_ARROW.empty_table()
+    return records, _bad_side(bad, part), took
 
 
 def _key_task(side: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
@@ -235,6 +241,11 @@ def _duplicate_drops(ex: Any, rows: Any, keys: list[tuple[int, int]]) -> dict[in
     return {int(p): row[part == p] for p in unique(part)}
 
 
+#: what the slice measurements need (``measure_slices``): θ, the similarity, and the sampled
+#: fractions of the prefix work and of the results (``measure_fractions``)
+Measure = tuple[float, str, float, float]
+
+
 @dataclass(frozen=True)
 class Tokenized:
     """The tokenize step's result: the records (``RECORD_ARROW`` partitions) and the bad rows
@@ -247,6 +258,9 @@ class Tokenized:
     prof: TokenProfile
     #: the tokenized partitions (persisted: the repeated ids and the encode read them)
     tokenized: Any
+    #: with ``measure``: each partition's slice measurements (``MEASURE_ARROW``), taken by the
+    #: encode pass (``merge_measured`` turns them into the optimizer's costs)
+    measures: Any
     #: tokenize (the profile pass), statistics (the repeated ids, when any), encode (the encode
     #: pass; on Spark, planned here and run by the first action on the records)
     seconds: dict[str, float]
@@ -263,9 +277,11 @@ def _profile(ex: Any, parts: Any, drops: dict[int, np.ndarray] | None) -> tuple[
     return summarize_profile(got)
 
 
-def tokenize(ex: Any, rows: Any, qgram: int | None) -> Tokenized:
+def tokenize(ex: Any, rows: Any, qgram: int | None, measure: tuple[float, str] | None = None) -> Tokenized:
     """(side, id, text) rows -> records with integer tokens in the global order (ascending
-    frequency) and dense rids in length order, and the bad rows with their reason."""
+    frequency) and dense rids in length order, and the bad rows with their reason. ``measure``
+    (θ, similarity): the encode pass also takes the optimizer's slice measurements (one pass over
+    the records fewer than :func:`measure_slices`)."""
     import time
 
     t0 = time.perf_counter()
@@ -289,10 +305,12 @@ def tokenize(ex: Any, rows: Any, qgram: int | None) -> Tokenized:
             raise AssertionError(f"ssj tokenize: ids still repeated after marking duplicates: {prof.duplicates[:5]}")
     t2 = time.perf_counter()
     # the records and the bad rows of each partition in one pass, kept (the next action runs it)
-    records, bad = ex.persist_many(parts, functools.partial(_encode_part, drops=drops, dictionary=prof.dictionary,
-                                                            rid_base=prof.rid_base), [RECORD_ARROW, BAD_ARROW])
+    m = (*measure, *measure_fractions(prof.good)) if measure is not None else None
+    got = ex.persist_many(parts, functools.partial(_encode_part, drops=drops, dictionary=prof.dictionary,
+                                                   rid_base=prof.rid_base, measure=m),
+                          [RECORD_ARROW, BAD_ARROW, *([MEASURE_ARROW] if m else [])])
     seconds = {"tokenize": t1 - t0, "statistics": t2 - t1, "encode": time.perf_counter() - t2}
-    return Tokenized(records, bad, prof, parts, seconds)
+    return Tokenized(got[0], got[1], prof, parts, got[2] if m else None, seconds)
 
 
 def _bad_side(b: pa.Table, part: int) -> pa.Table:
@@ -319,6 +337,12 @@ def measure_slices(ex: Any, records: Any, theta: float, sim: str, rs: bool, n_re
     return merge_measures(got, theta, sim, rs, f_work, f_res)
 
 
+def merge_measured(ex: Any, measures: Any, theta: float, sim: str, rs: bool, n_records: int
+                   ) -> tuple[dict[int, float], float, dict[int, float], float]:
+    """:func:`measure_slices` from the measurements the encode pass took (``Tokenized.measures``)."""
+    return merge_measures(ex.collect(measures), theta, sim, rs, *measure_fractions(n_records))
+
+
 def _route_units(t: pa.Table, part: int, plan: Plan) -> tuple[np.ndarray, pa.Table]:
     """A partition's records to the units ``Plan.assign_units`` names (never twice to one unit)."""
     pos, unit, is_index, is_probe = plan.assign_units(t.column("length").to_numpy(zero_copy_only=False),
@@ -333,18 +357,26 @@ def _route_units(t: pa.Table, part: int, plan: Plan) -> tuple[np.ndarray, pa.Tab
 def join_units(ex: Any, records: Any, plan: Plan, rs: bool) -> tuple[Any, list[dict[str, Any]], Any]:
     """One PPJoin per plan unit (each record replicated to the units it needs, as one shuffle of
     the executor; the costliest units start first where the executor orders them): the pairs
-    (``PAIR_ARROW`` partitions), each unit's counters (``UNIT_STATS`` with ``unit``), and the
-    persisted result behind both (``release`` it when the pairs are written)."""
+    (``PAIR_ARROW`` partitions, persisted with the counters), each unit's counters (``UNIT_STATS``
+    with ``unit``), and what to ``release`` when the pairs are written."""
     from simjoin.operators.setsim import unit_stats
 
     cost = sorted(plan.units, key=lambda u: -float(u.est_cost))
-    res = ex.persist(ex.shuffle(records, functools.partial(_route_units, plan=plan), plan.n_units,
-                                functools.partial(join_task, plan=plan, rs=rs), UNIT_ARROW,
-                                order=[u.unit for u in cost]))
-    stats = [unit_stats(r) for r in ex.collect(ex.select(res, ["unit", "stats"],
-                                                            [("kind", "=", int(RowKind.STATS))])).to_pylist()]
-    pairs = ex.select(res, PAIR_ARROW.names, [("kind", "=", int(RowKind.PAIR))])
-    return pairs, sorted(stats, key=lambda s: s["unit"]), res
+    res = ex.shuffle(records, functools.partial(_route_units, plan=plan), plan.n_units,
+                     functools.partial(join_task, plan=plan, rs=rs), UNIT_ARROW, order=[u.unit for u in cost])
+    pairs, got = ex.persist_many(res, _pairs_and_stats, [PAIR_ARROW, _UNIT_STATS])
+    stats = [unit_stats(r) for r in ex.collect(got).to_pylist()]
+    return pairs, sorted(stats, key=lambda s: s["unit"]), pairs
+
+
+_UNIT_STATS = pa.schema([("unit", pa.int32()), ("stats", pa.string())])
+
+
+def _pairs_and_stats(t: pa.Table, task: int) -> tuple[pa.Table, pa.Table]:
+    """A join task's pairs (``PAIR_ARROW``) and its counters (``unit``, ``stats``)."""
+    kind = t.column("kind")
+    return (t.filter(pc.equal(kind, int(RowKind.PAIR))).select(PAIR_ARROW.names),
+            t.filter(pc.equal(kind, int(RowKind.STATS))).select(_UNIT_STATS.names))
 
 
 def _block(t: pa.Table, part: int, left: tuple[int, ...], right: tuple[int, ...]) -> pa.Table:
