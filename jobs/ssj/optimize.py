@@ -55,7 +55,7 @@ def make(spark: Any, job: SSJRun) -> Plan:
         t0 = time.perf_counter()
         n = int(counts.sum())
         if "measures" in job.frames:  # taken by the encode pass of this process's tokenize stage
-            work, fraction, results, sampled = merge_measured(ex, job.frames["measures"], cfg.threshold,
+            work, fraction, results, sampled = merge_measured(job.frames["measures"], cfg.threshold,
                                                               cfg.similarity, job.rs, n)
         else:
             work, fraction, results, sampled = measure_slices(ex, read_records(spark, job, inc), cfg.threshold,

@@ -125,6 +125,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     if good != tok.prof.good:
         raise AssertionError(f"ssj tokenize lost rows: {good} records encoded, {tok.prof.good} good rows")
     log.info("quality %s: %d rows in, %d good, %d quarantined", " + ".join(p for _, p in sides), n_in, good, n_bad)
+    if tok.measures is not None:  # for the optimizer, before the writes below queue their tasks
+        job.keep("measures", ex.collect(tok.measures))
     if n_bad:
         ex.write(ex.map(tok.bad, _tokenize_stage, QUARANTINE_ARROW), job.tables.quarantine, job.part)
     else:  # the partition replaced by no rows, without a pass over the encoded rows to find none
@@ -136,8 +138,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     new = ex.count(ex.map(tok.records, _appended, steps.RECORD_ARROW)) if inc.incremental else good
     inc = increment.write(spark, job, increment.with_new_records(inc, new))
     job.keep("records", tok.records)
-    if tok.measures is not None:
-        job.keep("measures", tok.measures)
     # released by the publish stage, all at once: on Spark, releasing a persisted frame drops what
     # was persisted from it too (the records from the tokenized partitions)
     job.keep("tokenized", [tok.records, tok.tokenized])

@@ -337,10 +337,11 @@ def measure_slices(ex: Any, records: Any, theta: float, sim: str, rs: bool, n_re
     return merge_measures(got, theta, sim, rs, f_work, f_res)
 
 
-def merge_measured(ex: Any, measures: Any, theta: float, sim: str, rs: bool, n_records: int
+def merge_measured(measures: pa.Table, theta: float, sim: str, rs: bool, n_records: int
                    ) -> tuple[dict[int, float], float, dict[int, float], float]:
-    """:func:`measure_slices` from the measurements the encode pass took (``Tokenized.measures``)."""
-    return merge_measures(ex.collect(measures), theta, sim, rs, *measure_fractions(n_records))
+    """:func:`measure_slices` from the measurements the encode pass took (``Tokenized.measures``,
+    collected)."""
+    return merge_measures(measures, theta, sim, rs, *measure_fractions(n_records))
 
 
 def _route_units(t: pa.Table, part: int, plan: Plan) -> tuple[np.ndarray, pa.Table]:
