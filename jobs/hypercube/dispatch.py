@@ -110,13 +110,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
             grid_rows.append((key, 0, 0, int(est.estimate(0, np.array([key]))[0]),
                               int(est.estimate(1, np.array([key]))[0]), float("nan"), float("nan"), [], [],
                               "light", int(moved.get(key, 0))))
-    u.write_work(rows_table(sketch_rows, SKETCH_SCHEMA), "sketch")
-    u.write_work(rows_table(grid_rows, GRID_SCHEMA), "grids")
     migrated = int(sum(moved.values()))
-    u.write_work(rows_table([(json.dumps(after.to_json()), migrated, len(after.grids), int(est.n))],
-                                  DISPATCH_SCHEMA), "dispatch")
     run_.keep(f"hypercube_dispatcher_{u.id}", after)
-    return {"unit": u.id, "heavy": len(after.grids), "steps": len(steps), "migrated": migrated, "n": int(est.n)}
+    work = {"sketch": rows_table(sketch_rows, SKETCH_SCHEMA), "grids": rows_table(grid_rows, GRID_SCHEMA),
+            "dispatch": rows_table([(json.dumps(after.to_json()), migrated, len(after.grids), int(est.n))],
+                                   DISPATCH_SCHEMA)}
+    return {"unit": u.id, "heavy": len(after.grids), "steps": len(steps), "migrated": migrated, "n": int(est.n),
+            "work": work}
 
 
 def dispatcher(run_: HyperCubeRun, u: Any) -> Any:

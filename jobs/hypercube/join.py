@@ -49,4 +49,4 @@ def run(ctx: StageContext) -> dict[str, Any]:
     run_: HyperCubeRun = ctx.run
     u = ctx.unit
     out = join(tuples_to_join(run_, u), dispatcher(run_, u), run_.window_us, bool(run_.cfg.count_only), u.map_tasks)
-    return {"unit": u.id, "joined": u.write_work(out, "joined")}
+    return {"unit": u.id, "work": {"joined": out}}

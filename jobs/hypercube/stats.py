@@ -132,8 +132,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     for g in grids:  # each heavy key's grid (0 x 0: it turned light)
         rows.append(("hypercube", 0.0, "grid", u.id, None, None, None, None, g["p_r"] * g["p_s"], None, None, None,
                      None, None, None, int(g["migrated"]), None, None, None, int(g["k"]), int(g["p_r"]), int(g["p_s"])))
-    path = u.write_work(rows_table(rows, STATS_SCHEMA), "stats")
-    return {"unit": u.id, "stats": path, "unit_pairs": pairs, "max_load": int(ours.max()),
+    return {"unit": u.id, "work": {"stats": rows_table(rows, STATS_SCHEMA)}, "unit_pairs": pairs,
+            "max_load": int(ours.max()),
             "phj_max_load": int(phj.max()), "bound": bound, "replication": rep, "migrated": int(d["migrated"]),
             "heavy": int(d["heavy"]),
             "tuples_in": tuples_in, "quarantined": q}

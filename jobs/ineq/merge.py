@@ -33,6 +33,5 @@ def run(ctx: StageContext) -> dict[str, Any]:
     made = nxt - next_batch
     sizes = {int(r["side"]): int(r["n"]) for r in rows if r["kind"] == MUTABLE}
     stat = [(secs["merge_seconds"], secs["build_seconds"], made, nxt, sum(sizes.values()))]
-    u.write_work(state_table(rows), "state")
-    u.write_work(rows_table(stat, MERGE_SCHEMA), "merge")
-    return {"unit": u.id, "new_batches": made, "next_batch": nxt, "mutable": sizes, **secs}
+    return {"unit": u.id, "new_batches": made, "next_batch": nxt, "mutable": sizes, **secs,
+            "work": {"state": state_table(rows), "merge": rows_table(stat, MERGE_SCHEMA)}}

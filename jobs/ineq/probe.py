@@ -89,4 +89,4 @@ def run(ctx: StageContext) -> dict[str, Any]:
     u = ctx.unit
     new = new_tuples(run_, u)
     out = probe(live_state(run_, u), new, run_.params(), u.map_tasks)
-    return {"unit": u.id, "probed": u.write_work(out, "probed"), "new": {s: len(t) for s, t in new.items()}}
+    return {"unit": u.id, "new": {s: len(t) for s, t in new.items()}, "work": {"probed": out}}

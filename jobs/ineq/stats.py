@@ -44,6 +44,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
         rows.append(("ineq", s, "worker", u.id, w, None, sum(int(r["probed"]) for r in rs),
                      sum(1 for r in rs if int(r["batch_id"]) >= 0), sum(int(r["stored"]) for r in rs), None, None,
                      None, s, max(float(r["seconds"]) for r in rs), sum(int(r["ts"]) for r in rs), None))
-    path = u.write_work(rows_table(rows, STATS_SCHEMA), "stats")
-    return {"unit": u.id, "stats": path, "pairs": pairs, "live_batches": batches, "tuples_in": tuples_in,
+    return {"unit": u.id, "work": {"stats": rows_table(rows, STATS_SCHEMA)}, "pairs": pairs,
+            "live_batches": batches, "tuples_in": tuples_in,
             "probe_seconds": probe_s, "merge_seconds": merge_s, "quarantined": q}

@@ -105,6 +105,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                  incoming, d.shed_ratio)
     # the shed table exists from the first unit on (empty while nothing is shed: a monitoring
     # query finds it), so the work table is handed over when it will be published
+    work: dict[str, pa.Table] = {}
     if shed_rows or not u.table_exists(run_.tables.shed):
         n_shed = len(shed_rows)
         sh = pa.table({"side": pa.array([r[0] for r in shed_rows], pa.int8()),
@@ -112,7 +113,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
                        "ts": pa.array([r[2] for r in shed_rows], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
                        "tau": pa.array(np.full(n_shed, d.tau, np.float64)),
                        "shed_ratio": pa.array(np.full(n_shed, d.shed_ratio, np.float64))})
-        u.write_work(sh, "shed")
+        work["shed"] = sh
     # blocks -> workers (existing, then the new ones); a new block the other stream already left behind is not kept
     next_block = int(meta.get("next_block", 0))
     fresh = [(s, Block(t).index(p.index_columns(s))) for s in sides for t in cut_blocks(kept[s], d.block_size)]
@@ -127,8 +128,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         blocks = state.set_column(state.column_names.index("worker"), "worker",
                                   pa.array(assign[:len(live_rows)], pa.int32()))
     joined = join(blocks, kept, p, u.map_tasks)
-    u.write_work(joined, "joined")
-    u.write_work(block_table(rows), "blocks")
+    work["joined"] = joined
+    work["blocks"] = block_table(rows)
     st = joined.filter(pc.equal(joined.column("kind"), int(RowKind.STATS))).to_pylist()
     secs = time.perf_counter() - t0
     loads = [0] * d.workers
@@ -158,9 +159,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
         out.append(("s2j", None, "task", u.id, None, t.name, None, None, None, None, None, None, None, None, None,
                     None, None, c[0], c[1], None, None))
     dec = [(d.workers, d.high, d.low, next_block + len(fresh), len(shed_rows))]
-    u.write_work(rows_table(out, STATS_SCHEMA), "stats")
-    u.write_work(rows_table(dec, DECISION_SCHEMA), "decision")
-    return {"unit": u.id, "tau": d.tau, "workers": d.workers, "shed": len(shed_rows), "shed_ratio": d.shed_ratio,
+    work["stats"] = rows_table(out, STATS_SCHEMA)
+    work["decision"] = rows_table(dec, DECISION_SCHEMA)
+    return {"work": work, "unit": u.id, "tau": d.tau, "workers": d.workers, "shed": len(shed_rows),
+            "shed_ratio": d.shed_ratio,
             "block_size": d.block_size, "tuples_in": incoming, "processed": processed, "pairs": pairs,
             "moved_blocks": moved, "new_blocks": len(fresh), "expired_blocks": len(gone), "live": live,
             "high": d.high, "low": d.low,

@@ -67,8 +67,7 @@ def _join(run_: S3JRun, u: S3JUnit) -> dict[str, Any]:
     p, target = run_.params(u.dim), delta.file_target(run_.output, PAIR_ARROW)
     joined = u.map_tasks(routed, _np(routed, "worker", np.int64),
                          functools.partial(_join_task, p=p, target=target), JOIN_ARROW, "s3j-join")
-    path = u.write_work(joined, "joined")
     counters = join_counters_arrow(joined)
-    u.write_work(counters, "counters")
     stats = counters.filter(pa.array(_np(counters, "kind", np.int8) == int(RowKind.STATS)))
-    return {"unit": u.id, "joined": path, "pairs": int(pc.sum(stats.column("results")).as_py() or 0)}
+    return {"unit": u.id, "pairs": int(pc.sum(stats.column("results")).as_py() or 0),
+            "work": {"joined": joined, "counters": counters}}

@@ -26,5 +26,4 @@ def run(ctx: StageContext) -> dict[str, Any]:
                     "side": r.column("side").cast(pa.int8()), "id": r.column("id").cast(pa.int64()),
                     "vector": r.column("vector").cast(pa.list_(pa.float64()))})
     copies = space_partition_arrow(rec, p)
-    path = u.write_work(copies, "copies")
-    return {"unit": u.id, "copies": path, "dim": u.dim}
+    return {"unit": u.id, "dim": u.dim, "work": {"copies": copies}}

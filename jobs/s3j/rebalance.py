@@ -39,12 +39,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         return {"unit": u.id, "rebalance": "off"}
     ws, prev, homes = _inputs(run_, u)
     if not ws:
-        return {"unit": u.id, "rebalance": u.write_work(rows_table([], STATS_SCHEMA), "rebalance"),
+        return {"unit": u.id, "work": {"rebalance": rows_table([], STATS_SCHEMA)},
                 "fired": False}
     res, assignment, out = decide(cfg, u.id, u.dim, ws, prev, homes)
     if assignment:
         u.append_once("assignment", assignment, ASSIGNMENT_SCHEMA, run_.assignment)
-    return {**res, "rebalance": u.write_work(rows_table(out, STATS_SCHEMA), "rebalance")}
+    return {**res, "work": {"rebalance": rows_table(out, STATS_SCHEMA)}}
 
 
 def _inputs(run_: S3JRun, u: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[dict[str, Any]]]:

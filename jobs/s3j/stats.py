@@ -52,7 +52,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     run_: S3JRun = ctx.run
     u = ctx.unit
     rows, res = stats_rows(run_.cfg, u.id, u.dim, *_inputs(u))
-    return {**res, "stats": u.write_work(rows_table(rows, STATS_SCHEMA), "stats")}
+    return {**res, "work": {"stats": rows_table(rows, STATS_SCHEMA)}}
 
 
 def stats_rows(cfg: Any, b: int, dim: int, counters: list[Any], form: dict[tuple[int, int], int],

@@ -35,9 +35,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     p = run_.params(u.dim)
     copies = u.work("copies")
     if p.algorithm == "clusterjoin":
-        return {"unit": u.id, "members": u.write_work(clusterjoin_members_arrow(copies, p), "members"),
+        return {"unit": u.id, "work": {"members": clusterjoin_members_arrow(copies, p)},
                 "new_worksets": 0}
-    return {"unit": u.id, "members": u.write_work(_formulate(run_, u, copies, p), "members")}
+    return {"unit": u.id, "work": {"members": _formulate(run_, u, copies, p)}}
 
 
 def _formulate(run_: S3JRun, u: S3JUnit, copies: pa.Table, p: Any) -> pa.Table:

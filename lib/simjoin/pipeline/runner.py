@@ -610,11 +610,18 @@ def heartbeat(spark: Any, label: str, every: float = HEARTBEAT_S) -> Iterator[No
 def call_stage(st: Stage, spark: Any, run: Run) -> dict[str, Any]:
     """The runtime calls the operator: ``st``'s function with its context (``run.context``:
     its run, and for a per-unit stream stage the open unit); a per-unit stage with no unit open
-    is not called (``{"unit": None}``)."""
+    is not called (``{"unit": None}``). A per-unit stage returns the tables it hands to the
+    unit's later stages under ``work`` (name -> pyarrow Table); the runtime keeps or writes
+    them (``OpenUnit.write_work``), in the order given, once the stage has returned, and the
+    result names where each went."""
     ctx = run.context(spark, st)
     if ctx is None:
         return {"unit": None}
-    return st.function()(ctx) or {}
+    out = st.function()(ctx) or {}
+    work = out.pop("work", None)
+    if work:
+        out["work"] = {name: ctx.unit.write_work(t, name) for name, t in work.items()}
+    return out
 
 
 def _timed(spec: PipelineSpec, st: Stage, spark: Any, run: Run, timed: list[Any],
