@@ -112,15 +112,6 @@ def retag_full(ex: Any, rows: Any) -> Any:
     return ex.map(rows, _retag, _SCANNED)
 
 
-def _tokenize_part(rows: pa.Table, part: int, qgram: int | None) -> pa.Table:
-    """A partition of scanned rows tokenized (``Partition.to_table``): what the later passes read."""
-    from simjoin.operators.setsim import keep_freed_memory
-
-    keep_freed_memory()
-    p = tokenize_partition(canonical(rows), qgram, part)
-    return TOKENIZED_ARROW.empty_table() if p is None else p.to_table()
-
-
 def _partition(t: pa.Table, part: int, drops: dict[int, np.ndarray] | None = None) -> Partition | None:
     """Tokenized partition ``part``, with the good rows ``drops`` names marked as duplicates."""
     if t.num_rows == 0:
